@@ -1,0 +1,94 @@
+"""What every command shares: option types, finding the store, and one output object that
+renders either human text (rich) or JSON (stdout) — the CLI parses and renders, nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Callable
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout (schemas: docs/json.md).")]
+WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for the store lock (default: fail fast, exit 5).")]
+
+_store_dir: str | None = None
+
+
+def set_store_dir(d: str | None) -> None:
+    global _store_dir
+    _store_dir = d
+
+
+def store_dir() -> str | None:
+    return _store_dir
+
+
+def open_store():
+    from ledger.store import Store
+
+    return Store.open(_store_dir)
+
+
+_console = None
+_err_console = None
+
+
+def console():
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        _console = Console(highlight=False)
+    return _console
+
+
+def err_console():
+    global _err_console
+    if _err_console is None:
+        from rich.console import Console
+
+        _err_console = Console(stderr=True, highlight=False)
+    return _err_console
+
+
+def _default(o):
+    if hasattr(o, "to_json"):
+        return o.to_json()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+def emit(json_mode: bool, data, render: Callable[[], None] | None = None) -> None:
+    """Print `data` as JSON, or call `render()` for the human view."""
+    if json_mode:
+        sys.stdout.write(json.dumps(data, default=_default, sort_keys=True, ensure_ascii=False) + "\n")
+    elif render is not None:
+        render()
+
+
+def flush_warnings(store) -> None:
+    for w in getattr(store, "warnings", []):
+        err_console().print(f"[yellow]warning:[/] {w}")
+    if store is not None:
+        store.warnings.clear()
+
+
+def short(oid: str | None, n: int = 12) -> str:
+    if not oid:
+        return "-"
+    return oid[:3 + n] if oid.startswith("b3:") else oid
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def debug() -> bool:
+    return os.environ.get("LEDGER_DEBUG") == "1"

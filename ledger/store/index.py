@@ -1,0 +1,232 @@
+"""The DuckDB index: a query-friendly projection of the journal, never a source of truth.
+
+Every table is derived from journal records (and the objects they name) by `rows_for`.
+The writer brings the index up to the journal head after each commit; `ledger index rebuild`
+replays the whole journal into a fresh file and swaps it in atomically, so a lost, stale or
+corrupt index is always recoverable. Only the lock holder opens the file read-write; readers
+open it read-only and retry briefly while a writer is mid-update (a few milliseconds).
+
+To index a new record kind: add a branch in `rows_for` (and a table in SCHEMA if needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from ledger.errors import BadInput, LedgerError
+from ledger.store import faults
+
+INDEX_VERSION = 1
+GEN_RE = re.compile(r"^gen-(\d+)$")
+
+SCHEMA = {
+    "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
+    "journal": ("seq BIGINT, id VARCHAR, prev VARCHAR, time TIMESTAMP, kind VARCHAR, actor VARCHAR, "
+                "inputs VARCHAR[], outputs VARCHAR[], payload JSON"),
+    "objects": "id VARCHAR, size BIGINT, kind VARCHAR, name VARCHAR, seq BIGINT",
+    "refs": "name VARCHAR, target VARCHAR",
+    "generations": ("gen BIGINT, id VARCHAR, parent VARCHAR, base VARCHAR, adapter VARCHAR, receipt VARCHAR, "
+                    "verdict VARCHAR, seq BIGINT, time TIMESTAMP"),
+    "receipts": "id VARCHAR, seq BIGINT, plan VARCHAR, spec VARCHAR, rung VARCHAR, adapter VARCHAR, steps BIGINT, final_loss DOUBLE, tokens_per_s DOUBLE",
+    "metrics": "receipt VARCHAR, step BIGINT, name VARCHAR, value DOUBLE",
+    "verdicts": "id VARCHAR, seq BIGINT, verdict VARCHAR, reasons VARCHAR[], candidate VARCHAR, incumbent VARCHAR, suite VARCHAR, mean_delta DOUBLE, p_value DOUBLE",
+    "turns": "id VARCHAR, seq BIGINT, n BIGINT, situation VARCHAR, action VARCHAR, outcome VARCHAR, refusal BOOLEAN, time VARCHAR, generation VARCHAR",
+}
+COLUMNS = {t: [c.strip().split(" ")[0] for c in cols.split(",") if c.strip() and "PRIMARY" not in c.split(" ")[0]]
+           for t, cols in SCHEMA.items()}
+
+
+def _ts(s: str) -> str:
+    return s.rstrip("Z").replace("T", " ")
+
+
+def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
+    """Rows each table gains from one journal record. `get_json(id)` reads structured objects."""
+    p = rec["payload"]
+    out: dict[str, list[tuple]] = {
+        "journal": [(rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
+                     rec["inputs"], rec["outputs"], json.dumps(p, sort_keys=True))],
+    }
+    objs = p.get("objects") or []
+    if objs:
+        out["objects"] = [(o[0], o[1], o[2], p.get("name"), rec["seq"]) for o in objs]
+    for name, target in (p.get("refs") or {}).items():
+        m = GEN_RE.match(name)
+        if m and target:
+            g = get_json(target)
+            out.setdefault("generations", []).append(
+                (int(m.group(1)), target, g.get("parent"), g.get("base"), g.get("adapter"), g.get("receipt"),
+                 g.get("verdict"), rec["seq"], _ts(rec["time"])))
+    if rec["kind"] in ("train", "reproduce") and p.get("receipt"):
+        r = get_json(p["receipt"])
+        losses = r.get("losses") or []
+        out["receipts"] = [(p["receipt"], rec["seq"], r.get("plan"), r.get("spec"), r.get("rung"), r.get("adapter"),
+                            len(losses), losses[-1] if losses else None, (r.get("timings") or {}).get("tokens_per_s"))]
+        out["metrics"] = [(p["receipt"], i + 1, "loss", float(v)) for i, v in enumerate(losses)]
+    if rec["kind"] == "judge" and p.get("verdict"):
+        v = get_json(p["verdict"])
+        st = v.get("statistics") or {}
+        out["verdicts"] = [(p["verdict"], rec["seq"], v.get("verdict"), v.get("reasons") or [], v.get("candidate"),
+                            v.get("incumbent"), v.get("suite_hash_pinned"), st.get("mean"), st.get("p_value"))]
+    if rec["kind"] == "record" and p.get("turns"):
+        batch = get_json(p["turns"])
+        first = int(p.get("first", 1))
+        out["turns"] = [(t.get("id"), rec["seq"], first + i, t.get("situation"), t.get("action"), t.get("outcome"),
+                         bool(t.get("refusal")), t.get("time"), t.get("generation")) for i, t in enumerate(batch.get("turns", []))]
+    return out
+
+
+def _connect(path: Path, read_only: bool, wait: float = 5.0):
+    import duckdb
+
+    deadline = time.monotonic() + wait
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as e:
+            # Another process holds the file for writing (only ever for milliseconds).
+            if "lock" not in str(e).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _create(con) -> None:
+    for t, cols in SCHEMA.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {t} ({cols})")
+
+
+def _insert(con, batch: dict[str, list[tuple]]) -> None:
+    import pyarrow as pa
+
+    for table, rows in batch.items():
+        if not rows:
+            continue
+        cols = COLUMNS[table]
+        arrays = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+        tbl = pa.table(arrays)
+        con.register("_rows", tbl)
+        con.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _rows")
+        con.unregister("_rows")
+
+
+def _meta_seq(con) -> int | None:
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        ver = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    except Exception:
+        return None
+    if not row or not ver or int(ver[0]) != INDEX_VERSION:
+        return None
+    return int(row[0])
+
+
+def _write(con, records, state, get_json) -> None:
+    batch: dict[str, list[tuple]] = {}
+    for n, rec in enumerate(records, 1):
+        for t, rows in rows_for(rec, get_json).items():
+            batch.setdefault(t, []).extend(rows)
+        if n % 50_000 == 0:
+            _insert(con, batch)
+            batch = {}
+    _insert(con, batch)
+    con.execute("DELETE FROM refs")
+    _insert(con, {"refs": sorted(state.refs.items())})
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?)",
+                [str(state.seq), state.head or "", str(INDEX_VERSION)])
+
+
+def rebuild(root: Path, records, state, get_json, tmp_dir: Path) -> None:
+    """Replay the journal into a fresh database and swap it in (caller holds the lock)."""
+    path = root / "index.duckdb"
+    new = tmp_dir / f"index-{os.getpid()}.duckdb"
+    for p in (new, Path(str(new) + ".wal")):
+        p.unlink(missing_ok=True)
+    con = _connect(new, read_only=False)
+    try:
+        _create(con)
+        con.execute("BEGIN")
+        _write(con, records, state, get_json)
+        con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    Path(str(path) + ".wal").unlink(missing_ok=True)
+    os.replace(new, path)
+
+
+def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_records) -> None:
+    """Bring the index up to `state` (caller holds the lock). Rebuild if missing or damaged."""
+    path = root / "index.duckdb"
+    faults.point("index.before-sync")
+    try:
+        if not path.exists():
+            raise FileNotFoundError
+        con = _connect(path, read_only=False)
+    except Exception:
+        rebuild(root, all_records(), state, get_json, tmp_dir)
+        return
+    try:
+        seq = _meta_seq(con)
+        if seq is None or seq > state.seq:
+            con.close()
+            con = None
+            rebuild(root, all_records(), state, get_json, tmp_dir)
+            return
+        if seq < state.seq:
+            con.execute("BEGIN")
+            _write(con, journal_records_after(seq), state, get_json)
+            con.execute("COMMIT")
+    finally:
+        if con is not None:
+            con.close()
+    faults.point("index.after-sync")
+
+
+def indexed_seq(root: Path) -> int | None:
+    path = root / "index.duckdb"
+    if not path.exists():
+        return None
+    try:
+        con = _connect(path, read_only=True)
+    except Exception:
+        return None
+    try:
+        return _meta_seq(con)
+    finally:
+        con.close()
+
+
+def query(root: Path, sql: str):
+    import duckdb
+
+    path = root / "index.duckdb"
+    if not path.exists():
+        raise LedgerError("the index is missing", "run `ledger index rebuild`")
+    con = _connect(path, read_only=True)
+    try:
+        try:
+            cur = con.execute(sql)
+        except duckdb.Error as e:
+            raise BadInput(f"query failed: {str(e).splitlines()[0]}", "the index is read-only; see docs/store-format.md for tables") from e
+        cols = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if cur.description else []
+        return cols, rows
+    finally:
+        con.close()
+
+
+def dump(root: Path) -> dict:
+    """Every table's rows in a stable order — used to prove a rebuild equals the original."""
+    cols_rows = {}
+    for t in SCHEMA:
+        if t == "meta":
+            continue
+        cols, rows = query(root, f"SELECT * FROM {t} ORDER BY ALL")
+        cols_rows[t] = [tuple(str(v) for v in r) for r in rows]
+    return cols_rows

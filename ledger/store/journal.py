@@ -1,0 +1,230 @@
+"""The journal: an append-only file of hash-chained records, one canonical-JSON line each.
+
+A record is {seq, prev, time, kind, inputs, outputs, actor, payload, id}; `id` is the hash of
+the canonical form of the other fields and `prev` is the previous record's id, so editing,
+deleting, reordering or duplicating any past record breaks the chain at that record.
+
+Appending one line and fsyncing it is the commit point of a transaction. A crash can leave a
+partial last line (a torn tail): readers ignore it; the next writer moves it aside before
+appending; `verify` reports it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time as _time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import blake3
+
+from ledger.errors import BadInput, JournalCorrupt
+from ledger.store import canonical, faults, fsio
+from ledger.store.ids import PREFIX, hash_bytes, is_id
+
+FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload")
+
+
+def record_id(body: dict) -> str:
+    return hash_bytes(canonical.dumps({k: body[k] for k in FIELDS}))
+
+
+def now() -> str:
+    t = _time.time_ns()
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(t // 1_000_000_000)) + f".{t // 1000 % 1_000_000:06d}Z"
+
+
+def default_actor() -> str:
+    actor = os.environ.get("LEDGER_ACTOR")
+    if actor:
+        return actor
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in some containers; the actor is informational
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def make_record(seq: int, prev: str | None, kind: str, inputs, outputs, actor: str, payload: dict) -> dict:
+    body = {"seq": seq, "prev": prev, "time": now(), "kind": kind, "inputs": list(inputs),
+            "outputs": list(outputs), "actor": actor, "payload": payload}
+    body["id"] = record_id(body)
+    return body
+
+
+def parse_line(line: bytes) -> dict:
+    """Decode one journal line and check it names itself correctly. Raises BadInput."""
+    rec = canonical.loads(line, strict=True)
+    if not isinstance(rec, dict) or set(rec) != set(FIELDS) | {"id"}:
+        raise BadInput("journal record has the wrong fields")
+    if not (isinstance(rec["seq"], int) and not isinstance(rec["seq"], bool) and rec["seq"] >= 1):
+        raise BadInput("journal record has a bad seq")
+    if not (rec["prev"] is None or is_id(rec["prev"])):
+        raise BadInput("journal record has a bad prev")
+    if not (isinstance(rec["kind"], str) and isinstance(rec["actor"], str) and isinstance(rec["time"], str)
+            and isinstance(rec["payload"], dict) and isinstance(rec["inputs"], list) and isinstance(rec["outputs"], list)
+            and all(is_id(x) for x in rec["inputs"] + rec["outputs"])):
+        raise BadInput("journal record has ill-typed fields")
+    if record_id(rec) != rec["id"]:
+        raise BadInput("journal record does not hash to its id")
+    return rec
+
+
+@dataclass
+class Scan:
+    """The result of reading the journal: whole records, where they end, and any damage."""
+    records: list = field(default_factory=list)
+    end: int = 0                 # byte offset just after the last good record
+    torn: bytes = b""            # bytes after the last good record that are not a whole record
+    broken_at: int | None = None  # seq position (1-based) of the first record that breaks the chain
+    problem: str | None = None
+
+
+class Journal:
+    def __init__(self, root: Path):
+        self.path = root / "journal"
+        self.tmp = root / "tmp"
+
+    def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
+             keep: bool = True) -> Scan:
+        """Read and check records from `start_offset`. Damage in the middle is a broken chain;
+        damage only at the end is a torn tail."""
+        out = Scan(end=start_offset)
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(start_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return out
+        pos = 0
+        seq, prev = expect_seq, expect_prev
+        n = len(data)
+        while pos < n:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                out.torn = data[pos:]
+                break
+            line = data[pos:nl]
+            try:
+                rec = parse_line(line)
+                if rec["seq"] != seq:
+                    raise BadInput(f"expected seq {seq}, found {rec['seq']}")
+                if rec["prev"] != prev:
+                    raise BadInput("prev does not name the previous record")
+            except BadInput as e:
+                # A bad final line with nothing after it is a torn tail; otherwise tampering.
+                if data[nl + 1:].strip() == b"":
+                    out.torn = data[pos:]
+                else:
+                    out.broken_at = seq
+                    out.problem = f"record {seq}: {e.message}"
+                    out.torn = data[pos:]
+                break
+            if keep:
+                out.records.append(rec)
+            seq, prev = seq + 1, rec["id"]
+            pos = nl + 1
+            out.end = start_offset + pos
+        out.last_seq, out.last_id = seq - 1, prev  # type: ignore[attr-defined]
+        return out
+
+    def records(self):
+        s = self.scan()
+        if s.broken_at is not None:
+            raise JournalCorrupt(f"journal chain is broken at {s.problem}")
+        return s.records
+
+    def tail(self, n: int) -> list[dict]:
+        """The last n whole records, reading backwards from the end (fast on a huge journal).
+
+        Each returned record is checked against its own id; the chain as a whole is
+        `verify`'s job, not a reader's."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return []
+        with f:
+            size = f.seek(0, os.SEEK_END)
+            block = 1 << 16
+            pos, data = size, b""
+            while pos > 0 and data.count(b"\n") <= n:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+                block *= 2
+        lines = data.split(b"\n")
+        if pos > 0:
+            lines = lines[1:]  # the first piece may be a partial line
+        out = []
+        for line in reversed(lines):
+            if not line:
+                continue
+            try:
+                out.append(parse_line(line))
+            except BadInput:
+                if not out:
+                    continue  # torn tail
+                break
+            if len(out) == n:
+                break
+        return list(reversed(out))
+
+    def prefix_digest(self, length: int) -> str:
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        with open(self.path, "rb") as f:
+            remaining = length
+            while remaining:
+                chunk = f.read(min(remaining, 16 << 20))
+                if not chunk:
+                    break
+                h.update(chunk)
+                remaining -= len(chunk)
+        return PREFIX + h.hexdigest()
+
+    def set_aside_tail(self, end: int) -> Path | None:
+        """Move a torn tail out of the journal (kept beside it for forensics) so the next append
+        starts on a record boundary. Caller holds the lock."""
+        size = self.path.stat().st_size
+        if size <= end:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(end)
+            torn = f.read()
+        aside = self.path.parent / f"journal.torn-{int(_time.time())}-{end}"
+        fsio.atomic_write(aside, torn, self.tmp)
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return aside
+
+    def append(self, rec: dict) -> int:
+        """Append one record and fsync: the commit point. Returns the new end offset."""
+        line = canonical.dumps(rec) + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        start = os.fstat(fd).st_size
+        try:
+            try:
+                if os.environ.get("LEDGER_FAULT_AT"):
+                    # Let the crash tests tear a record in half.
+                    half = len(line) // 2
+                    fsio.write_all(fd, line[:half], "appending to the journal")
+                    os.fsync(fd)
+                    faults.point("journal.torn")
+                    fsio.write_all(fd, line[half:], "appending to the journal")
+                else:
+                    fsio.write_all(fd, line, "appending to the journal")
+                faults.point("journal.before-fsync")
+                os.fsync(fd)
+            except OSError:
+                # Nothing half-written may stay visible: cut back to where we started.
+                os.ftruncate(fd, start)
+                raise
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)

@@ -1,0 +1,51 @@
+"""State is a fold over the journal: the journal is the only source of truth.
+
+What is live is a set of named refs (HEAD, gen-N, name/<x>, suite, ...), each naming an
+object id. A record changes refs through `payload["refs"]` ({name: id, or None to delete}),
+so every feature built on the store shares one fold. `refs.json` is a cache of this fold plus
+the journal position it reflects; it can be deleted at any time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ledger.errors import BadInput
+from ledger.store.ids import is_id
+
+
+@dataclass(frozen=True)
+class State:
+    seq: int = 0
+    head: str | None = None          # id of the last journal record
+    refs: dict = field(default_factory=dict)
+
+    def apply(self, rec: dict) -> "State":
+        refs = self.refs
+        changes = rec["payload"].get("refs")
+        if changes:
+            refs = dict(refs)
+            for name, target in changes.items():
+                if target is None:
+                    refs.pop(name, None)
+                else:
+                    refs[name] = target
+        return replace(self, seq=rec["seq"], head=rec["id"], refs=refs)
+
+    def to_json(self) -> dict:
+        return {"seq": self.seq, "head": self.head, "refs": dict(sorted(self.refs.items()))}
+
+
+def fold(records, start: State | None = None) -> State:
+    s = start or State()
+    for r in records:
+        s = s.apply(r)
+    return s
+
+
+def check_ref_changes(changes: dict) -> None:
+    for name, target in changes.items():
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name) or name.startswith("b3:"):
+            raise BadInput(f"bad ref name {name!r}", "ref names are non-empty, without spaces, not ids")
+        if target is not None and not is_id(target):
+            raise BadInput(f"ref {name!r} must name an object id, got {target!r}")
