@@ -92,3 +92,27 @@ def human_bytes(n: float) -> str:
 
 def debug() -> bool:
     return os.environ.get("LEDGER_DEBUG") == "1"
+
+
+class byte_progress:
+    """A transient rich progress bar on stderr for long byte-wise work; `advance(n)`."""
+
+    def __init__(self, label: str, total: int | None):
+        self.label, self.total = label, total
+        self._p = None
+
+    def __enter__(self):
+        if not (self.total and self.total > (64 << 20)) or not err_console().is_terminal:
+            return lambda n: None
+        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn, TimeRemainingColumn
+
+        self._p = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                           TransferSpeedColumn(), TimeRemainingColumn(), console=err_console(), transient=True)
+        self._p.start()
+        task = self._p.add_task(self.label, total=self.total)
+        return lambda n: self._p.advance(task, n)
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.stop()
+        return False

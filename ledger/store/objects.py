@@ -163,7 +163,7 @@ class ObjectStore:
             tmp.unlink(missing_ok=True)
             raise
 
-    def put_file(self, src: Path) -> tuple[str, int, bool]:
+    def put_file(self, src: Path, progress=None) -> tuple[str, int, bool]:
         """Copy a file into the store, hashing while copying. Memory stays at two chunks.
 
         Hashing (multi-threaded, GIL released) runs on a worker thread while the main thread
@@ -190,6 +190,8 @@ class ObjectStore:
                         view = memoryview(buf)[:n]
                         pending = pool.submit(h.update, view)
                         fsio.write_all(fd, view, "copying a file into the store")
+                        if progress:
+                            progress(n)
                         i += 1
                 faults.point("object.before-fsync")
                 os.fsync(fd)

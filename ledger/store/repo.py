@@ -65,6 +65,9 @@ class Transaction:
     refs: dict = field(default_factory=dict)
     objects: dict = field(default_factory=dict)  # id -> (size, kind) written or referenced here
     record: dict | None = None
+    # Stat-cache entries are written only after the commit, so a hit means "this exact file
+    # was committed before" — that is what lets an unchanged re-add skip both hash and record.
+    stat_pending: list = field(default_factory=list)
 
     def _note(self, oid: str, size: int, kind: str) -> str:
         self.objects[oid] = (size, kind)
@@ -79,13 +82,14 @@ class Transaction:
         k = kind or (obj.get("kind") if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else "json")
         return self.put_bytes(data, k)
 
-    def put_file(self, path: str | Path, kind: str = "blob") -> str:
+    def put_file(self, path: str | Path, kind: str = "blob", progress=None) -> str:
         path = Path(path)
-        cached = self.store._stat_cache_get(path)
+        key = self.store.stat_key(path)
+        cached = self.store.stat_cache_get(key)
         if cached:
             return self._note(cached, path.stat().st_size, kind)
-        oid, size, _ = self.store.objects.put_file(path)
-        self.store._stat_cache_put(path, oid)
+        oid, size, _ = self.store.objects.put_file(path, progress)
+        self.stat_pending.append((key, oid))
         return self._note(oid, size, kind)
 
     def put_tree(self, directory: str | Path, kind: str = "tree", progress=None) -> str:
@@ -98,12 +102,10 @@ class Transaction:
                 p = Path(dirpath) / name
                 if p.is_symlink() or not p.is_file():
                     raise BadInput(f"{p} is not a regular file", "ledger stores regular files only; remove links and special files")
-                oid = self.put_file(p)
+                oid = self.put_file(p, progress=progress)
                 st = p.stat()
                 entries.append({"path": p.relative_to(root).as_posix(), "id": oid, "size": st.st_size,
                                 "exec": bool(st.st_mode & 0o111)})
-                if progress:
-                    progress(st.st_size)
         return self.put_json({"kind": "tree", "entries": entries}, kind)
 
 
@@ -289,6 +291,8 @@ class Store:
             st = st.apply(rec)
             self._state, self._scan_end = st, new_end
             try:
+                for key, oid in tx.stat_pending:
+                    self.stat_cache_put(key, oid)
                 self._write_cache(st, new_end)
                 faults.point("tx.cache-written")
                 self.sync_index(st)
@@ -298,22 +302,36 @@ class Store:
                 self.warnings.append(f"committed, but updating caches failed ({e}); run `ledger index rebuild`")
 
     # --- stat cache ---------------------------------------------------------------------
-    def _stat_key(self, path: Path) -> Path:
-        st = path.stat()
-        key = f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-        return self.root / "cache" / "stat" / hash_bytes(key.encode())[len(PREFIX):][:32]
+    def _key(self, text: str) -> Path:
+        return self.root / "cache" / "stat" / hash_bytes(text.encode())[len(PREFIX):][:32]
 
-    def _stat_cache_get(self, path: Path) -> str | None:
+    @staticmethod
+    def _stat_text(path: Path) -> str:
+        st = path.stat()
+        return f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+
+    def stat_key(self, path: Path) -> Path:
+        return self._key(self._stat_text(path))
+
+    def tree_key(self, directory: Path) -> Path:
+        """Key of a directory: every file's stat line, so any change anywhere misses."""
+        lines = []
+        for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+            dirnames.sort()
+            lines.extend(self._stat_text(Path(dirpath) / f) for f in sorted(filenames))
+        return self._key("tree\0" + "\n".join(lines))
+
+    def stat_cache_get(self, key: Path) -> str | None:
         try:
-            oid = self._stat_key(path).read_text().strip()
+            oid = key.read_text().strip()
         except (OSError, UnicodeDecodeError):
             return None
         return oid if is_id(oid) and self.objects.has(oid) else None
 
-    def _stat_cache_put(self, path: Path, oid: str) -> None:
+    def stat_cache_put(self, key: Path, oid: str) -> None:
         try:
-            (self.root / "cache" / "stat").mkdir(parents=True, exist_ok=True)
-            fsio.atomic_write(self._stat_key(path), oid.encode(), self.tmp, durable=False)
+            key.parent.mkdir(parents=True, exist_ok=True)
+            fsio.atomic_write(key, oid.encode(), self.tmp, durable=False)
         except OSError:
             pass  # a cache; losing an entry only costs a rehash
 

@@ -1,0 +1,119 @@
+"""`ledger verify`: structure always; content with read_data.
+
+Like restic's `check` / `check --read-data`: the structural pass reads the journal, the
+caches and the object *names*; the data pass rehashes every object's bytes. Findings are
+errors (exit 4, naming ids and records), warnings (recoverable: torn tail, stale index)
+or information (dangling objects that gc would remove).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ledger.store import index
+from ledger.store.ids import PREFIX, find_ids
+from ledger.store.objects import hash_file
+from ledger.store.state import fold
+
+
+@dataclass
+class Report:
+    errors: list = field(default_factory=list)    # {"what", "id"?, "seq"?, "message"}
+    warnings: list = field(default_factory=list)
+    info: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "errors": self.errors, "warnings": self.warnings, "info": self.info, "stats": self.stats}
+
+
+def verify(store, read_data: bool = False, progress=None) -> Report:
+    rep = Report()
+    j = store.journal
+    scan = j.scan()
+    rep.stats["records"] = len(scan.records)
+    if scan.broken_at is not None:
+        rid = None
+        try:
+            rid = scan.records[-1]["id"] if scan.records else None
+        except (IndexError, KeyError):
+            pass
+        rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": rid,
+                           "message": f"journal chain broken at {scan.problem}"})
+    elif scan.torn:
+        rep.warnings.append({"what": "journal-tail", "seq": len(scan.records),
+                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record {len(scan.records)} "
+                                        "(ignored; the next write moves it aside)"})
+    st = fold(scan.records)
+
+    cache = store._load_cache()
+    if cache:
+        by_seq = {r["seq"]: r["id"] for r in scan.records}
+        if cache["seq"] > st.seq and scan.broken_at is None:
+            rep.errors.append({"what": "journal", "seq": st.seq + 1,
+                               "message": f"journal ends at record {st.seq} but refs.json saw record {cache['seq']}: records were removed"})
+        elif cache["seq"] in by_seq and by_seq[cache["seq"]] != cache["head"]:
+            rep.errors.append({"what": "journal", "seq": cache["seq"],
+                               "message": f"record {cache['seq']} differs from the one committed earlier: history was rewritten"})
+        elif cache["seq"] <= st.seq and j.path.stat().st_size >= cache["offset"] and cache.get("digest") \
+                and j.prefix_digest(cache["offset"]) != cache["digest"] and scan.broken_at is None:
+            rep.errors.append({"what": "journal", "seq": cache["seq"],
+                               "message": "journal bytes before the last known head changed: history was rewritten"})
+        elif cache["seq"] <= st.seq and cache["refs"] != fold([r for r in scan.records if r["seq"] <= cache["seq"]]).refs:
+            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold (it is rebuilt on the next write)"})
+
+    # Objects the journal reaches, and their sizes as recorded when they were written.
+    sizes = {}
+    for r in scan.records:
+        for o in r["payload"].get("objects") or []:
+            if isinstance(o, list) and len(o) == 3:
+                sizes[o[0]] = o[1]
+    roots = store.roots(scan.records)
+    missing: set[str] = set()
+    reachable = store.closure(roots, missing)
+    for oid in sorted(missing):
+        rep.errors.append({"what": "missing", "id": oid, "message": f"object {oid} is referenced but missing"})
+
+    present = {}
+    for oid, path in store.objects.iter_ids():
+        present[oid] = path
+    rep.stats["objects"] = len(present)
+    total = 0
+    for oid, path in present.items():
+        hexpart = oid[len(PREFIX):]
+        if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+            rep.errors.append({"what": "foreign-file", "id": None, "message": f"unexpected file in objects/: {path}"})
+            continue
+        size = path.stat().st_size
+        total += size
+        if oid in sizes and sizes[oid] != size:
+            rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+            continue
+        if read_data:
+            if hash_file(path) != oid:
+                rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} does not hash to its name"})
+            if progress:
+                progress(size)
+    rep.stats["bytes"] = total
+    dangling = sorted(set(present) - reachable)
+    if dangling:
+        rep.info.append({"what": "dangling", "count": len(dangling), "ids": dangling[:50],
+                         "message": f"{len(dangling)} object(s) no record reaches (`ledger gc` removes them)"})
+
+    seq = index.indexed_seq(store.root)
+    if seq is None:
+        rep.warnings.append({"what": "index", "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
+    elif seq != st.seq:
+        rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at {st.seq} (`ledger index rebuild`)"})
+
+    tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
+    if tmp:
+        rep.info.append({"what": "tmp", "count": len(tmp), "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes (`ledger gc --prune`)"})
+    info = store.lock.read()
+    if info:
+        rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})
+    return rep
