@@ -78,6 +78,11 @@ class RealizationUnavailable(Refused):
     default_hint = "compile for a target that can run here; ledger never falls back silently"
 
 
+class CapabilityTrapped(Refused):
+    """A wasm capability trapped or hit a limit (fuel, time, memory, stack); details name the trap."""
+    default_hint = "the capability ran out of a limit or trapped; see its manifest's [limits] and tests"
+
+
 # --- 4: store corrupt or tampered --------------------------------------------------------
 class StoreCorrupt(LedgerError):
     exit_code = 4
