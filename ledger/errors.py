@@ -30,6 +30,12 @@ class InternalError(LedgerError):
     exit_code = 1
 
 
+class RemoteError(LedgerError):
+    """A remote (directory or S3) could not be read or written; what moved is kept."""
+    exit_code = 1
+    default_hint = "check the remote's URL, credentials and reachability; rerun to resume where it stopped"
+
+
 # --- 2: usage or bad input -------------------------------------------------------------
 class BadInput(LedgerError):
     exit_code = 2
