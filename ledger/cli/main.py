@@ -24,6 +24,7 @@ app = typer.Typer(
 # libraries at top level: torch/peft/transformers load inside the commands that need them.
 COMMAND_MODULES = [
     "ledger.cli.store_cmds",
+    "ledger.cli.capability_cmds",
 ]
 
 

@@ -1,0 +1,83 @@
+"""What is live: the capabilities a generation lists, and calling one of HEAD's.
+
+A generation's `capabilities` maps name -> entry:
+    {"module": id, "source": id, "manifest": id, "compiler": {"id": id, ...identity},
+     "tests": id (the admission test report), "grants": [handle, ...], "admitted_in": n}
+Nothing here scans folders: HEAD (a fold of the journal) says what exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger import generations
+from ledger.capabilities import grants as grants_mod
+from ledger.capabilities import manifest as manifest_mod
+from ledger.capabilities.manifest import Handle, Manifest
+from ledger.errors import UnknownRef
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    module: str
+    source: str
+    manifest_id: str
+    compiler: dict
+    tests: str | None
+    grants: tuple[Handle, ...]
+    admitted_in: int
+    generation: int          # the generation this entry was read from
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "module": self.module, "source": self.source, "manifest": self.manifest_id,
+                "compiler": self.compiler, "tests": self.tests, "grants": [h.to_json() for h in self.grants],
+                "admitted_in": self.admitted_in, "generation": self.generation}
+
+
+def fresh_head(store):
+    """HEAD as the journal says now. Inside a transaction the lock is held, so this is the state
+    the record will append to; a Store object's cached fold may predate another writer's commit."""
+    store._state = None
+    return generations.head(store)
+
+
+def entry_from(name: str, d: dict, gen_n: int) -> Entry:
+    return Entry(name, d["module"], d["source"], d["manifest"], dict(d.get("compiler") or {}), d.get("tests"),
+                 grants_mod.from_json(d.get("grants")), int(d["admitted_in"]), gen_n)
+
+
+def entries(store, ref: str = "HEAD") -> list[Entry]:
+    gen = generations.head(store) if ref == "HEAD" else generations.load(store, ref)
+    if gen is None:
+        return []
+    return [entry_from(n, d, gen.n) for n, d in sorted(gen.capabilities.items())]
+
+
+def entry(store, name: str, ref: str = "HEAD") -> Entry:
+    gen = generations.head(store) if ref == "HEAD" else generations.load(store, ref)
+    caps = gen.capabilities if gen else {}
+    if name not in caps:
+        where = f"{ref} ({gen.name})" if gen else ref + " (no generation yet)"
+        raise UnknownRef(f"no capability named {name!r} in {where}",
+                         "see `ledger capability list`; `ledger capability add SRC --manifest M` admits one")
+    return entry_from(name, caps[name], gen.n)
+
+
+def load_manifest(store, e: Entry) -> Manifest:
+    return manifest_mod.from_json(store.get_json(e.manifest_id), where=f"manifest {e.manifest_id}")
+
+
+def call(store, name: str, export: str, argv: list[str], *, fuel: int | None = None, time_ms: int | None = None):
+    """Call HEAD's capability `name` with exactly its grants, under its limits (or tighter /
+    caller-chosen ones within the host maxima). Arguments are parsed by the export's signature."""
+    from ledger.capabilities import cache, runtime
+
+    e = entry(store, name)
+    m = load_manifest(store, e)
+    ex = m.export(export)
+    args = runtime.parse_args(ex, list(argv))
+    limits = m.limits.override(fuel, time_ms)
+    granted = grants_mod.resolve(store, e.grants)
+    module = cache.load(store, e.module)
+    return runtime.run(module, ex, args, limits, granted, label=f"{name}.{export}")
