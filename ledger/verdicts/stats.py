@@ -41,7 +41,10 @@ def as_deltas(d: Iterable[float]) -> np.ndarray:
             raise BadInput(f"deltas must be real numbers, got an array of {d.dtype}")
         a = d.astype(np.float64, copy=False)
     else:
-        items = list(d)
+        try:
+            items = list(d)
+        except TypeError:
+            raise BadInput(f"deltas must be a sequence of numbers, got {type(d).__name__}") from None
         for x in items:
             if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
                 raise BadInput(f"deltas must be real numbers, got {x!r}")
