@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "ledger.cli.store_cmds",
     "ledger.cli.capability_cmds",
+    "ledger.cli.share_cmds",
 ]
 
 

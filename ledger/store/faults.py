@@ -20,6 +20,10 @@ _points = 0
 _ios = 0
 
 
+def active() -> bool:
+    return "LEDGER_FAULT_AT" in os.environ or "LEDGER_FAULT_TRACE" in os.environ
+
+
 def point(name: str) -> None:
     global _points
     at = os.environ.get("LEDGER_FAULT_AT")

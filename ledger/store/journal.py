@@ -210,7 +210,7 @@ class Journal:
         start = os.fstat(fd).st_size
         try:
             try:
-                if os.environ.get("LEDGER_FAULT_AT"):
+                if faults.active():
                     # Let the crash tests tear a record in half.
                     half = len(line) // 2
                     fsio.write_all(fd, line[:half], "appending to the journal")

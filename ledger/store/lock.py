@@ -1,8 +1,12 @@
 """One writer at a time: a lock file created with O_EXCL holding pid, host, start time.
 
 Readers never take it. A holder is *dead* only if it was on this host and its pid is gone (or
-the pid now belongs to a younger process). A lock from another host can't be judged from
-here, so `unlock` leaves it unless forced; a live holder's lock is never cleared.
+the pid now belongs to a younger process). A dead holder cannot be writing, so a writer that
+finds one clears it (the crash invariants make whatever it left behind harmless) — that is
+what lets `ledger run` restart cleanly after a SIGKILL. A lock from another host can't be
+judged from here, so it is left unless `unlock --force-other-host`; a live holder's lock is
+never cleared. Clearing happens under a short-lived `lock.break` file so two processes can't
+both judge the same dead lock and one of them delete the other's fresh lock.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class LockInfo:
         """'live', 'dead' or 'foreign' (another host: unknown)."""
         if not self.local:
             return "foreign"
-        if not _alive(self.pid):
+        if self.pid <= 0 or not _alive(self.pid):
             return "dead"
         if self.start is not None and _proc_start(self.pid) not in (None, self.start):
             return "dead"  # the pid was reused by another process
@@ -69,6 +73,7 @@ class Lock:
     def __init__(self, root: Path):
         self.path = root / "lock"
         self.held = False
+        self.broke = False
         self._raw = b""
 
     def read(self) -> LockInfo | None:
@@ -80,9 +85,14 @@ class Lock:
             d = json.loads(raw)
             return LockInfo(int(d["pid"]), str(d["host"]), float(d["time"]), d.get("start"), raw)
         except (ValueError, KeyError, TypeError):
-            # A half-written lock file (crash between create and write): its holder never
-            # started a transaction. Treat it as dead.
-            return LockInfo(-1, socket.gethostname(), 0.0, None, raw)
+            # A half-written lock file: either its creator is between create and write (a
+            # microsecond window) or it crashed there, before starting any transaction.
+            # Give it a few seconds, then judge it dead.
+            try:
+                age = time.time() - self.path.stat().st_mtime
+            except FileNotFoundError:
+                return None
+            return LockInfo(0 if age > 5 else os.getpid(), socket.gethostname(), 0.0, None, raw)
 
     def acquire(self, wait: float = 0.0) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "start": _proc_start(os.getpid())}
@@ -93,6 +103,10 @@ class Lock:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
+                cleared, _ = self.break_if_dead()
+                if cleared:
+                    self.broke = True
+                    continue
                 if time.monotonic() >= deadline:
                     info = self.read()
                     who = info.describe() if info else "a process that just finished"
@@ -105,8 +119,11 @@ class Lock:
                 continue
             try:
                 fsio.write_all(fd, data, "writing the lock file")
-            finally:
+            except OSError as e:
                 os.close(fd)
+                self.path.unlink(missing_ok=True)
+                raise fsio.io_error(e, "writing the lock file") from e
+            os.close(fd)
             self.held = True
             self._raw = data
             return
@@ -126,12 +143,26 @@ class Lock:
         if info is None:
             return False, None
         st = info.status()
-        if st == "dead" or (st == "foreign" and force_foreign):
-            # Remove only the exact lock we judged; a new holder's file is left alone.
+        if not (st == "dead" or (st == "foreign" and force_foreign)):
+            return False, info
+        guard = self.path.with_name("lock.break")
+        try:
+            fd = os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
             try:
-                if self.path.read_bytes() == info.raw:
-                    self.path.unlink()
-                    return True, info
+                if time.time() - guard.stat().st_mtime > 10:  # a breaker died mid-break
+                    guard.unlink()
             except FileNotFoundError:
-                return False, info
-        return False, info
+                pass
+            return False, info
+        os.close(fd)
+        try:
+            # Re-read under the guard: remove only the exact lock we judged dead.
+            if self.path.read_bytes() == info.raw:
+                self.path.unlink()
+                return True, info
+            return False, info
+        except FileNotFoundError:
+            return False, info
+        finally:
+            guard.unlink(missing_ok=True)

@@ -257,6 +257,8 @@ class Store:
     def locked(self, wait: float = 0.0):
         self._check_writable()
         self.lock.acquire(wait)
+        if self.lock.broke:
+            self.warnings.append("cleared a lock left by a dead process")
         try:
             yield
         finally:

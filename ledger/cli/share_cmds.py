@@ -1,0 +1,370 @@
+"""Sharing commands: bundle create|import|ls, remote add|list|remove, push, pull,
+key create|list|export|trust|untrust|require. Parsing and rendering only: the work is in
+ledger.sharing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from ledger.cli import common
+from ledger.cli.common import JsonOpt, emit, flush_warnings, human_bytes, open_store, short
+
+SignOpt = Annotated[Optional[str], typer.Option("--sign", help="Sign with this key of yours (`ledger key list`).")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Objects moved concurrently.")]
+AsOpt = Annotated[Optional[str], typer.Option("--as", help="Namespace for the imported refs (e.g. alice → alice/gen-3).")]
+
+
+def register(app: typer.Typer) -> None:
+    b = typer.Typer(help="Bundles: a closure of objects plus its journal segment in one file.", no_args_is_help=True)
+    b.command("create")(bundle_create)
+    b.command("import")(bundle_import)
+    b.command("ls")(bundle_ls)
+    app.add_typer(b, name="bundle")
+    r = typer.Typer(help="Remotes: a directory or S3-compatible storage to push to and pull from.", no_args_is_help=True)
+    r.command("add")(remote_add)
+    r.command("list")(remote_list)
+    r.command("remove")(remote_remove)
+    app.add_typer(r, name="remote")
+    app.command("push")(push)
+    app.command("pull")(pull)
+    k = typer.Typer(help="Signing keys (ed25519) and the keys you trust.", no_args_is_help=True)
+    k.command("create")(key_create)
+    k.command("list")(key_list)
+    k.command("export")(key_export)
+    k.command("trust")(key_trust)
+    k.command("untrust")(key_untrust)
+    k.command("require")(key_require)
+    app.add_typer(k, name="key")
+
+
+class RichProgress:
+    """Bytes and objects on stderr (transfer.Progress). Thread-safe: transfers run on a pool."""
+
+    def __init__(self):
+        self._p = None
+        self._lock = threading.Lock()
+        self._done = 0
+
+    def start(self, label: str, objects: int, nbytes: int) -> None:
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        if self._p is not None or (objects == 0 and nbytes == 0 and not label.startswith("fetch")):
+            return
+        self._done = 0
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                           TextColumn("{task.fields[done]}/{task.fields[objs]} objects"), TransferSpeedColumn(),
+                           TimeRemainingColumn(), console=common.err_console())
+        self._task = self._p.add_task(label, total=nbytes or None, done=0, objs=objects or "?")
+        self._p.start()
+
+    def advance(self, objects: int = 0, nbytes: int = 0) -> None:
+        if self._p is None:
+            return
+        with self._lock:
+            self._done += objects
+            self._p.update(self._task, advance=nbytes, done=self._done)
+
+    def finish(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None
+
+
+def _signers(checks) -> str:
+    if not checks:
+        return "[yellow]unsigned[/]"
+    out = []
+    for c in checks:
+        if not c.valid:
+            out.append(f"[bold red]INVALID signature[/] claiming {c.claimed_name} ({c.key[:24]}…)")
+        elif c.trusted:
+            out.append(f"[green]signed by {c.trusted_as}[/] ({c.key[:24]}…, trusted)")
+        else:
+            out.append(f"[yellow]signed by untrusted key[/] claiming {c.claimed_name} ({c.key[:24]}…)")
+    return "; ".join(out)
+
+
+def _render_import(res) -> None:
+    c = common.console()
+    c.print(f"imported from {res.source} into [bold]{res.namespace}/[/]: {res.objects_new} new of {res.objects_total} "
+            f"objects ({human_bytes(res.bytes_new)} of {human_bytes(res.bytes_total)}), "
+            f"{res.segment_records} journal record(s) in the segment")
+    c.print(f"  {_signers(res.signers)}")
+    for name, oid in sorted(res.refs.items()):
+        c.print(f"  {name} → {short(oid)}")
+
+
+# --- bundle --------------------------------------------------------------------------------
+def bundle_create(
+    refs: Annotated[List[str], typer.Argument(help="Generations, receipts, names or object ids to share.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Bundle file to write.")],
+    sign: SignOpt = None,
+    origin: Annotated[Optional[str], typer.Option("--origin", help="Suggested namespace for the receiver (default: your user name).")] = None,
+    json_: JsonOpt = False,
+):
+    """Write the closure of REFs plus the journal records that made them into one file."""
+    from ledger.sharing import bundle
+
+    store = open_store()
+    res = bundle.create(store, refs, output, key_name=sign, origin=origin, progress=None if json_ else RichProgress())
+    flush_warnings(store)
+    emit(json_, res.to_json(), lambda: common.console().print(
+        f"wrote {res.path}: {res.objects} objects, {human_bytes(res.bytes)}, {res.segment_records} journal record(s), "
+        f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")))
+
+
+def bundle_import(
+    file: Annotated[Path, typer.Argument(help="Bundle file.")],
+    as_: AsOpt = None,
+    jobs: JobsOpt = 4,
+    json_: JsonOpt = False,
+):
+    """Verify every object, the journal segment and signatures, then import into a namespace.
+    Local HEAD never changes. A damaged or tampered bundle changes nothing."""
+    from ledger.sharing import bundle
+
+    store = open_store()
+    res = bundle.import_bundle(store, file, namespace=as_, progress=None if json_ else RichProgress(), jobs=jobs)
+    flush_warnings(store)
+    emit(json_, res.to_json(), lambda: _render_import(res))
+
+
+def bundle_ls(
+    file: Annotated[Path, typer.Argument(help="Bundle file.")],
+    json_: JsonOpt = False,
+):
+    """Show a bundle's table of contents, signers and journal segment (imports nothing)."""
+    from ledger.errors import NotAStore
+    from ledger.sharing import bundle
+
+    try:
+        store = open_store()
+    except NotAStore:
+        store = None  # listing needs no store; signers are then shown as untrusted
+    lst = bundle.ls(store, file)
+
+    def render():
+        c = common.console()
+        h = lst.header
+        c.print(f"[bold]{file}[/]  origin={h.origin}  created {h.created[:19].replace('T', ' ')} by {h.actor}")
+        c.print(f"  {len(h.manifest.objects)} objects, {human_bytes(h.manifest.total_bytes)}, manifest {short(h.manifest.id)}")
+        c.print(f"  {_signers(lst.signers)}")
+        for name, oid in sorted(h.manifest.refs.items()):
+            c.print(f"  ref {name} → {short(oid)}")
+        for r in lst.records:
+            c.print(f"  [dim]record {r['seq']:>6}  {r['kind']:<10} {short(r['id'], 10)}  {r['actor']}  {r['time'][:19]}[/]")
+    emit(json_, lst.to_json(), render)
+
+
+# --- remotes -------------------------------------------------------------------------------
+def remote_add(
+    name: Annotated[str, typer.Argument(help="Short name, e.g. origin or alice.")],
+    url: Annotated[str, typer.Argument(help="A directory, file:///path, or s3://bucket/prefix.")],
+    endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph, …).")] = None,
+    option: Annotated[Optional[List[str]], typer.Option("--option", help="Extra S3 client option KEY=VALUE (e.g. region_name=eu-west-1).")] = None,
+    json_: JsonOpt = False,
+):
+    """Configure a remote (recorded in the journal; credentials are never stored)."""
+    from ledger.errors import BadInput
+    from ledger.sharing import remote
+
+    opts = {}
+    if endpoint_url:
+        opts["endpoint_url"] = endpoint_url
+    for o in option or []:
+        k, eq, v = o.partition("=")
+        if not eq or not k:
+            raise BadInput(f"--option {o!r} is not KEY=VALUE")
+        opts[k] = v
+    store = open_store()
+    cfg = remote.add(store, name, url, opts)
+    flush_warnings(store)
+    emit(json_, cfg.to_json(), lambda: common.console().print(f"remote {cfg.name} → {cfg.url}"))
+
+
+def remote_list(json_: JsonOpt = False):
+    """Configured remotes."""
+    from ledger.sharing import remote
+
+    store = open_store()
+    cfgs = remote.configured(store)
+
+    def render():
+        if not cfgs:
+            common.console().print("no remotes (`ledger remote add NAME URL`)")
+        for c in cfgs.values():
+            extra = "  " + " ".join(f"{k}={v}" for k, v in sorted(c.options.items())) if c.options else ""
+            common.console().print(f"{c.name}\t{c.url}{extra}")
+    emit(json_, [c.to_json() for c in cfgs.values()], render)
+
+
+def remote_remove(name: Annotated[str, typer.Argument()], json_: JsonOpt = False):
+    """Forget a remote (a journal record; nothing on the remote is touched)."""
+    from ledger.sharing import remote
+
+    store = open_store()
+    remote.remove(store, name)
+    flush_warnings(store)
+    emit(json_, {"removed": name}, lambda: common.console().print(f"removed remote {name}"))
+
+
+def _backend(store, name: str):
+    from ledger.sharing import remote
+
+    cfg = remote.get(store, name)
+    return remote.open_backend(cfg.url, cfg.options)
+
+
+def push(
+    remote_name: Annotated[str, typer.Argument(metavar="REMOTE", help="A configured remote.")],
+    refs: Annotated[Optional[List[str]], typer.Argument(help="Refs or ids to push (default: HEAD).")] = None,
+    sign: SignOpt = None,
+    jobs: JobsOpt = 4,
+    json_: JsonOpt = False,
+):
+    """Send the closure of REFs (and its journal segment) to a remote; only missing objects
+    move, a rerun resumes an interrupted push."""
+    from ledger.sharing import transfer
+
+    store = open_store()
+    res = transfer.push(store, _backend(store, remote_name), refs or ["HEAD"], key_name=sign,
+                        progress=None if json_ else RichProgress(), jobs=jobs)
+    flush_warnings(store)
+
+    def render():
+        c = common.console()
+        if res.up_to_date:
+            c.print(f"{remote_name} is up to date ({res.objects_total} objects, {human_bytes(res.bytes_total)})")
+        else:
+            c.print(f"pushed {res.objects_sent} of {res.objects_total} objects ({human_bytes(res.bytes_sent)}) "
+                    f"to {remote_name}" + (f", signed by {res.signed_by}" if res.signed_by else ""))
+        for name, oid in sorted(res.refs.items()):
+            c.print(f"  {name} → {short(oid)}")
+    emit(json_, res.to_json(), render)
+
+
+def pull(
+    remote_name: Annotated[str, typer.Argument(metavar="REMOTE", help="A configured remote.")],
+    refs: Annotated[Optional[List[str]], typer.Argument(help="Remote refs to fetch (default: all).")] = None,
+    as_: AsOpt = None,
+    jobs: JobsOpt = 4,
+    json_: JsonOpt = False,
+):
+    """Fetch refs from a remote into REMOTE/… (or --as NS/…), verifying every object on
+    arrival and the signatures against your trusted keys. Local HEAD never changes."""
+    from ledger.sharing import transfer
+
+    store = open_store()
+    res = transfer.pull(store, _backend(store, remote_name), refs or None, namespace=as_ or remote_name,
+                        source=remote_name, progress=None if json_ else RichProgress(), jobs=jobs)
+    flush_warnings(store)
+    emit(json_, [r.to_json() for r in res], lambda: [_render_import(r) for r in res])
+
+
+# --- keys ----------------------------------------------------------------------------------
+def key_create(name: Annotated[str, typer.Argument(help="Key name, e.g. your user name.")], json_: JsonOpt = False):
+    """Create an ed25519 key pair: the private half stays in .ledger/keys/ (0600)."""
+    from ledger.sharing import keys
+
+    store = open_store()
+    pub = keys.create(store, name)
+    flush_warnings(store)
+    emit(json_, {**pub.to_json(), "fingerprint": pub.fingerprint, "id": pub.id},
+         lambda: common.console().print(f"created key {name}  {pub.fingerprint}\n"
+                                        f"  give colleagues: `ledger key export {name} -o {name}.pub`"))
+
+
+def key_list(json_: JsonOpt = False):
+    """Your keys and the keys you trust."""
+    from ledger.sharing import keys
+
+    store = open_store()
+    own = keys.own_keys(store)
+    trusted = {fp: k for fp, k in keys.trusted_keys(store).items() if fp not in {o.fingerprint for o in own.values()}}
+    required = keys.signatures_required(store)
+    data = {"own": [{"name": k.name, "fingerprint": k.fingerprint,
+                     "private": (keys.keys_dir(store) / f"{k.name}.ed25519").is_file()} for k in own.values()],
+            "trusted": [{"name": k.name, "fingerprint": k.fingerprint} for k in trusted.values()],
+            "require_signatures": required}
+
+    def render():
+        c = common.console()
+        for k in data["own"]:
+            c.print(f"own      {k['name']:<16} {k['fingerprint']}" + ("" if k["private"] else "  [red](private key missing)[/]"))
+        for k in data["trusted"]:
+            c.print(f"trusted  {k['name']:<16} {k['fingerprint']}")
+        if not own and not trusted:
+            c.print("no keys (`ledger key create NAME`)")
+        c.print(f"signatures required on import: {'[bold]yes[/]' if required else 'no'}")
+    emit(json_, data, render)
+
+
+def key_export(
+    name: Annotated[str, typer.Argument()],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
+    json_: JsonOpt = False,
+):
+    """Write your public key (for colleagues' `ledger key trust`)."""
+    import sys
+
+    from ledger.errors import UnknownRef
+    from ledger.sharing import keys
+    from ledger.store import canonical
+
+    store = open_store()
+    own = keys.own_keys(store)
+    if name not in own:
+        raise UnknownRef(f"no key named {name!r}", "see `ledger key list`")
+    data = canonical.dumps(own[name].to_json()) + b"\n"
+    if output:
+        output.write_bytes(data)
+        emit(json_, {"written": str(output), "fingerprint": own[name].fingerprint},
+             lambda: common.console().print(f"wrote {output}  {own[name].fingerprint}"))
+    else:
+        sys.stdout.buffer.write(data)
+
+
+def key_trust(
+    file: Annotated[Path, typer.Argument(help="A public key file from `ledger key export` (or PEM/OpenSSH ed25519 with --name).")],
+    name: Annotated[Optional[str], typer.Option("--name", help="Name to know this key by.")] = None,
+    json_: JsonOpt = False,
+):
+    """Trust a colleague's public key: bundles and pushes they sign are accepted as theirs."""
+    from ledger.sharing import keys
+
+    store = open_store()
+    pub = keys.read_public_key_file(file, name)
+    keys.trust(store, pub)
+    flush_warnings(store)
+    emit(json_, {"name": pub.name, "fingerprint": pub.fingerprint},
+         lambda: common.console().print(f"trusting {pub.name}  {pub.fingerprint}"))
+
+
+def key_untrust(fingerprint: Annotated[str, typer.Argument(help="Fingerprint (or a unique prefix of it).")],
+                json_: JsonOpt = False):
+    """Stop trusting a key."""
+    from ledger.sharing import keys
+
+    store = open_store()
+    keys.untrust(store, fingerprint)
+    flush_warnings(store)
+    emit(json_, {"untrusted": fingerprint}, lambda: common.console().print(f"no longer trusting {fingerprint}"))
+
+
+def key_require(state: Annotated[str, typer.Argument(help="on or off")], json_: JsonOpt = False):
+    """Require (or stop requiring) a trusted signature on every bundle import and pull."""
+    from ledger.errors import BadInput
+    from ledger.sharing import keys
+
+    if state not in ("on", "off"):
+        raise BadInput(f"expected on or off, got {state!r}")
+    store = open_store()
+    keys.set_signatures_required(store, state == "on")
+    flush_warnings(store)
+    emit(json_, {"require_signatures": state == "on"},
+         lambda: common.console().print(f"signatures required on import: {state}"))

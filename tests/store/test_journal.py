@@ -1,0 +1,89 @@
+import pytest
+
+from ledger.errors import BadInput, JournalCorrupt, Locked
+from ledger.store import Store
+from ledger.store.journal import parse_line
+
+
+def test_records_chain(store):
+    for i in range(3):
+        with store.transaction("t") as tx:
+            tx.payload["i"] = i
+    recs = store.journal.records()
+    assert [r["seq"] for r in recs] == [1, 2, 3, 4]
+    assert recs[0]["prev"] is None
+    for a, b in zip(recs, recs[1:]):
+        assert b["prev"] == a["id"]
+    assert store.journal.tail(2) == recs[-2:]
+    assert Store.open(store.root).state.head == recs[-1]["id"]
+
+
+def test_exception_in_transaction_appends_nothing(store):
+    head = store.state.head
+    with pytest.raises(RuntimeError):
+        with store.transaction("t") as tx:
+            tx.put_bytes(b"orphan")
+            raise RuntimeError("boom")
+    assert Store.open(store.root).state.head == head
+    assert not store.lock.path.exists()
+
+
+def test_refs_fold_and_delete(store):
+    with store.transaction("t") as tx:
+        a = tx.put_bytes(b"a")
+        tx.refs["name/a"] = a
+    with store.transaction("t") as tx:
+        tx.refs["name/a"] = None
+    assert "name/a" not in Store.open(store.root).state.refs
+
+
+def test_bad_ref_names_rejected(store):
+    with pytest.raises(BadInput):
+        with store.transaction("t") as tx:
+            tx.refs["has space"] = None
+    with pytest.raises(Exception):
+        with store.transaction("t") as tx:
+            tx.refs["x"] = "b3:" + "0" * 64  # not in the store
+    assert store.state.seq == 1
+
+
+def test_parse_line_rejects_wrong_id(store):
+    line = store.journal.path.read_bytes().splitlines()[0]
+    assert parse_line(line)["seq"] == 1
+    with pytest.raises(BadInput):
+        parse_line(line.replace(b'"init"', b'"init2"'))
+
+
+def test_lock_is_exclusive(store):
+    store.lock.acquire()
+    try:
+        other = Store.open(store.root)
+        with pytest.raises(Locked) as e:
+            with other.transaction("t"):
+                pass
+        assert e.value.exit_code == 5
+    finally:
+        store.lock.release()
+    with Store.open(store.root).transaction("t"):
+        pass
+
+
+def test_refs_cache_is_rebuildable(store):
+    with store.transaction("t") as tx:
+        tx.refs["name/x"] = tx.put_bytes(b"x")
+    before = Store.open(store.root).state
+    (store.root / "refs.json").unlink()
+    assert Store.open(store.root).state == before
+    (store.root / "refs.json").write_text("{garbage")
+    assert Store.open(store.root).state == before
+    with Store.open(store.root).transaction("t"):
+        pass
+    assert Store.open(store.root).state.refs == before.refs
+
+
+def test_unknown_format_refused(store):
+    from ledger.errors import UnsupportedFormat
+
+    (store.root / "config").write_text('{"format":99}')
+    with pytest.raises(UnsupportedFormat):
+        Store.open(store.root)

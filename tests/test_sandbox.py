@@ -1,0 +1,363 @@
+"""ledger.sandbox: Landlock confinement of child processes, and the record of denied attempts.
+
+Each test that runs a child checks both halves: what the child itself saw (EACCES, via a printed
+marker) and what the parent recorded (SandboxResult.denied_attempts / protected_attempts).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import importlib.util
+import json
+import os
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ledger import sandbox
+from ledger.errors import BadInput, Refused, SandboxUnavailable
+from ledger.sandbox import SandboxPolicy, landlock_abi, run_sandboxed, system_allowances
+
+ABI = landlock_abi()
+needs_landlock = pytest.mark.skipif(ABI < 1, reason="Landlock unavailable on this kernel "
+                                    "(see test_landlock_is_available for why)")
+
+
+def run_py(code: str, policy: SandboxPolicy, *args, **kw):
+    return run_sandboxed([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], policy, **kw)
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """tmp/A (input), tmp/OUT (output), tmp/sealed (the suite), tmp/elsewhere (nobody's)."""
+    a, out, sealed, elsewhere = (tmp_path / n for n in ("A", "OUT", "sealed", "elsewhere"))
+    for d in (a, out, sealed, elsewhere):
+        d.mkdir()
+    (a / "input.txt").write_text("input-data")
+    (sealed / "suite.json").write_text('{"secret": "answers"}')
+    (elsewhere / "other.txt").write_text("other")
+    policy = SandboxPolicy(read_only=[a], read_write=[out], protected=[sealed])
+    return tmp_path, a, out, sealed, elsewhere, policy
+
+
+def _attempts(result, access=None):
+    return {(x.path, x.access) for x in result.denied_attempts if access in (None, x.access)}
+
+
+# (1) ---------------------------------------------------------------------------------------------
+def test_landlock_is_available():
+    if ABI < 1:
+        nrs = sandbox._SYSCALLS.get(os.uname().machine)
+        if not sys.platform.startswith("linux") or nrs is None:
+            pytest.skip(f"Landlock is Linux x86_64/aarch64 only; this is {sys.platform} {os.uname().machine}")
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.syscall(ctypes.c_long(nrs[0]), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            pytest.skip("kernel has no Landlock syscalls (CONFIG_SECURITY_LANDLOCK off, or a "
+                        "seccomp filter blocks them)")
+        if err == errno.EOPNOTSUPP:
+            pytest.skip("Landlock is built in but disabled at boot (add landlock to lsm=)")
+        pytest.fail(f"Landlock probe failed unexpectedly: errno {err} ({os.strerror(err)})")
+    assert ABI >= 1
+    handled = sandbox._handled_fs(ABI)
+    assert bool(handled & sandbox.FS_REFER) == (ABI >= 2)
+    assert bool(handled & sandbox.FS_TRUNCATE) == (ABI >= 3)
+    assert bool(handled & sandbox.FS_IOCTL_DEV) == (ABI >= 5)
+
+
+# (2) ---------------------------------------------------------------------------------------------
+@needs_landlock
+def test_child_reads_input_writes_output_and_cannot_open_sealed(layout):
+    tmp, a, out, sealed, _, policy = layout
+    r = run_py("""
+        import os, sys
+        a, out, sealed = sys.argv[1:4]
+        data = open(os.path.join(a, "input.txt")).read()
+        with open(os.path.join(out, "result.txt"), "w") as f:
+            f.write(data.upper())
+        try:
+            open(os.path.join(sealed, "suite.json")).read()
+            print("SEALED-READ")
+        except PermissionError as e:
+            print("SEALED-EACCES", e.errno)
+        try:
+            os.listdir(sealed)
+            print("SEALED-LISTED")
+        except PermissionError as e:
+            print("SEALED-LIST-EACCES", e.errno)
+        os.symlink(sealed, os.path.join(out, "peek"))       # a way round? no: Landlock sees the target
+        try:
+            open(os.path.join(out, "peek", "suite.json")).read()
+            print("SYMLINK-READ")
+        except PermissionError as e:
+            print("SYMLINK-EACCES", e.errno)
+    """, policy, a, out, sealed)
+    assert r.returncode == 0, r.stderr_tail
+    assert r.sandboxed and r.abi == ABI
+    assert f"SEALED-EACCES {errno.EACCES}" in r.stdout_tail
+    assert f"SEALED-LIST-EACCES {errno.EACCES}" in r.stdout_tail
+    assert f"SYMLINK-EACCES {errno.EACCES}" in r.stdout_tail
+    assert "READ" not in r.stdout_tail.replace("EACCES", "") and "LISTED" not in r.stdout_tail
+    assert (out / "result.txt").read_text() == "INPUT-DATA"
+
+    suite = str(sealed / "suite.json")
+    prot = {(x.op, x.path, x.access) for x in r.protected_attempts}
+    assert ("open", suite, "read") in prot
+    assert ("os.listdir", str(sealed), "read") in prot
+    assert all(x.protected for x in r.protected_attempts)
+    assert set(r.protected_attempts) <= set(r.denied_attempts)
+    # the input read and the output write were allowed, so they are not in the record
+    assert not any(x.path.startswith((str(a), str(out) + "/result")) for x in r.denied_attempts)
+
+
+# (3) ---------------------------------------------------------------------------------------------
+@needs_landlock
+def test_writing_outside_output_is_denied(layout):
+    tmp, a, out, _, elsewhere, policy = layout
+    r = run_py("""
+        import os, sys
+        a, elsewhere = sys.argv[1:3]
+        for path, mode in [(os.path.join(elsewhere, "new.txt"), "w"),
+                           (os.path.join(elsewhere, "other.txt"), "a"),
+                           (os.path.join(a, "input.txt"), "w"),        # read-only input: no truncate
+                           (os.path.join(a, "new.txt"), "x")]:
+            try:
+                open(path, mode).write("x")
+                print("WROTE", path)
+            except PermissionError as e:
+                print("DENIED", e.errno, path)
+        try:
+            os.mkdir(os.path.join(elsewhere, "d"))
+            print("MKDIR")
+        except PermissionError:
+            print("MKDIR-DENIED")
+        try:
+            os.truncate(os.path.join(a, "input.txt"), 0)    # needs TRUNCATE (ABI 3) to be refused
+            print("TRUNCATED")
+        except PermissionError:
+            print("TRUNCATE-DENIED")
+    """, policy, a, elsewhere)
+    assert r.returncode == 0, r.stderr_tail
+    assert "WROTE" not in r.stdout_tail and "MKDIR-DENIED" in r.stdout_tail
+    if ABI >= 3:
+        assert "TRUNCATE-DENIED" in r.stdout_tail
+    assert r.stdout_tail.count(f"DENIED {errno.EACCES}") == 4
+    assert not (elsewhere / "new.txt").exists() and not (a / "new.txt").exists()
+    assert (elsewhere / "other.txt").read_text() == "other"
+    assert (a / "input.txt").read_text() == "input-data"
+    writes = _attempts(r, "write")
+    assert {(str(elsewhere / "new.txt"), "write"), (str(elsewhere / "other.txt"), "write"),
+            (str(a / "input.txt"), "write"), (str(a / "new.txt"), "write"),
+            (str(elsewhere / "d"), "write"), (str(a / "input.txt"), "write")} <= writes
+    assert r.protected_attempts == ()
+
+
+# (4) ---------------------------------------------------------------------------------------------
+@needs_landlock
+def test_home_and_working_directory_are_not_readable(layout, monkeypatch):
+    tmp, _, _, _, _, policy = layout
+    work = tmp / "project"
+    work.mkdir()
+    (work / "notes.txt").write_text("private")
+    monkeypatch.chdir(work)
+    home = os.path.realpath(Path.home())
+    r = run_py("""
+        import os, sys
+        for p in sys.argv[1:]:
+            try:
+                if os.path.isdir(p):
+                    os.listdir(p)
+                else:
+                    open(p).read()
+                print("READ", p)
+            except PermissionError:
+                print("EACCES", p)
+    """, policy, home, os.getcwd(), work / "notes.txt")
+    assert r.returncode == 0, r.stderr_tail
+    assert "READ" not in r.stdout_tail
+    for p in (home, str(work), str(work / "notes.txt")):
+        assert f"EACCES {p}" in r.stdout_tail
+        assert (p, "read") in _attempts(r)
+    # and no system allowance is, or contains, the working directory or home
+    for g in system_allowances(policy):
+        assert not sandbox._within(str(work), g.path), g
+        assert not sandbox._within(home, g.path), g
+
+
+# (5) ---------------------------------------------------------------------------------------------
+@needs_landlock
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_torch_child_runs_under_the_policy(layout):
+    tmp, _, out, _, _, policy = layout
+    r = run_py("""
+        import os, sys, torch
+        x = torch.arange(6.0).reshape(2, 3)
+        torch.save(x @ x.T, os.path.join(sys.argv[1], "gram.pt"))
+        print("TORCH-OK", torch.__version__)
+    """, policy, out, timeout=300)
+    assert r.returncode == 0, r.stderr_tail
+    assert "TORCH-OK" in r.stdout_tail
+    assert (out / "gram.pt").stat().st_size > 0
+    assert r.protected_attempts == ()
+
+
+# (6) ---------------------------------------------------------------------------------------------
+def test_unavailable_landlock_refuses_before_running_and_unsandboxed_is_marked(layout, monkeypatch):
+    tmp, _, out, sealed, _, policy = layout
+    marker = out / "ran.txt"
+    code = """
+        import sys
+        open(sys.argv[1], "w").write("ran")
+        try:
+            print("SUITE", open(sys.argv[2]).read())
+        except PermissionError:
+            print("SUITE-EACCES")
+    """
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)
+    spawned = []
+    real_popen = sandbox.subprocess.Popen
+    monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: spawned.append(a) or real_popen(*a, **k))
+    with pytest.raises(SandboxUnavailable) as e:
+        run_py(code, policy, marker, sealed / "suite.json")
+    assert e.value.exit_code == 3 and "unsandboxed" in e.value.hint
+    assert not marker.exists() and spawned == []
+
+    r = run_py(code, policy, marker, sealed / "suite.json", unsandboxed=True)
+    assert r.returncode == 0, r.stderr_tail
+    assert r.sandboxed is False and r.abi == 0
+    assert marker.read_text() == "ran"
+    # unconfined, the read succeeds -- and the record still says so
+    assert "SUITE" in r.stdout_tail and "EACCES" not in r.stdout_tail
+    assert [x.path for x in r.protected_attempts] == [str(sealed / "suite.json")]
+
+
+# (7) ---------------------------------------------------------------------------------------------
+def test_policy_json_round_trip(tmp_path):
+    p = SandboxPolicy(read_only=[tmp_path / "a", str(tmp_path / "b")], read_write=[tmp_path / "out"],
+                      protected=[tmp_path / "s"], gpu=True, network=False, shared_memory=False)
+    text = p.to_json()
+    assert SandboxPolicy.from_json(text) == p
+    assert SandboxPolicy.from_json(text.encode()) == p
+    assert SandboxPolicy.from_json(json.loads(text)) == p
+    assert json.loads(text)["read_only"] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    with pytest.raises(BadInput):
+        SandboxPolicy.from_json("{not json")
+    with pytest.raises(BadInput):
+        SandboxPolicy.from_json({**json.loads(text), "read_only": ["relative/path"]})
+    with pytest.raises(BadInput):
+        SandboxPolicy.from_json({**json.loads(text), "read_write": "/one/string"})
+    with pytest.raises(BadInput):
+        SandboxPolicy.from_json({**json.loads(text), "grant_everything": True})
+    with pytest.raises(BadInput):
+        SandboxPolicy.from_json({**json.loads(text), "format": 99})
+    with pytest.raises(BadInput):
+        SandboxPolicy(read_only="/a/single/string")
+
+
+# policy refusals ----------------------------------------------------------------------------------
+def test_policy_refuses_grants_that_reach_protected_paths_or_a_store(tmp_path):
+    store = tmp_path / "proj" / ".ledger"
+    sealed = store / "sealed"
+    obj = store / "objects" / "ab"
+    for d in (sealed, obj):
+        d.mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    ok = SandboxPolicy(read_only=[obj], read_write=[out], protected=[sealed])
+    ok.check()   # a specific object folder inside the store is fine
+    bad = [
+        SandboxPolicy(read_only=[tmp_path], protected=[sealed]),          # parent of the suite
+        SandboxPolicy(read_only=[sealed / "suite.json"], protected=[sealed]),   # inside it
+        SandboxPolicy(read_only=[store]),                                  # .ledger wholesale
+        SandboxPolicy(read_only=[tmp_path / "proj"]),                      # a folder holding a store
+        SandboxPolicy(read_only=[sealed]),                                 # the sealed area, unlisted
+        SandboxPolicy(read_only=["/"]),
+        SandboxPolicy(read_only=[Path.home()]) if os.path.realpath(Path.home()) != "/" else None,
+    ]
+    for pol in filter(None, bad):
+        with pytest.raises(Refused):
+            pol.check()
+    with pytest.raises(BadInput):
+        SandboxPolicy(read_write=[tmp_path / "missing"]).check()
+    # a protected path under a system allowance is refused too (the venv here)
+    with pytest.raises(Refused):
+        SandboxPolicy(protected=[Path(sys.prefix) / "secret"]).check()
+
+
+# the record is parsed defensively -----------------------------------------------------------------
+def test_audit_log_parsing_is_bounded_and_distrustful(tmp_path):
+    out, sealed = tmp_path / "out", tmp_path / "sealed"
+    log = tmp_path / "audit.log"
+    lines = [
+        json.dumps({"op": "open", "path": str(sealed / "x"), "access": "read"}),
+        json.dumps({"op": "open", "path": str(sealed / "x"), "access": "read"}),   # duplicate
+        json.dumps({"op": "open", "path": str(out / "fine"), "access": "write"}),  # allowed: dropped
+        json.dumps({"op": "open", "path": "relative", "access": "read"}),
+        json.dumps({"op": "open", "path": "/a\u0000b", "access": "read"}),
+        json.dumps({"op": "open", "path": "/x", "access": "teleport"}),
+        json.dumps(["not", "a", "dict"]),
+        "}{ garbage",
+        json.dumps({"op": "open", "path": "/etc/shadow", "access": "read"}),
+    ]
+    log.write_text("\n".join(lines) + "\n" + "x" * (2 << 20))   # then a 2 MiB unterminated tail
+    roots = {"read": [str(out)], "write": [str(out)], "exec": [], "meta": [str(out)]}
+    attempts, truncated = sandbox._parse_audit_log(str(log), roots, [str(sealed)])
+    assert truncated
+    assert [(a.path, a.protected) for a in attempts] == [(str(sealed / "x"), True), ("/etc/shadow", False)]
+
+    log.write_bytes(b"".join(json.dumps({"op": "open", "path": f"/p/{i}", "access": "read"}).encode()
+                             + b"\n" for i in range(5000)))
+    attempts, truncated = sandbox._parse_audit_log(str(log), roots, [])
+    assert truncated and len(attempts) == sandbox._MAX_ATTEMPTS
+
+
+# Landlock is the enforcement; the hook only the record ----------------------------------------------
+@needs_landlock
+def test_enforcement_does_not_depend_on_the_hook(layout):
+    tmp, a, out, sealed, _, policy = layout
+    suite = str(sealed / "suite.json")
+    r = run_sandboxed(["/bin/cat", suite], policy)        # not Python: no hook at all
+    assert r.returncode != 0 and "Permission denied" in r.stderr_tail
+    assert r.protected_attempts == ()                      # ...so nothing could be recorded
+    r = run_py("""
+        import ctypes, sys
+        libc = ctypes.CDLL(None, use_errno=True)           # raw open(2): the audit hook never sees it
+        fd = libc.open(sys.argv[1].encode(), 0)
+        print("RAW", fd, ctypes.get_errno())
+    """, policy, suite)
+    assert f"RAW -1 {errno.EACCES}" in r.stdout_tail, r.stdout_tail + r.stderr_tail
+    assert r.protected_attempts == ()
+
+
+@needs_landlock
+def test_timeout_kills_the_child(layout):
+    *_, policy = layout
+    r = run_py("import time; print('START', flush=True); time.sleep(60)", policy, timeout=1.5)
+    assert r.timed_out and r.returncode < 0
+    assert "START" in r.stdout_tail and r.wall_s < 30
+
+
+@pytest.mark.skipif(ABI < 4, reason="TCP restriction needs Landlock ABI 4")
+def test_network_false_denies_tcp(layout):
+    *_, policy = layout
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        code = """
+            import socket, sys
+            try:
+                socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).close()
+                print("CONNECTED")
+            except PermissionError as e:
+                print("NET-EACCES", e.errno)
+        """
+        closed = SandboxPolicy(**{**policy.__dict__, "network": False})
+        r = run_py(code, closed, port)
+        assert f"NET-EACCES {errno.EACCES}" in r.stdout_tail, r.stdout_tail + r.stderr_tail
+        r = run_py(code, policy, port)
+        assert "CONNECTED" in r.stdout_tail, r.stdout_tail + r.stderr_tail
