@@ -53,7 +53,9 @@ class RichProgress:
         from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                    TransferSpeedColumn)
 
-        if self._p is not None or (objects == 0 and nbytes == 0 and not label.startswith("fetch")):
+        # Live bars only on a terminal: in logs and pipes the summary line says it all.
+        if self._p is not None or not common.err_console().is_terminal \
+                or (objects == 0 and nbytes == 0 and not label.startswith("fetch")):
             return
         self._done = 0
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
@@ -124,8 +126,10 @@ def bundle_import(
     jobs: JobsOpt = 4,
     json_: JsonOpt = False,
 ):
-    """Verify every object, the journal segment and signatures, then import into a namespace.
-    Local HEAD never changes. A damaged or tampered bundle changes nothing."""
+    """Verify a bundle whole, then import it into a namespace (local HEAD never changes).
+
+    Every object hash, the journal segment and signatures are checked first; a damaged or
+    tampered bundle changes nothing."""
     from ledger.sharing import bundle
 
     store = open_store()
@@ -227,8 +231,9 @@ def push(
     jobs: JobsOpt = 4,
     json_: JsonOpt = False,
 ):
-    """Send the closure of REFs (and its journal segment) to a remote; only missing objects
-    move, a rerun resumes an interrupted push."""
+    """Send the closure of REFs and its journal segment to a remote (only missing objects move).
+
+    A rerun after an interruption resumes: objects already there are not sent again."""
     from ledger.sharing import transfer
 
     store = open_store()
@@ -255,8 +260,9 @@ def pull(
     jobs: JobsOpt = 4,
     json_: JsonOpt = False,
 ):
-    """Fetch refs from a remote into REMOTE/… (or --as NS/…), verifying every object on
-    arrival and the signatures against your trusted keys. Local HEAD never changes."""
+    """Fetch refs from a remote into REMOTE/… (or --as NS/…); local HEAD never changes.
+
+    Every object is verified on arrival; signatures are checked against your trusted keys."""
     from ledger.sharing import transfer
 
     store = open_store()

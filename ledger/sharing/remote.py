@@ -1,0 +1,393 @@
+"""Remotes: where shared objects live — a plain directory or S3-compatible object storage.
+
+Both backends sit behind one small protocol (`Backend`) and share one layout:
+
+  LEDGER-REMOTE            {"format": "ledger-remote", "version": 1, "algorithm": "blake3"}
+  objects/ab/cdef…         content-addressed objects, exactly as in a store
+  refs/<name>              {"kind": "remote-ref", "target", "manifest", "signatures", ...}
+  tmp/                     (directory remotes) partial uploads; harmless, never read
+
+Every write is atomic: a directory remote writes tmp/ → fsync → rename → fsync dir; S3
+makes an object visible only when its PUT (or multipart upload) completes. An object upload
+hashes exactly the bytes it sends and commits only if they hash to the object's id, so a
+remote never names wrong bytes, and an interrupted upload leaves nothing visible: a retry
+simply continues with what is still missing.
+
+Remotes are configured in the store as refs `remote:NAME` naming a small object
+{"kind": "remote", "name", "url", "options"} — adding or removing one is a journal record.
+Credentials are never stored: S3 reads them from the usual AWS environment/config.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Protocol
+
+import blake3
+
+from ledger.errors import BadInput, CorruptObject, RemoteError, UnknownRef, UnsupportedFormat
+from ledger.store import canonical, faults, fsio
+from ledger.store.ids import PREFIX, hash_bytes, hex_of
+
+MARKER = "LEDGER-REMOTE"
+MARKER_BODY = {"format": "ledger-remote", "version": 1, "algorithm": "blake3"}
+CHUNK = 8 << 20
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def object_key(oid: str) -> str:
+    h = hex_of(oid)
+    return f"objects/{h[:2]}/{h[2:]}"
+
+
+class Backend(Protocol):
+    url: str
+
+    def read_small(self, key: str, limit: int) -> bytes | None: ...       # None if absent
+    def write_small(self, key: str, data: bytes) -> None: ...             # atomic replace
+    def exists(self, key: str) -> bool: ...
+    def list(self, prefix: str) -> list[str]: ...                         # keys under prefix
+    def has_objects(self, oids: Iterable[str]) -> set[str]: ...
+    def put_object(self, oid: str, src: Path, on_bytes: Callable[[int], None]) -> None: ...
+    def get_object(self, oid: str, dest, on_bytes: Callable[[int], None]) -> str: ...  # -> hash of what arrived
+    def delete(self, key: str) -> None: ...
+
+
+def _hash_mismatch(oid: str, got: str) -> CorruptObject:
+    return CorruptObject(oid, f"object {oid} hashed to {got} in transit; nothing was written under its name",
+                         "rerun; if it repeats, `ledger verify --read-data` the source")
+
+
+# --- a directory (local disk or a shared filesystem) ------------------------------------
+class DirBackend:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.url = str(self.root)
+        self.tmp = self.root / "tmp"
+
+    def _p(self, key: str) -> Path:
+        return self.root / key
+
+    def _wrap(self, e: OSError, what: str) -> RemoteError:
+        return RemoteError(f"remote {self.url}: {what} failed: {e.strerror or e}")
+
+    def read_small(self, key, limit):
+        try:
+            with open(self._p(key), "rb") as f:
+                data = f.read(limit + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._wrap(e, f"reading {key}") from None
+        if len(data) > limit:
+            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes", "the remote holds something that is not ledger's")
+        return data
+
+    def write_small(self, key, data):
+        p = self._p(key)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            fsio.atomic_write(p, data, self.tmp)
+        except OSError as e:
+            raise self._wrap(e, f"writing {key}") from None
+
+    def exists(self, key):
+        return self._p(key).is_file()
+
+    def list(self, prefix):
+        base = self._p(prefix)
+        out = []
+        for dirpath, _, files in os.walk(base):
+            for f in files:
+                out.append(Path(dirpath, f).relative_to(self.root).as_posix())
+        return sorted(out)
+
+    def has_objects(self, oids):
+        # A stat per id: cheaper than listing a large remote when few ids are asked about.
+        return {o for o in oids if self._p(object_key(o)).is_file()}
+
+    def put_object(self, oid, src, on_bytes):
+        dest = self._p(object_key(oid))
+        if dest.is_file():
+            return
+        try:
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            tmp = fsio.tmp_path(self.tmp)
+            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    with open(src, "rb", buffering=0) as fi:
+                        buf = bytearray(CHUNK)
+                        while n := fi.readinto(buf):
+                            view = memoryview(buf)[:n]
+                            h.update(view)
+                            fsio.write_all(fd, view, "uploading an object")
+                            on_bytes(n)
+                    faults.point("remote.object-before-fsync")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                got = PREFIX + h.hexdigest()
+                if got != oid:
+                    raise _hash_mismatch(oid, got)
+                os.chmod(tmp, 0o444)
+                new_dir = not dest.parent.is_dir()
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(tmp, dest)
+                fsio.fsync_dir(dest.parent)
+                if new_dir:
+                    fsio.fsync_dir(dest.parent.parent)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+        except OSError as e:
+            raise self._wrap(e, f"uploading {oid}") from None
+
+    def get_object(self, oid, dest, on_bytes):
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        try:
+            with open(self._p(object_key(oid)), "rb", buffering=0) as fi:
+                buf = bytearray(CHUNK)
+                while n := fi.readinto(buf):
+                    view = memoryview(buf)[:n]
+                    h.update(view)
+                    dest.write(view)
+                    on_bytes(n)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise self._wrap(e, f"downloading {oid}") from None
+        return PREFIX + h.hexdigest()
+
+    def delete(self, key):
+        try:
+            self._p(key).unlink(missing_ok=True)
+        except OSError as e:
+            raise self._wrap(e, f"deleting {key}") from None
+
+
+# --- S3-compatible object storage (s3fs / fsspec) ---------------------------------------
+SMALL_PUT = 16 << 20   # below this an object is sent in one PUT (read, hashed, then sent)
+
+
+class S3Backend:
+    def __init__(self, url: str, options: dict | None = None):
+        try:
+            import s3fs
+        except ImportError:
+            raise BadInput("S3 remotes need the `s3fs` package", "pip install 'ledger[s3]'") from None
+        rest = url[len("s3://"):]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise BadInput(f"bad S3 URL {url!r}", "use s3://BUCKET/PREFIX")
+        self.url = url
+        self.base = f"{bucket}/{prefix.strip('/')}".rstrip("/")
+        opts = dict(options or {})
+        kw = {"skip_instance_cache": True, "use_listings_cache": False}
+        if "endpoint_url" in opts:
+            kw["endpoint_url"] = opts.pop("endpoint_url")
+        if opts:
+            kw["client_kwargs"] = {k: v for k, v in opts.items()}
+        self.fs = s3fs.S3FileSystem(**kw)
+
+    def _p(self, key: str) -> str:
+        return f"{self.base}/{key}"
+
+    def _call(self, what: str, fn, *a, **kw):
+        try:
+            return fn(*a, **kw)
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as e:
+            raise RemoteError(f"remote {self.url}: {what} failed: {e}") from None
+        except Exception as e:  # botocore's own errors (endpoint unreachable, credentials)
+            if type(e).__module__.startswith(("botocore", "aiobotocore", "aiohttp")):
+                raise RemoteError(f"remote {self.url}: {what} failed: {type(e).__name__}: {e}") from None
+            raise
+
+    def read_small(self, key, limit):
+        def go():
+            with self.fs.open(self._p(key), "rb") as f:
+                return f.read(limit + 1)
+        try:
+            data = self._call(f"reading {key}", go)
+        except FileNotFoundError:
+            return None
+        if len(data) > limit:
+            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes", "the remote holds something that is not ledger's")
+        return data
+
+    def write_small(self, key, data):
+        self._call(f"writing {key}", self.fs.pipe_file, self._p(key), data)
+
+    def exists(self, key):
+        return self._call(f"checking {key}", self.fs.exists, self._p(key))
+
+    def list(self, prefix):
+        try:
+            found = self._call(f"listing {prefix}", self.fs.find, self._p(prefix))
+        except FileNotFoundError:
+            return []
+        n = len(self.base) + 1
+        return sorted(p[n:] for p in found)
+
+    def has_objects(self, oids):
+        # Few ids: a HEAD request each. Many: one listing of objects/ is far fewer requests.
+        oids = list(oids)
+        if len(oids) <= 64:
+            return {o for o in oids if self.exists(object_key(o))}
+        present = {PREFIX + k[len("objects/"):].replace("/", "") for k in self.list("objects/")}
+        return {o for o in oids if o in present}
+
+    def put_object(self, oid, src, on_bytes):
+        size = os.path.getsize(src)
+        path = self._p(object_key(oid))
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if size <= SMALL_PUT:
+            data = Path(src).read_bytes()
+            h.update(data)
+            got = PREFIX + h.hexdigest()
+            if got != oid:
+                raise _hash_mismatch(oid, got)
+            self._call(f"uploading {oid}", self.fs.pipe_file, path, data)
+            on_bytes(size)
+            return
+
+        def multipart():
+            # autocommit=False: the parts are uploaded but the object appears only at
+            # commit(), which happens after the bytes sent hash to the id.
+            f = self.fs.open(path, "wb", autocommit=False, block_size=max(5 << 20, CHUNK))
+            try:
+                with open(src, "rb") as fi:
+                    while chunk := fi.read(CHUNK):
+                        h.update(chunk)
+                        f.write(chunk)
+                        on_bytes(len(chunk))
+                f.close()
+                got = PREFIX + h.hexdigest()
+                if got != oid:
+                    raise _hash_mismatch(oid, got)
+                f.commit()
+            except BaseException:
+                f.discard()
+                raise
+        self._call(f"uploading {oid}", multipart)
+
+    def get_object(self, oid, dest, on_bytes):
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+        def go():
+            with self.fs.open(self._p(object_key(oid)), "rb", block_size=CHUNK) as f:
+                while chunk := f.read(CHUNK):
+                    h.update(chunk)
+                    dest.write(chunk)
+                    on_bytes(len(chunk))
+        self._call(f"downloading {oid}", go)
+        return PREFIX + h.hexdigest()
+
+    def delete(self, key):
+        try:
+            self._call(f"deleting {key}", self.fs.rm_file, self._p(key))
+        except FileNotFoundError:
+            pass
+
+
+# --- configuration and opening ----------------------------------------------------------
+@dataclass(frozen=True)
+class RemoteConfig:
+    name: str
+    url: str
+    options: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"kind": "remote", "name": self.name, "url": self.url, "options": dict(sorted(self.options.items()))}
+
+    @property
+    def id(self) -> str:
+        return hash_bytes(canonical.dumps(self.to_json()))
+
+
+def normalise_url(url: str) -> str:
+    if url.startswith("s3://"):
+        return url.rstrip("/")
+    if "://" in url and not url.startswith("file://"):
+        raise BadInput(f"unsupported remote URL {url!r}", "use a directory path, file:///path or s3://bucket/prefix")
+    path = url[len("file://"):] if url.startswith("file://") else url
+    return str(Path(path).expanduser().resolve())
+
+
+def open_backend(url: str, options: dict | None = None) -> Backend:
+    if url.startswith("s3://"):
+        return S3Backend(url, options)
+    if "://" in url and not url.startswith("file://"):
+        raise BadInput(f"unsupported remote URL {url!r}", "use a directory path, file:///path or s3://bucket/prefix")
+    return DirBackend(Path(url[len("file://"):] if url.startswith("file://") else url))
+
+
+def check_marker(backend: Backend, create: bool) -> None:
+    """Refuse a remote written by a ledger with another format or algorithm; on push, create
+    the marker on an empty remote."""
+    data = backend.read_small(MARKER, 4096)
+    if data is None:
+        if not create:
+            raise UnknownRef(f"{backend.url} is not a ledger remote (no {MARKER})",
+                             "push to it first, or check the URL")
+        backend.write_small(MARKER, canonical.dumps(MARKER_BODY) + b"\n")
+        return
+    try:
+        body = canonical.loads(data)
+    except BadInput:
+        raise UnsupportedFormat(f"{backend.url}/{MARKER} is unreadable") from None
+    if not isinstance(body, dict) or body.get("format") != "ledger-remote":
+        raise UnsupportedFormat(f"{backend.url} is not a ledger remote")
+    if body.get("algorithm") != MARKER_BODY["algorithm"] or body.get("version") != MARKER_BODY["version"]:
+        raise UnsupportedFormat(f"remote {backend.url} uses {body.get('algorithm')!r} v{body.get('version')!r}; "
+                                f"this ledger knows blake3 v1", "use a ledger that understands that remote")
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise BadInput(f"bad remote name {name!r}", "remote names use letters, digits, . _ - (up to 64)")
+    return name
+
+
+def add(store, name: str, url: str, options: dict | None = None) -> RemoteConfig:
+    check_name(name)
+    if f"remote:{name}" in store.state.refs:
+        raise BadInput(f"a remote named {name!r} already exists", f"`ledger remote remove {name}` first")
+    cfg = RemoteConfig(name=name, url=normalise_url(url), options=dict(options or {}))
+    with store.transaction("remote") as tx:
+        oid = tx.put_json(cfg.to_json())
+        tx.outputs.append(oid)
+        tx.refs[f"remote:{name}"] = oid
+        tx.payload["remote"] = {"name": name, "action": "add"}
+    return cfg
+
+
+def remove(store, name: str) -> None:
+    if f"remote:{check_name(name)}" not in store.state.refs:
+        raise UnknownRef(f"no remote named {name!r}", "see `ledger remote list`")
+    with store.transaction("remote") as tx:
+        tx.refs[f"remote:{name}"] = None
+        tx.payload["remote"] = {"name": name, "action": "remove"}
+
+
+def configured(store) -> dict[str, RemoteConfig]:
+    out = {}
+    for ref, oid in sorted(store.state.refs.items()):
+        if ref.startswith("remote:"):
+            o = store.get_json(oid)
+            out[ref[len("remote:"):]] = RemoteConfig(name=o["name"], url=o["url"], options=dict(o.get("options") or {}))
+    return out
+
+
+def get(store, name: str) -> RemoteConfig:
+    cfgs = configured(store)
+    if name not in cfgs:
+        raise UnknownRef(f"no remote named {name!r}", "see `ledger remote list`, or `ledger remote add NAME URL`")
+    return cfgs[name]
