@@ -1,0 +1,384 @@
+"""The training child: `python -m ledger.runners.child WORKDIR`.
+
+It runs inside the sandbox (ledger.sandbox), granted only WORKDIR/inputs (read) and WORKDIR/out
+(read-write). It reads the job the parent wrote, trains, and writes everything it produced
+into out/; it never opens the store. Its contract with the parent:
+
+  inputs/job.json      plan body, paths of base / dataset / checkpoint to resume from
+  out/progress.jsonl   one JSON line per optimizer step (step, loss, tokens/s), flushed
+  out/checkpoints/step-NNNNNNNN/   complete checkpoints (see checkpoint.py)
+  out/adapter/         adapter_model.safetensors + adapter_config.json (finite runs only)
+  out/final/           the end-of-run checkpoint (optimizer, RNG, cursor)
+  out/result.json      losses, counters, timings, memory, versions, stop reason
+  out/error.json       a typed error (then the exit code is 3)
+
+Determinism (bit-exact on CPU): fixed thread count from the plan, deterministic algorithms,
+seeded LoRA init, data order and dropout from the plan's seeds, the LR computed from the step
+number (no scheduler state), and every piece of mutable state in the checkpoint. A resumed
+run replays exactly the operations an uninterrupted one would have run after that step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ledger.errors import BadInput, LedgerError, RealizationUnavailable
+
+CHILD_ERROR_EXIT = 3
+
+
+# --- memory measurement ------------------------------------------------------------------------
+def _status() -> dict:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def memory_baseline() -> dict:
+    """RSS right before the model is built. Peak RSS is reset (clear_refs 5) when the kernel and
+    the sandbox allow it; otherwise the import-time peak stays in VmHWM and is reported as a floor."""
+    reset = False
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        pass
+    s = _status()
+    return {"rss": s["VmRSS"], "hwm": s["VmHWM"], "reset": reset}
+
+
+def memory_observed(base: dict) -> dict:
+    s = _status()
+    growth = s["VmHWM"] - base["rss"]
+    return {"method": "peak RSS (VmHWM) minus RSS before building the model"
+                      + ("; peak reset via /proc/self/clear_refs" if base["reset"] else "; peak not resettable here"),
+            "baseline_rss_bytes": base["rss"], "peak_rss_bytes": s["VmHWM"], "peak_growth_bytes": growth,
+            # Without a reset, growth below this is invisible (the import peak hides it).
+            "floor_bytes": 0 if base["reset"] else base["hwm"] - base["rss"]}
+
+
+# --- the job -------------------------------------------------------------------------------------
+def lr_at(step: int, c: dict) -> float:
+    """LR for 1-based `step`: linear warmup, then constant / linear / cosine decay to 0."""
+    base, warm, total, kind = c["optimizer"]["lr"], c["schedule"]["warmup_steps"], c["data"]["steps"], c["schedule"]["kind"]
+    if warm and step <= warm:
+        return base * step / warm
+    if kind == "constant":
+        return base
+    frac = (step - warm) / max(1, total - warm)
+    if kind == "linear":
+        return base * (1.0 - frac)
+    return base * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+def check_realizations(plan: dict) -> None:
+    """Selection is not fallback: a realization that cannot run here stops the run."""
+    import torch
+
+    for op, r in sorted(plan["realizations"].items()):
+        if r["name"] == "cupy-fused":
+            raise RealizationUnavailable(f"operator {op} was compiled for realization cupy-fused, which this trainer cannot run",
+                                         "recompile with compile.realization = \"torch-eager\"")
+        if r["device"] == "cuda" and not torch.cuda.is_available():
+            raise RealizationUnavailable(
+                f"the plan selected {r['name']} on cuda for operator {op} (target {plan['target']['name']}), "
+                "but no CUDA device is available here; nothing was trained",
+                "run it on a machine with the target's GPU, or compile for --target cpu")
+
+
+def read_rows(path: Path) -> list[tuple[str, str]]:
+    from ledger.runners import dataset as datalib
+
+    return datalib.read_turns(path)
+
+
+def encode_rows(rows, seq_len: int):
+    """(ids, attention mask, labels) as int64 tensors [rows, seq_len]; labels only on the action span."""
+    import numpy as np
+    import torch
+
+    from ledger.runners import tokenizer as toklib
+
+    tok = toklib.ByteTokenizer()
+    n = len(rows)
+    ids = np.full((n, seq_len), toklib.PAD, dtype=np.int64)
+    mask = np.zeros((n, seq_len), dtype=np.int64)
+    labels = np.full((n, seq_len), toklib.IGNORE, dtype=np.int64)
+    for i, (s, a) in enumerate(rows):
+        e = toklib.encode_turn(tok, s, a, seq_len)
+        k = len(e.ids)
+        ids[i, :k] = e.ids
+        mask[i, :k] = 1
+        labels[i, :k] = e.labels()
+    return torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(labels)
+
+
+def batch_indices(m: int, B: int, n: int, data_seed: int, cache: dict):
+    """Rows of global micro-batch `m`: consecutive slices of per-epoch seeded permutations."""
+    import torch
+
+    out = []
+    for p in range(m * B, (m + 1) * B):
+        epoch, j = divmod(p, n)
+        if epoch not in cache:
+            g = torch.Generator().manual_seed(data_seed * 1_000_003 + epoch)
+            cache.clear()
+            cache[epoch] = torch.randperm(n, generator=g)
+        out.append(int(cache[epoch][j]))
+    return out
+
+
+def build(plan: dict, base_dir: Path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    c = plan["config"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[c["precision"]["dtype"]]
+    model = LlamaForCausalLM.from_pretrained(str(base_dir), dtype=dtype, local_files_only=True)
+    torch.manual_seed(c["seeds"]["lora_init"])
+    lcfg = LoraConfig(r=c["lora"]["r"], lora_alpha=c["lora"]["alpha"], lora_dropout=c["lora"]["dropout"],
+                      target_modules=sorted(c["lora"]["target_modules"]), bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(model, lcfg)
+    for n, p in model.named_parameters():
+        if p.requires_grad:  # LoRA weights train in fp32 whatever the base dtype (see memory.py)
+            p.data = p.data.float()
+    named = sorted((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    return model, named
+
+
+def adapter_tensors(model) -> dict:
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in sorted(get_peft_model_state_dict(model).items())}
+
+
+def optimizer_tensors(opt, named) -> dict:
+    out = {}
+    for n, p in named:
+        st = opt.state.get(p)
+        if st:
+            for k in ("exp_avg", "exp_avg_sq", "step"):
+                out[f"{n}::{k}"] = st[k].detach().clone().reshape(st[k].shape)
+    return out
+
+
+def restore(model, opt, named, adapter: dict, optim: dict, rng: dict) -> None:
+    import torch
+    from peft import set_peft_model_state_dict
+
+    res = set_peft_model_state_dict(model, adapter)
+    if getattr(res, "unexpected_keys", None):
+        raise BadInput(f"checkpoint adapter does not match the plan's model: {res.unexpected_keys[:3]}")
+    for n, p in named:
+        if f"{n}::step" in optim:
+            opt.state[p] = {k: optim[f"{n}::{k}"].clone() for k in ("step", "exp_avg", "exp_avg_sq")}
+    torch.set_rng_state(rng["torch_cpu"])
+
+
+def adapter_config(model, base_id: str) -> dict:
+    cfg = model.peft_config["default"].to_dict()
+    for k, v in list(cfg.items()):
+        if isinstance(v, (set, frozenset, tuple)):
+            cfg[k] = sorted(v) if isinstance(v, (set, frozenset)) else list(v)
+    cfg["target_modules"] = sorted(cfg["target_modules"])  # peft keeps a set: its order is arbitrary
+    cfg["base_model_name_or_path"] = base_id
+    return json.loads(json.dumps(cfg, default=str))
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "peft", "safetensors", "pyarrow", "numpy", "cupy-cuda12x", "wasmtime"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def device_info() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "machine": platform.machine(), "kernel": platform.release(),
+            "torch_threads": torch.get_num_threads(), "cuda": None}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["cuda"] = {"device": props.name, "capability": f"{props.major}.{props.minor}",
+                        "memory_bytes": props.total_memory, "cuda_runtime": torch.version.cuda,
+                        "driver": getattr(torch.cuda, "driver_version", lambda: None)() if hasattr(torch.cuda, "driver_version") else None}
+    return info
+
+
+def run(work: Path) -> dict:
+    t_start = time.perf_counter()
+    job = json.loads((work / "inputs" / "job.json").read_text())
+    plan = job["plan"]
+    c = plan["config"]
+    out = work / "out"
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+
+    import torch
+
+    threads = plan["runtime"]["threads"]
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    check_realizations(plan)
+
+    from ledger.runners import checkpoint as ck
+
+    # Everything imported before the baseline, so the measured growth is the run's own memory
+    # (data, model, adapter, optimizer, activations), not library code.
+    import peft  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    from transformers import LlamaForCausalLM  # noqa: F401
+
+    # Decoding Parquet is input loading (its reader keeps codec and pool memory): done before
+    # the baseline. The encoded tensors the run holds are the plan's `data` line, after it.
+    rows = read_rows(work / job["dataset"])
+    mem0 = memory_baseline()
+    ids, mask, labels = encode_rows(rows, c["data"]["seq_len"])
+    del rows
+    model, named = build(plan, work / job["base_dir"])
+    model.train()
+    d = c["optimizer"]
+    opt = torch.optim.AdamW([p for _, p in named], lr=d["lr"], betas=tuple(d["betas"]), eps=d["eps"],
+                            weight_decay=d["weight_decay"], foreach=False)
+    losses: list[float] = []
+    start_step = 0
+    if job.get("resume"):
+        a, o, r, state = ck.read_dir(work / job["resume"])
+        if state["plan"] != job["plan_id"]:
+            raise BadInput("the checkpoint belongs to another plan")
+        restore(model, opt, named, a, o, r)
+        start_step, losses = state["step"], [float(x) for x in state["losses"]]
+    else:
+        torch.manual_seed(c["seeds"]["dropout"])
+    t_ready = time.perf_counter()
+
+    B, accum, steps, n = c["data"]["micro_batch"], c["data"]["grad_accum"], c["data"]["steps"], ids.shape[0]
+    perm_cache: dict = {}
+    every = plan["runtime"]["checkpoint_every"]
+    tokens = 0
+    stopped = None
+    step_times = []
+    prog = open(out / "progress.jsonl", "a", buffering=1)
+    t_loop = time.perf_counter()
+    step = start_step
+    for step in range(start_step + 1, steps + 1):
+        t0 = time.perf_counter()
+        lr = lr_at(step, c)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        total = 0.0
+        for k in range(accum):
+            rows = batch_indices((step - 1) * accum + k, B, n, c["seeds"]["data"], perm_cache)
+            x, m, y = ids[rows], mask[rows], labels[rows]
+            loss = model(input_ids=x, attention_mask=m, labels=y).loss
+            (loss / accum).backward()
+            total += loss.item()
+            tokens += int(m.sum())
+        step_loss = total / accum
+        if not math.isfinite(step_loss):
+            stopped = {"reason": "non-finite loss", "step": step, "loss": repr(step_loss)}
+            opt.zero_grad(set_to_none=True)
+            break
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(step_loss)
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        el = time.perf_counter() - t_loop
+        prog.write(json.dumps({"step": step, "steps": steps, "loss": step_loss, "lr": lr,
+                               "tokens_per_s": tokens / el if el > 0 else 0.0}) + "\n")
+        if step % every == 0 and step < steps:
+            ck.write_dir(out / "checkpoints" / f"step-{step:08d}", adapter=adapter_tensors(model),
+                         optimizer=optimizer_tensors(opt, named), rng={"torch_cpu": torch.get_rng_state()},
+                         state={"plan": job["plan_id"], "step": step, "cursor": {"next_step": step + 1, "micro_batch": step * accum},
+                                "losses": losses})
+    t_end = time.perf_counter()
+    prog.close()
+    loop_s = t_end - t_loop
+    mem = memory_observed(mem0)
+    done = step if stopped is None else step - 1
+    if stopped is None:
+        (out / "adapter").mkdir()
+        from safetensors.torch import save_file
+
+        save_file(adapter_tensors(model), str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (out / "adapter" / "adapter_config.json").write_text(
+            json.dumps(adapter_config(model, plan["inputs"]["base"]), sort_keys=True, indent=2) + "\n")
+    ck.write_dir(out / "final", adapter=adapter_tensors(model), optimizer=optimizer_tensors(opt, named),
+                 rng={"torch_cpu": torch.get_rng_state()},
+                 state={"plan": job["plan_id"], "step": done, "cursor": {"next_step": done + 1, "micro_batch": done * accum},
+                        "losses": losses})
+    step_times.sort()
+    result = {
+        "steps_done": done, "start_step": start_step, "losses": losses, "stopped": stopped,
+        "counters": {"optimizer_steps": done - start_step, "micro_batches": (done - start_step) * accum, "tokens": tokens},
+        "timings": {"total_s": time.perf_counter() - t_start, "setup_s": t_ready - t_start, "train_s": loop_s,
+                    "step_median_s": step_times[len(step_times) // 2] if step_times else None,
+                    "tokens_per_s": tokens / loop_s if loop_s > 0 else None},
+        "memory": mem, "versions": versions(), "device": device_info(),
+        "determinism": {"threads": threads, "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+                        "pythonhashseed": os.environ.get("PYTHONHASHSEED")},
+    }
+    (out / "result.json").write_text(json.dumps(result, sort_keys=True))
+    return result
+
+
+def _die_with_parent() -> None:
+    """A parent that is killed must not leave a training child running unobserved."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m ledger.runners.child WORKDIR", file=sys.stderr)
+        return 2
+    _die_with_parent()
+    work = Path(argv[0])
+    try:
+        run(work)
+    except LedgerError as e:
+        (work / "out" / "error.json").write_text(json.dumps(e.to_json(), sort_keys=True, default=str))
+        print(f"error: {e.message}", file=sys.stderr)
+        return CHILD_ERROR_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

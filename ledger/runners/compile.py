@@ -1,0 +1,314 @@
+"""Compile: a spec + a target + a budget become a plan object, or a rejection.
+
+A plan is canonical JSON with no clock or host in it, so the same inputs give the same plan id
+on every machine. It holds the normalised closed config, the input ids (base, tokenizer,
+dataset), shapes and parameter counts, the memory plan in named byte lines, the realization
+selected for each operator with what it requires, and the fit proof against the target.
+
+Every check that can fail runs before anything is written: a rejected spec leaves no trace
+in the store. A rejection names the requirement that failed and the nearest configuration that
+would pass (the largest micro-batch that fits, or the longest sequence at micro-batch 1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from ledger.errors import CompileRejected, SpecError
+from ledger.runners import dataset as datalib
+from ledger.runners import memory, model
+from ledger.runners import tokenizer as toklib
+from ledger.runners.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
+from ledger.runners.targets import Target
+from ledger.store import canonical
+from ledger.store.ids import hash_bytes
+
+PLAN_VERSION = 1
+OPERATORS = ("embedding", "rmsnorm", "rope", "attention", "linear_lora", "mlp_act", "lm_head", "cross_entropy", "adamw")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Plan:
+    body: dict
+
+    @property
+    def id(self) -> str:
+        return hash_bytes(canonical.dumps(self.body))
+
+    @property
+    def config(self) -> dict:
+        return self.body["config"]
+
+
+def from_body(body) -> Plan:
+    if not isinstance(body, dict) or body.get("kind") != "plan" or body.get("version") != PLAN_VERSION:
+        raise SpecError("object is not a plan this ledger understands")
+    return Plan(body)
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB / 10 else f"{n / (1 << 20):.1f} MiB"
+
+
+# --- realizations -------------------------------------------------------------------------------
+def _cupy_here() -> str | None:
+    """Why cupy-fused cannot be selected on this machine, or None if it could."""
+    if importlib.util.find_spec("cupy") is None:
+        return "cupy is not installed"
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device is visible"
+    except Exception as e:  # noqa: BLE001 - any driver failure means: not available
+        return f"cupy cannot reach a CUDA device ({type(e).__name__})"
+    # ledger.kernels provides inference kernels; a training (forward+backward) realization must
+    # register itself as ledger.kernels.lora_train before a plan may select it.
+    if importlib.util.find_spec("ledger.kernels.lora_train") is None:
+        return "ledger.kernels registers no cupy-fused training realization (ledger.kernels.lora_train)"
+    return None
+
+
+def select_realizations(spec: Spec, target: Target) -> dict:
+    want = spec.get("compile.realization")
+    dev = target.device
+    eager = {"name": "torch-eager", "device": dev,
+             "requires": {"device": dev, **({"torch_cuda": True} if dev == "cuda" else {})}}
+    if want == "cupy-fused":
+        if dev != "cuda":
+            raise CompileRejected(f"realization cupy-fused requires a CUDA target; target {target.name} is {dev}",
+                                  "compile for a CUDA target, or set compile.realization = \"auto\"",
+                                  requirement="realization.cupy-fused.device", needed="cuda", available=dev)
+        cc = target.cc
+        if cc is None or cc < (8, 0):
+            raise CompileRejected(f"realization cupy-fused requires compute capability >= 8.0; "
+                                  f"{target.name} has {target.compute_capability}",
+                                  requirement="realization.cupy-fused.compute_capability")
+        why = _cupy_here()
+        if why:
+            raise CompileRejected(f"realization cupy-fused cannot be selected: {why}",
+                                  "set compile.realization = \"torch-eager\" (ledger never falls back by itself)",
+                                  requirement="realization.cupy-fused.available", reason=why)
+        fused = {"name": "cupy-fused", "device": "cuda",
+                 "requires": {"device": "cuda", "cupy": True, "compute_capability": ">=8.0"}}
+        return {op: (fused if op == "linear_lora" else eager) for op in OPERATORS}
+    return {op: eager for op in OPERATORS}
+
+
+# --- memory and fit -----------------------------------------------------------------------------
+def _lines(arch, c: dict, micro_batch: int, seq_len: int, rows: int):
+    return memory.lines(arch, r=c["lora"]["r"], modules=c["lora"]["target_modules"], dropout=c["lora"]["dropout"],
+                        dtype=c["precision"]["dtype"], micro_batch=micro_batch, seq_len=seq_len, dataset_rows=rows)
+
+
+def _nearest(arch, c: dict, rows: int, usable: int) -> dict:
+    """The nearest configuration that fits: the largest micro-batch, else the longest sequence."""
+    T = c["data"]["seq_len"]
+
+    def fits(b, t):
+        return memory.total(_lines(arch, c, b, t, rows)) <= usable
+
+    if fits(1, T):
+        lo, hi = 1, c["data"]["micro_batch"]
+        while lo < hi:  # total is monotone in the micro-batch: bisect for the largest that fits
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, T) else (lo, mid - 1)
+        return {"data.micro_batch": lo}
+    if fits(1, 1):
+        lo, hi = 1, T
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(1, mid) else (lo, mid - 1)
+        return {"data.micro_batch": 1, "data.seq_len": lo}
+    return {}
+
+
+def fit_check(arch, c: dict, target: Target, rows: int) -> tuple[list, dict]:
+    B, T = c["data"]["micro_batch"], c["data"]["seq_len"]
+    ls = _lines(arch, c, B, T, rows)
+    need = memory.total(ls)
+    frac = c["budget"]["memory_fraction"]
+    usable = int(target.memory_bytes * frac)
+    checks = [{"requirement": f"precision {c['precision']['dtype']} supported by {target.name}",
+               "ok": c["precision"]["dtype"] in target.dtypes}]
+    if not checks[0]["ok"]:
+        raise CompileRejected(f"precision {c['precision']['dtype']} is not supported by target {target.name} "
+                              f"(it offers {', '.join(target.dtypes)})", "set precision.dtype to one the target offers",
+                              requirement="precision.dtype", needed=c["precision"]["dtype"], available=list(target.dtypes))
+    ok = need <= usable
+    checks.append({"requirement": f"memory: plan {need} B <= {frac:g} x {target.memory_bytes} B", "ok": ok})
+    if not ok:
+        by = {x.name: x.bytes for x in ls}
+        biggest = max(ls, key=lambda x: x.bytes)
+        near = _nearest(arch, c, rows, usable)
+        if near.get("data.micro_batch") and "data.seq_len" not in near:
+            tail = f"largest micro-batch that fits: {near['data.micro_batch']}"
+        elif near:
+            tail = f"no micro-batch fits at seq_len {T}; at micro-batch 1 the longest sequence that fits is {near['data.seq_len']}"
+        else:
+            tail = f"nothing fits: weights alone need {gib(by['weights'])}"
+        raise CompileRejected(
+            f"memory: the plan needs {gib(need)} ({biggest.name} {gib(biggest.bytes)} at micro-batch {B} x {T} tokens); "
+            f"target {target.name} has {gib(target.memory_bytes)} ({gib(usable)} usable at memory_fraction {frac:g}); {tail}",
+            "use the nearest configuration that fits, shown above",
+            requirement="memory", needed_bytes=need, usable_bytes=usable, lines=by, nearest=near)
+    fit = {"fits": True, "needed_bytes": need, "usable_bytes": usable, "target_bytes": target.memory_bytes,
+           "memory_fraction": frac, "headroom_bytes": usable - need, "checks": checks}
+    return ls, fit
+
+
+# --- compile ------------------------------------------------------------------------------------
+def _arch_for(store, c: dict):
+    if c["model"]["base"] == BUILTIN_BASE:
+        return model.arch_of(model.builtin_config(c["model"])), None
+    if c["model"]["base"].startswith("builtin:"):
+        raise SpecError(f"spec field `model.base`: unknown built-in base {c['model']['base']!r}",
+                        f"the built-in base is {BUILTIN_BASE}", field="model.base")
+    base_id = store.resolve(c["model"]["base"])
+    man = model.load_manifest(store, base_id)
+    return model.arch_of(man["config"]), base_id
+
+
+def _dataset_rows(store, c: dict) -> tuple[int, str | None]:
+    if c["data"]["dataset"] == BUILTIN_DATASET:
+        return datalib.BUILTIN_TURNS, None
+    oid = store.resolve(c["data"]["dataset"])
+    return len(datalib.read_turns(store.get_bytes(oid))), oid
+
+
+def _check_lengths(store, dataset_id: str, seq_len: int) -> int:
+    tok = toklib.ByteTokenizer()
+    longest = max(len(toklib.encode_turn(tok, s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id)))
+    if longest > seq_len:
+        raise SpecError(f"spec field `data.seq_len`: the longest turn of dataset {dataset_id[:15]}… needs {longest} tokens, "
+                        f"more than seq_len {seq_len}", "raise data.seq_len", field="data.seq_len")
+    return longest
+
+
+def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None) -> dict:
+    c = spec.config
+    ls, fit = fit_check(arch, c, target, rows)
+    real = select_realizations(spec, target)
+    params = arch.params()
+    lora = arch.lora_params(c["lora"]["r"], c["lora"]["target_modules"])
+    d = c["data"]
+    return {
+        "kind": "plan", "version": PLAN_VERSION, "config": c, "spec": spec.id,
+        "target": {"name": target.name, "id": target.id, "device": target.device},
+        "inputs": inputs,
+        "shapes": {"arch": arch.to_json(), "micro_batch": d["micro_batch"], "seq_len": d["seq_len"],
+                   "grad_accum": d["grad_accum"], "steps": d["steps"], "dataset_rows": rows,
+                   "longest_turn": longest, "tokens_per_step": d["micro_batch"] * d["seq_len"] * d["grad_accum"],
+                   "lora_modules": {m: list(model.MODULE_SHAPES[m](arch)) for m in c["lora"]["target_modules"]}},
+        "parameters": {"total": sum(params.values()) + lora, "base": sum(params.values()), "trainable": lora,
+                       "by_group": params},
+        "memory": {"lines": [x.to_json() for x in ls], "total_bytes": memory.total(ls)},
+        "realizations": real,
+        "fit": fit,
+        "runtime": {"threads": c["train"]["threads"], "deterministic": True,
+                    "checkpoint_every": c["train"]["checkpoint_every"], "loss": "action span only"},
+    }
+
+
+class _Exists(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    plan: Plan
+    new: bool            # False when the same plan was already in the store (nothing written)
+    record: dict | None  # the compile journal record, when one was appended
+
+
+def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
+    """Check, then write the plan (and its inputs) in one `compile` transaction."""
+    if spec.get("compile.target") != target.name:
+        spec = spec.with_overrides({"compile.target": target.name})
+    c = spec.config
+    arch, base_id = _arch_for(store, c)
+    rows, data_id = _dataset_rows(store, c)
+    fit_check(arch, c, target, rows)       # reject before writing anything
+    select_realizations(spec, target)
+    plan = None
+    try:
+        with store.transaction("compile") as tx:
+            if base_id is None:
+                base_id = model.ensure_builtin(tx, store, c["model"])
+            if data_id is None:
+                data_id = datalib.ensure_builtin(tx, store)
+            longest = _check_lengths(store, data_id, c["data"]["seq_len"])
+            man = model.load_manifest(store, base_id)
+            inputs = {"base": base_id, "tokenizer": man["tokenizer"], "dataset": data_id}
+            plan = Plan(body_for(spec, target, arch, inputs, rows, longest))
+            if store.has(plan.id):
+                raise _Exists
+            tok_id = tx.put_json(toklib.ByteTokenizer().definition())
+            assert tok_id == man["tokenizer"]
+            spec_id = tx.put_json(spec.body())
+            if spec.source:
+                tx.payload["spec_source"] = tx.put_bytes(spec.source.encode("utf-8"), "spec-source")
+            tx.put_json(target.body())
+            pid = tx.put_json(plan.body)
+            tx.inputs.extend([base_id, data_id, tok_id, spec_id])
+            tx.outputs.append(pid)
+            tx.payload.update({"plan": pid, "spec": spec_id, "target": target.name})
+    except _Exists:
+        return CompileResult(plan, False, None)
+    return CompileResult(plan, True, tx.record)
+
+
+def load(store, ref: str) -> Plan:
+    oid = store.resolve(ref)
+    p = from_body(store.get_json(oid))
+    if p.id != oid:
+        raise SpecError(f"{oid} is not a canonical plan")
+    return p
+
+
+# --- explain ------------------------------------------------------------------------------------
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def explain(a: Plan, b: Plan) -> dict:
+    """What differs from plan `a` to plan `b`: config fields changed, then every derived part
+    they invalidated (shapes, parameter counts, memory lines, realizations, fit, inputs)."""
+    ca, cb = _flatten(a.config), _flatten(b.config)
+    config = [{"field": k, "old": ca.get(k), "new": cb.get(k)} for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+    derived = []
+
+    def cmp(part, x, y):
+        if x != y:
+            derived.append({"part": part, "old": x, "new": y})
+
+    for k in ("base", "tokenizer", "dataset"):
+        cmp(f"inputs.{k}", a.body["inputs"].get(k), b.body["inputs"].get(k))
+    cmp("target", a.body["target"]["name"], b.body["target"]["name"])
+    sa, sb = _flatten(a.body["shapes"]), _flatten(b.body["shapes"])
+    for k in sorted(set(sa) | set(sb)):
+        cmp(f"shapes.{k}", sa.get(k), sb.get(k))
+    for k in ("total", "base", "trainable"):
+        cmp(f"parameters.{k}", a.body["parameters"][k], b.body["parameters"][k])
+    la = {x["name"]: x["bytes"] for x in a.body["memory"]["lines"]}
+    lb = {x["name"]: x["bytes"] for x in b.body["memory"]["lines"]}
+    for k in sorted(set(la) | set(lb)):
+        cmp(f"memory.{k}", la.get(k), lb.get(k))
+    cmp("memory.total_bytes", a.body["memory"]["total_bytes"], b.body["memory"]["total_bytes"])
+    for op in sorted(set(a.body["realizations"]) | set(b.body["realizations"])):
+        cmp(f"realizations.{op}", (a.body["realizations"].get(op) or {}).get("name"),
+            (b.body["realizations"].get(op) or {}).get("name"))
+    cmp("fit.headroom_bytes", a.body["fit"]["headroom_bytes"], b.body["fit"]["headroom_bytes"])
+    ra, rb = a.body["runtime"], b.body["runtime"]
+    for k in sorted(set(ra) | set(rb)):
+        cmp(f"runtime.{k}", ra.get(k), rb.get(k))
+    return {"from": a.id, "to": b.id, "same": a.id == b.id, "config": config, "derived": derived}

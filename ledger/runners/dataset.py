@@ -1,0 +1,97 @@
+"""Training datasets: Parquet tables of turns (situation, action, outcome, refusal).
+
+`builtin:tiny-task` is the train split of ledger.demo.task, written once as a Parquet object
+(cached by recipe like the built-in base). Any other dataset is an object id or name holding a
+Parquet table with at least string columns `situation` and `action`.
+"""
+
+from __future__ import annotations
+
+import io
+from importlib.metadata import version
+from pathlib import Path
+
+from ledger.errors import BadInput, SpecError
+from ledger.runners.spec import BUILTIN_DATASET
+from ledger.store import canonical
+from ledger.store.ids import hash_bytes, is_id
+
+BUILTIN_TURNS = 4000
+BUILTIN_SEED = 0
+
+
+def turns_table(turns):
+    import pyarrow as pa
+
+    return pa.table({"situation": [t.situation for t in turns], "action": [t.action for t in turns],
+                     "outcome": [t.outcome for t in turns], "refusal": [bool(t.refusal) for t in turns]})
+
+
+def parquet_bytes(table) -> bytes:
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    # No statistics or dictionary pages tied to writer heuristics: only the rows decide the bytes.
+    pq.write_table(table, buf, compression="zstd", write_statistics=False, use_dictionary=False)
+    return buf.getvalue()
+
+
+def builtin_bytes() -> bytes:
+    from ledger.demo.task import turns
+
+    return parquet_bytes(turns_table(turns("train", BUILTIN_TURNS, BUILTIN_SEED)))
+
+
+def ensure_builtin(tx, store) -> str:
+    recipe = {"dataset": BUILTIN_DATASET, "task": "ledger.demo.task/1", "n": BUILTIN_TURNS,
+              "seed": BUILTIN_SEED, "pyarrow": version("pyarrow")}
+    cache = store.root / "cache" / "builtin-dataset" / hash_bytes(canonical.dumps(recipe))[3:35]
+    try:
+        oid = cache.read_text().strip()
+        if is_id(oid) and store.has(oid):
+            tx.objects[oid] = (store.objects.size(oid), "dataset")
+            return oid
+    except OSError:
+        pass
+    oid = tx.put_bytes(builtin_bytes(), "dataset")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(oid)
+    except OSError:
+        pass
+    return oid
+
+
+def read_turns(source) -> list[tuple[str, str]]:
+    """(situation, action) rows of a Parquet file path or bytes; BadInput if it is not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        tbl = pq.read_table(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else str(source))
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"dataset is not a readable Parquet table: {e}") from None
+    for col in ("situation", "action"):
+        if col not in tbl.column_names or not pa.types.is_string(tbl.schema.field(col).type):
+            raise BadInput(f"dataset lacks a string column {col!r}", "a dataset needs columns situation and action")
+    sit, act = tbl.column("situation").to_pylist(), tbl.column("action").to_pylist()
+    if any(s is None for s in sit) or any(a is None for a in act):
+        raise BadInput("dataset has null situations or actions")
+    if not sit:
+        raise BadInput("dataset has no rows")
+    return list(zip(sit, act))
+
+
+def resolve(tx, store, name: str) -> str:
+    """The dataset object for the spec's data.dataset (writing the built-in one if needed)."""
+    if name == BUILTIN_DATASET:
+        return ensure_builtin(tx, store)
+    if name.startswith("builtin:"):
+        raise SpecError(f"spec field `data.dataset`: unknown built-in dataset {name!r}",
+                        f"the built-in dataset is {BUILTIN_DATASET}", field="data.dataset")
+    return store.resolve(name)
+
+
+def write_parquet(turns, path: str | Path) -> None:
+    Path(path).write_bytes(parquet_bytes(turns_table(turns)))
+

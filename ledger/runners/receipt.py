@@ -1,0 +1,108 @@
+"""Receipts: what a run was, bound by identity, with the evidence rung it reached.
+
+A receipt names every identity that could change the result (DESIGN.md "Train, receipts,
+reproduce"): the source (hash of the ledger package files), library versions, device, the spec,
+plan and target, base weights and tokenizer, dataset and data cursor, seeds and RNG state,
+optimizer state, the realizations used, memory predicted vs observed, per-step losses and
+counters, timings, the sandbox it ran under, and the rung:
+
+  Checked  the plan compiled and fits its target          (evidence: plan id, fit)
+  Emitted  the child built the model and wrote artefacts   (evidence: final checkpoint id)
+  Ran      optimizer steps executed, counters advanced      (evidence: step counts)
+  Learned  the loss fell: mean of the last 10% of steps below the mean of the first 10%
+  Judged   added later by the gate, never here
+
+A rung is claimed only with its evidence. A run stopped by a non-finite loss stays at Ran (at
+most) and has no adapter, so nothing from it can be offered for judging.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import blake3
+
+from ledger.store.ids import PREFIX
+
+RUNGS = ("Checked", "Emitted", "Ran", "Learned", "Judged")
+RECEIPT_VERSION = 1
+
+
+@functools.lru_cache(maxsize=1)
+def source_identity() -> dict:
+    """Hash of the ledger package's files (path + content), so a code change changes it."""
+    import ledger
+
+    root = Path(ledger.__file__).resolve().parent
+    h = blake3.blake3()
+    n = 0
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in (".py", ".toml", ".json", ".wat", ".c", ".cu") and "__pycache__" not in p.parts:
+            rel = p.relative_to(root).as_posix().encode()
+            h.update(len(rel).to_bytes(4, "little") + rel)
+            data = p.read_bytes()
+            h.update(len(data).to_bytes(8, "little") + data)
+            n += 1
+    return {"id": PREFIX + h.hexdigest(), "files": n, "package_version": getattr(ledger, "__version__", None)}
+
+
+def learned_evidence(losses: list[float]) -> dict | None:
+    if len(losses) < 2:
+        return None
+    k = max(1, len(losses) // 10)
+    first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
+    return {"window": k, "first_mean": first, "last_mean": last, "fell": last < first}
+
+
+def rung_of(result: dict, final_checkpoint: str | None) -> tuple[str, dict]:
+    evidence: dict = {}
+    rung = "Checked"
+    if final_checkpoint:
+        evidence["Emitted"] = {"final_checkpoint": final_checkpoint}
+        rung = "Emitted"
+    steps = result["counters"]["optimizer_steps"]
+    if rung == "Emitted" and steps >= 1:
+        evidence["Ran"] = {"optimizer_steps": steps, "steps_done": result["steps_done"],
+                           "all_losses_finite": result["stopped"] is None}
+        rung = "Ran"
+    le = learned_evidence(result["losses"])
+    if rung == "Ran" and result["stopped"] is None and le and le["fell"]:
+        evidence["Learned"] = le
+        rung = "Learned"
+    return rung, evidence
+
+
+def build(*, plan_id: str, plan: dict, result: dict, final_checkpoint: str, final_manifest: dict,
+          adapter: str | None, checkpoints: list[str], resumed_from: str | None, sandbox: dict) -> dict:
+    rung, evidence = rung_of(result, final_checkpoint)
+    evidence = {"Checked": {"plan": plan_id, "fits": plan["fit"]["fits"]}, **evidence}
+    c = plan["config"]
+    lines = {x["name"]: x["bytes"] for x in plan["memory"]["lines"]}
+    return {
+        "kind": "receipt", "version": RECEIPT_VERSION, "rung": rung, "evidence": evidence,
+        "plan": plan_id, "spec": plan["spec"], "target": plan["target"],
+        "base": plan["inputs"]["base"], "tokenizer": plan["inputs"]["tokenizer"], "dataset": plan["inputs"]["dataset"],
+        "cursor": {"start_step": result["start_step"], "end_step": result["steps_done"],
+                   **final_manifest["state"]["cursor"]},
+        "seeds": c["seeds"], "rng_state": final_manifest["rng"], "optimizer_state": final_manifest["optimizer"],
+        "final_checkpoint": final_checkpoint, "checkpoints": checkpoints, "resumed_from": resumed_from,
+        "adapter": adapter, "stopped": result["stopped"],
+        "realizations": {op: r["name"] for op, r in sorted(plan["realizations"].items())},
+        "memory": {"predicted_bytes": plan["memory"]["total_bytes"], "predicted_lines": lines,
+                   "observed": result["memory"]},
+        "losses": result["losses"], "counters": result["counters"], "timings": result["timings"],
+        "source": source_identity(), "versions": result["versions"], "device": result["device"],
+        "determinism": result["determinism"], "sandbox": sandbox,
+    }
+
+
+def load(store, ref: str) -> tuple[str, dict]:
+    from ledger.errors import BadInput
+
+    oid = store.resolve(ref)
+    r = store.get_json(oid)
+    if not isinstance(r, dict) or r.get("kind") != "receipt":
+        raise BadInput(f"{oid} is not a receipt", "pass a receipt id from `ledger train` or `ledger log`")
+    return oid, r
+

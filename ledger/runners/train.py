@@ -1,0 +1,247 @@
+"""Train: execute a plan in a sandboxed child and commit what it produced.
+
+The parent (this module) never trains. It
+  1. materialises the plan's declared inputs -- base files, dataset, the checkpoint to resume
+     from -- into a fresh work folder (inputs/ read-only to the child, out/ read-write);
+  2. launches `python -m ledger.runners.child WORK` through ledger.sandbox, which grants the
+     child those two folders and the system paths Python needs, nothing else (not the store,
+     not the sealed suite);
+  3. while the child runs, reports its progress and commits each complete checkpoint it writes
+     as a `checkpoint` transaction, so a crash of either process loses at most K steps;
+  4. ingests the outputs -- adapter, final optimizer/RNG/cursor state, receipt -- in ONE `train`
+     transaction whose payload names the receipt.
+
+`unsandboxed=True` runs the child without Landlock; the receipt says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledger import errors
+from ledger.errors import BadInput, InternalError, LedgerError
+from ledger.runners import checkpoint as ck
+from ledger.runners import compile as comp
+from ledger.runners import model as modellib
+from ledger.runners import receipt as rcpt
+
+_PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LEDGER_DEBUG",
+             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+@dataclass
+class RunOutput:
+    """What one child execution left behind (before the final transaction)."""
+    work: Path
+    result: dict | None
+    checkpoints: list[str] = field(default_factory=list)
+    sandbox: dict = field(default_factory=dict)
+    returncode: int = 0
+    stderr: str = ""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    receipt_id: str
+    receipt: dict
+    record: dict
+
+    @property
+    def rung(self) -> str:
+        return self.receipt["rung"]
+
+    @property
+    def adapter(self) -> str | None:
+        return self.receipt["adapter"]
+
+    def to_json(self) -> dict:
+        return {"receipt": self.receipt_id, "rung": self.rung, "adapter": self.adapter,
+                "stopped": self.receipt["stopped"], "plan": self.receipt["plan"],
+                "steps": self.receipt["cursor"]["end_step"], "final_loss": (self.receipt["losses"] or [None])[-1],
+                "tokens_per_s": self.receipt["timings"].get("tokens_per_s"),
+                "memory": {"predicted_bytes": self.receipt["memory"]["predicted_bytes"],
+                           "observed_growth_bytes": self.receipt["memory"]["observed"]["peak_growth_bytes"]},
+                "checkpoints": self.receipt["checkpoints"], "sandboxed": self.receipt["sandbox"].get("sandboxed")}
+
+
+def check_runnable_here(plan: dict) -> None:
+    """Fail before materialising anything when the plan's realization cannot run on this machine.
+
+    The child checks again where it executes; this is only the early, cheap answer."""
+    if any(r["device"] == "cuda" for r in plan["realizations"].values()):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise errors.RealizationUnavailable(
+                f"the plan selected torch-eager on cuda (target {plan['target']['name']}), but no CUDA device is "
+                "available here; nothing was trained", "run it on a machine with the target's GPU, or compile for --target cpu")
+
+
+def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
+    work = store.tmp / f"train-{uuid.uuid4().hex[:12]}"
+    inputs, out, scratch = work / "inputs", work / "out", work / "scratch"
+    for d in (inputs, out, scratch):
+        d.mkdir(parents=True)
+    man = modellib.load_manifest(store, plan.body["inputs"]["base"])
+    modellib.materialise_tree(store, man["files"], inputs / "base")
+    store.export_file(plan.body["inputs"]["dataset"], inputs / "dataset.parquet")
+    job = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
+           "resume": None}
+    if resume is not None:
+        cid, cman = resume
+        if cman["plan"] != plan.id:
+            raise BadInput(f"checkpoint {cid[:15]}… belongs to plan {cman['plan'][:15]}…, not {plan.id[:15]}…",
+                           "resume with the plan the checkpoint was made by")
+        ck.materialise(store, cman, inputs / "checkpoint")
+        job["resume"] = "inputs/checkpoint"
+    (inputs / "job.json").write_text(json.dumps(job, sort_keys=True))
+    return work
+
+
+def child_env(work: Path, plan: dict) -> dict:
+    threads = str(plan["runtime"]["threads"])
+    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    scratch = str(work / "scratch")
+    env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                "OPENBLAS_NUM_THREADS": threads, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), timeout: float | None = None):
+    """The one place the child is started. Returns ledger.sandbox.SandboxResult."""
+    from ledger.sandbox import SandboxPolicy, run_sandboxed
+
+    policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
+                           protected=protected, gpu=plan["target"]["device"] == "cuda", network=False)
+    argv = [sys.executable, "-m", "ledger.runners.child", str(work)]
+    return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
+                         unsandboxed=unsandboxed), policy
+
+
+def _raise_child_error(out: Path) -> None:
+    try:
+        e = json.loads((out / "error.json").read_text())
+    except (OSError, ValueError):
+        return
+    cls = getattr(errors, e.get("error", ""), None)
+    if not (isinstance(cls, type) and issubclass(cls, LedgerError)) or cls in (errors.CorruptObject, errors.MissingObject):
+        cls = InternalError
+    raise cls(e.get("message", "the training child failed"), e.get("hint"))
+
+
+def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
+    """Materialise, run the child, commit its checkpoints as they appear. Caller removes run.work."""
+    check_runnable_here(plan.body)
+    resumed = ck.load_manifest(store, resume) if resume else None
+    work = prepare(store, plan, resumed)
+    try:
+        return _execute(store, plan, work, unsandboxed, progress)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) -> RunOutput:
+    run = RunOutput(work=work, result=None)
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = launch(work, plan.body, unsandboxed=unsandboxed, protected=(str(store.root / "sealed"),))
+        except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+            box["error"] = e
+
+    th = threading.Thread(target=target, name="ledger-train-child", daemon=True)
+    th.start()
+    seen_lines = 0
+    done_ckpts: set[str] = set()
+
+    def poll():
+        nonlocal seen_lines
+        p = work / "out" / "progress.jsonl"
+        if progress is not None and p.exists():
+            lines = p.read_text().splitlines()
+            complete = lines if p.read_text().endswith("\n") else lines[:-1]
+            for line in complete[seen_lines:]:
+                progress(json.loads(line))
+            seen_lines = len(complete)
+        cdir = work / "out" / "checkpoints"
+        if cdir.is_dir():
+            for d in sorted(cdir.iterdir()):
+                if d.name.startswith("step-") and not d.name.endswith(".tmp") and d.name not in done_ckpts:
+                    with store.transaction("checkpoint", wait=60) as tx:
+                        cid = ck.ingest(tx, d)
+                        tx.inputs.append(plan.id)
+                        tx.outputs.append(cid)
+                        tx.payload.update({"checkpoint": cid, "plan": plan.id, "step": int(d.name[5:])})
+                    done_ckpts.add(d.name)
+                    run.checkpoints.append(cid)
+
+    while th.is_alive():
+        th.join(0.2)
+        poll()
+    poll()
+    if "error" in box:
+        raise box["error"]
+    res, policy = box["result"]
+    # (the sandbox module named the stream tails `stderr` before `stderr_tail`)
+    stderr = getattr(res, "stderr_tail", None)
+    if stderr is None:
+        stderr = getattr(res, "stderr", "")
+    run.returncode, run.stderr = res.returncode, stderr
+    run.sandbox = {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
+                   "denied_attempts": [a.as_dict() for a in res.denied_attempts],
+                   "protected_attempts": [a.as_dict() for a in res.protected_attempts],
+                   "audit_truncated": res.audit_truncated}
+    out = work / "out"
+    if res.returncode != 0:
+        _raise_child_error(out)
+        last = f"; resume with --resume {run.checkpoints[-1]}" if run.checkpoints else ""
+        tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+        raise InternalError(f"the training child exited with {res.returncode}"
+                            + (f" ({tail[0][:300]})" if tail else "") + last,
+                            "rerun with LEDGER_DEBUG=1; checkpoints committed so far are kept", stderr=stderr[-4000:])
+    run.result = json.loads((out / "result.json").read_text())
+    return run
+
+
+def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tuple[str, dict]:
+    """Write the run's outputs and receipt into `tx` (a train or reproduce transaction)."""
+    out = run.work / "out"
+    final_id = ck.ingest(tx, out / "final")
+    final_manifest = tx.store.get_json(final_id)
+    adapter = tx.put_tree(out / "adapter") if run.result["stopped"] is None else None
+    body = rcpt.build(plan_id=plan.id, plan=plan.body, result=run.result, final_checkpoint=final_id,
+                      final_manifest=final_manifest, adapter=adapter, checkpoints=list(run.checkpoints),
+                      resumed_from=resumed_from, sandbox=run.sandbox)
+    rid = tx.put_json(body)
+    b = plan.body["inputs"]
+    tx.inputs.extend([plan.id, b["base"], b["dataset"], b["tokenizer"]] + ([resumed_from] if resumed_from else []))
+    tx.outputs.extend([rid, final_id] + ([adapter] if adapter else []))
+    return rid, body
+
+
+def train(store, plan_ref: str, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> TrainResult:
+    plan = comp.load(store, plan_ref)
+    resume_id = store.resolve(resume) if resume else None
+    t0 = time.time()
+    run = execute(store, plan, resume=resume_id, unsandboxed=unsandboxed, progress=progress)
+    try:
+        with store.transaction("train", wait=60) as tx:
+            rid, body = commit(tx, plan, run, resume_id)
+            tx.payload.update({"receipt": rid, "plan": plan.id, "adapter": body["adapter"], "rung": body["rung"],
+                               "unsandboxed": unsandboxed, "wall_s": round(time.time() - t0, 3)})
+    finally:
+        shutil.rmtree(run.work, ignore_errors=True)
+    return TrainResult(rid, body, tx.record)
