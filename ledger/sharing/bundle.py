@@ -211,7 +211,7 @@ def import_bundle(store, path: Path, namespace: str | None = None, progress: tra
     path = Path(path)
     hdr = read_header(path)
     return transfer.admit(store, hdr.manifest, hdr.signatures, _reader(path, hdr),
-                          namespace=namespace or hdr.origin, source=f"bundle:{path.name}", progress=progress,
+                          namespace=hdr.origin if namespace is None else namespace, source=f"bundle:{path.name}", progress=progress,
                           all_or_nothing=True, jobs=jobs, what=f"bundle {path.name}")
 
 
