@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "ledger.cli.store_cmds",
     "ledger.cli.capability_cmds",
     "ledger.cli.share_cmds",
+    "ledger.cli.train_cmds",
 ]
 
 
@@ -66,12 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _report("interrupted", "nothing after the last committed record was kept", 1, None)
         return 130
-    except Exception as e:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(e, click.exceptions.Abort):
+    except Exception as e:  # usage errors and anything unexpected
+        if isinstance(e, typer.Abort):
             return 1
-        if isinstance(e, click.ClickException):
+        if hasattr(e, "format_message") and isinstance(e, typer.TyperException):  # click usage errors
             msg = e.format_message()
             _report(msg.splitlines()[0] if msg else type(e).__name__, "see `ledger COMMAND --help`", 2, None)
             return 2
