@@ -14,6 +14,7 @@ module object (which is itself verified on read) — it is a cache, never a sour
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
 from collections import OrderedDict
@@ -48,6 +49,7 @@ def key(module_id: str) -> str:
     return hash_bytes(canonical.dumps({"module": module_id, "engine": runtime.engine_key()}))[3:]
 
 
+@atexit.register   # before runtime's release (atexit runs last-registered first)
 def clear_memory() -> None:
     with _lock:
         _memory.clear()
