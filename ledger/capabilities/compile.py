@@ -94,7 +94,10 @@ def _wat(src: bytes, path: Path) -> tuple[bytes, dict]:
     try:
         wasm = bytes(wasmtime.wat2wasm(text))
     except wasmtime.WasmtimeError as e:
-        raise BadInput(f"{path}: invalid WAT: {str(e).splitlines()[0]}", "fix the WAT text at the position named") from None
+        lines = str(e).splitlines()
+        where = next((x.strip().removeprefix("--> <anon>:") for x in lines if x.strip().startswith("-->")), "")
+        raise BadInput(f"{path}{':' + where if where else ''}: invalid WAT: {lines[0] if lines else e}",
+                       "fix the WAT text at the line:column named") from None
     return wasm, {"kind": "wasm-compiler", "language": "wat", "tool": "wasmtime.wat2wasm", "version": wasmtime_version()}
 
 
