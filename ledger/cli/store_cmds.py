@@ -128,7 +128,7 @@ def log(
     json_: JsonOpt = False,
 ):
     """The journal, newest records last."""
-    from ledger.store.repo import find_root
+    from ledger.store.paths import find_root
     from ledger.store.journal import Journal
 
     # Reads only the end of the journal file: fast on a journal of millions of records.
@@ -254,7 +254,7 @@ def unlock(
 ):
     """Clear the store lock if (and only if) its holder is dead."""
     from ledger.errors import Locked
-    from ledger.store.repo import find_root
+    from ledger.store.paths import find_root
     from ledger.store.lock import Lock
 
     lock = Lock(find_root(common.store_dir()))

@@ -1,3 +1,14 @@
-"""The content-addressed store. See docs/store-api.md and docs/store-format.md."""
+"""The content-addressed store. See docs/store-api.md and docs/store-format.md.
 
-from ledger.store.repo import Store, Transaction, find_root  # noqa: F401
+Names are loaded lazily so that light commands (`ledger log`) import only what they use.
+"""
+
+_LAZY = {"Store": "ledger.store.repo", "Transaction": "ledger.store.repo", "find_root": "ledger.store.paths"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)

@@ -11,9 +11,7 @@ appending; `verify` reports it.
 
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +38,9 @@ def default_actor() -> str:
     actor = os.environ.get("LEDGER_ACTOR")
     if actor:
         return actor
+    import getpass
+    import socket
+
     try:
         user = getpass.getuser()
     except Exception:  # no passwd entry in some containers; the actor is informational

@@ -22,10 +22,10 @@ from ledger.store.ids import PREFIX, hash_bytes, is_id, find_ids
 from ledger.store.journal import Journal, default_actor, make_record
 from ledger.store.lock import Lock
 from ledger.store.objects import ObjectStore
+from ledger.store.paths import DIRNAME, find_root
 from ledger.store.state import State, check_ref_changes, fold
 
 FORMAT_VERSION = 1
-DIRNAME = ".ledger"
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre"}
 
 
@@ -41,17 +41,6 @@ def _fs_type(path: Path) -> str | None:
         return fstype
     except OSError:
         return None
-
-
-def find_root(dir: str | Path | None = None) -> Path:
-    if dir is None:
-        dir = os.environ.get("LEDGER_DIR") or Path.cwd()
-    p = Path(dir)
-    if p.name != DIRNAME and (p / DIRNAME).is_dir():
-        p = p / DIRNAME
-    if not (p / "config").is_file():
-        raise NotAStore(f"no ledger store at {p}")
-    return p
 
 
 @dataclass
