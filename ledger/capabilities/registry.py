@@ -8,6 +8,8 @@ Nothing here scans folders: HEAD (a fold of the journal) says what exists.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ledger import generations
@@ -47,15 +49,47 @@ def entry_from(name: str, d: dict, gen_n: int) -> Entry:
                  grants_mod.from_json(d.get("grants")), int(d["admitted_in"]), gen_n)
 
 
+# Objects are immutable and named by content, so what was read (verified) and parsed once
+# from a store is kept, per store, by id: a warm call does not re-read or re-validate them.
+_parsed: "OrderedDict[tuple[str, str], object]" = OrderedDict()
+_PARSED_MAX = 256
+
+
+_parsed_lock = threading.Lock()
+
+
+def _memo(store, oid: str, parse):
+    k = (str(store.root), oid)
+    with _parsed_lock:
+        hit = _parsed.get(k)
+    if hit is None:
+        hit = parse(store.get_json(oid))
+        with _parsed_lock:
+            _parsed[k] = hit
+            while len(_parsed) > _PARSED_MAX:
+                _parsed.popitem(last=False)
+    return hit
+
+
+def _generation(store, ref: str):
+    if ref == "HEAD":
+        oid = store.state.refs.get("HEAD")
+        if oid is None:
+            return None
+    else:
+        oid = store.resolve(ref)
+    return _memo(store, oid, lambda m: generations.from_manifest(oid, m))
+
+
 def entries(store, ref: str = "HEAD") -> list[Entry]:
-    gen = generations.head(store) if ref == "HEAD" else generations.load(store, ref)
+    gen = _generation(store, ref)
     if gen is None:
         return []
     return [entry_from(n, d, gen.n) for n, d in sorted(gen.capabilities.items())]
 
 
 def entry(store, name: str, ref: str = "HEAD") -> Entry:
-    gen = generations.head(store) if ref == "HEAD" else generations.load(store, ref)
+    gen = _generation(store, ref)
     caps = gen.capabilities if gen else {}
     if name not in caps:
         where = f"{ref} ({gen.name})" if gen else ref + " (no generation yet)"
@@ -65,7 +99,7 @@ def entry(store, name: str, ref: str = "HEAD") -> Entry:
 
 
 def load_manifest(store, e: Entry) -> Manifest:
-    return manifest_mod.from_json(store.get_json(e.manifest_id), where=f"manifest {e.manifest_id}")
+    return _memo(store, e.manifest_id, lambda d: manifest_mod.from_json(d, where=f"manifest {e.manifest_id}"))
 
 
 def call(store, name: str, export: str, argv: list[str], *, fuel: int | None = None, time_ms: int | None = None):
