@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "ledger.cli.capability_cmds",
     "ledger.cli.share_cmds",
     "ledger.cli.train_cmds",
+    "ledger.cli.cycle_cmds",
 ]
 
 

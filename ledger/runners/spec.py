@@ -215,7 +215,7 @@ def normalise(raw: dict, text: str = "") -> Spec:
         out = {}
         for key, f in fields.items():
             name = f"{sec}.{key}"
-            if key not in given:
+            if key not in given or (given[key] is None and f.default is None):  # optional, absent
                 out[key] = f.default
                 continue
             v, problem = _coerce(f, given[key], name)

@@ -1,0 +1,332 @@
+"""Compile and train commands: targets, compile, train, reproduce, import-base.
+
+Parsing and rendering only; the work is in ledger.runners. torch/transformers/peft are imported
+inside the commands (through the runners), never at module top level.
+
+Exit codes: compile rejection 3; train stopped by a non-finite loss 3 (after its receipt is
+committed); reproduce Diverged or MissingInputs 3 (after the comparison is committed);
+a realization that cannot run here 3 (RealizationUnavailable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ledger.cli import common
+from ledger.cli.common import JsonOpt, emit, flush_warnings, human_bytes, open_store, short
+
+
+def register(app: typer.Typer) -> None:
+    app.command("targets")(targets)
+    app.command("compile")(compile_)
+    app.command("train")(train)
+    app.command("reproduce")(reproduce)
+    app.command("import-base")(import_base)
+
+
+TargetsFileOpt = Annotated[Optional[Path], typer.Option("--targets", help="A TOML file of extra target profiles.")]
+
+
+# --- targets ------------------------------------------------------------------------------------
+def targets(file: TargetsFileOpt = None, json_: JsonOpt = False):
+    """List target profiles (built-in, plus --targets FILE)."""
+    from ledger.runners import targets as t
+
+    ts = t.available(file)
+    data = [{**x.body(), "id": x.id} for x in ts.values()]
+
+    def render():
+        from rich.table import Table
+
+        tb = Table("name", "device", "memory", "dtypes", "cc", "smem/block", "description", box=None, header_style="bold")
+        for x in ts.values():
+            tb.add_row(x.name, x.device, human_bytes(x.memory_bytes), ",".join(x.dtypes), x.compute_capability or "-",
+                       human_bytes(x.shared_memory_bytes) if x.shared_memory_bytes else "-", x.description)
+        common.console().print(tb)
+
+    emit(json_, data, render)
+
+
+# --- compile ------------------------------------------------------------------------------------
+def compile_(
+    spec: Annotated[Path, typer.Argument(help="Experiment spec (TOML).")],
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target profile (default: the spec's compile.target).")] = None,
+    targets_file: TargetsFileOpt = None,
+    explain: Annotated[Optional[str], typer.Option("--explain", help="Another plan: list which derived parts changed.")] = None,
+    json_: JsonOpt = False,
+):
+    """Compile a spec for a target into a plan, or reject it (exit 3) naming what does not fit."""
+    from ledger.runners import compile as comp
+    from ledger.runners import spec as speclib
+    from ledger.runners import targets as t
+
+    s = speclib.load(spec)
+    tgt = t.get(target or s.get("compile.target"), targets_file)
+    store = open_store()
+    res = comp.compile_spec(store, s, tgt)
+    flush_warnings(store)
+    data = {"plan": res.plan.id, "new": res.new, "target": tgt.name, "fits": True,
+            "memory_bytes": res.plan.body["memory"]["total_bytes"], "usable_bytes": res.plan.body["fit"]["usable_bytes"],
+            "parameters": res.plan.body["parameters"]}
+    diff = None
+    if explain:
+        diff = comp.explain(comp.load(store, explain), res.plan)
+        data["explain"] = diff
+
+    def render():
+        render_plan(res.plan.body, res.plan.id)
+        if diff is not None:
+            render_explain(diff)
+
+    emit(json_, data, render)
+
+
+def render_plan(obj: dict, oid: str | None = None) -> None:
+    """Human view of a plan object (also used by `ledger show`)."""
+    from rich.table import Table
+
+    con = common.console()
+    b = obj
+    c = b["config"]
+    if oid:
+        con.print(f"plan [bold]{oid}[/]")
+    con.print(f"target [bold]{b['target']['name']}[/] ({b['target']['device']})  spec {short(b['spec'])}  "
+              f"base {short(b['inputs']['base'])}  dataset {short(b['inputs']['dataset'])}  tokenizer {short(b['inputs']['tokenizer'])}")
+    a = b["shapes"]["arch"]
+    con.print(f"model: {a['layers']} layers, hidden {a['hidden']}, {a['heads']} heads ({a['kv_heads']} kv), "
+              f"intermediate {a['intermediate']}, vocab {a['vocab']}")
+    p = b["parameters"]
+    con.print(f"parameters: {p['total']:,} total, {p['trainable']:,} trainable "
+              f"({100 * p['trainable'] / max(1, p['total']):.2f}%)  LoRA r={c['lora']['r']} on {', '.join(c['lora']['target_modules'])}")
+    sh = b["shapes"]
+    con.print(f"batch: micro-batch {sh['micro_batch']} x {sh['seq_len']} tokens x accum {sh['grad_accum']}, "
+              f"{sh['steps']} steps, {b['runtime']['threads']} thread(s), checkpoint every {b['runtime']['checkpoint_every']}")
+    t = Table("memory line", "bytes", "", "formula", box=None, header_style="bold")
+    for line in b["memory"]["lines"]:
+        t.add_row(line["name"], f"{line['bytes']:,}", human_bytes(line["bytes"]), line["formula"])
+    t.add_row("[bold]total[/]", f"[bold]{b['memory']['total_bytes']:,}[/]", human_bytes(b["memory"]["total_bytes"]), "")
+    con.print(t)
+    f = b["fit"]
+    con.print(f"fit: [green]fits[/] — {human_bytes(f['needed_bytes'])} of {human_bytes(f['usable_bytes'])} usable "
+              f"({f['memory_fraction']:g} x {human_bytes(f['target_bytes'])}), headroom {human_bytes(f['headroom_bytes'])}")
+    names = sorted({r["name"] for r in b["realizations"].values()})
+    con.print("realizations: " + "; ".join(
+        f"{n} ({', '.join(op for op, r in sorted(b['realizations'].items()) if r['name'] == n)})" for n in names))
+
+
+def render_explain(diff: dict) -> None:
+    con = common.console()
+    if diff["same"]:
+        con.print("explain: the plans are identical")
+        return
+    con.print(f"explain: from {short(diff['from'])} to {short(diff['to'])}")
+    for x in diff["config"]:
+        con.print(f"  config  [yellow]{x['field']}[/]: {x['old']!r} → {x['new']!r}")
+    for x in diff["derived"]:
+        con.print(f"  derived [cyan]{x['part']}[/]: {x['old']!r} → {x['new']!r}")
+
+
+# --- train --------------------------------------------------------------------------------------
+class _Progress:
+    """Rich progress on stderr: step, loss, tokens/s."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
+                                TimeElapsedColumn(), console=common.err_console(), transient=False)
+            self.bar.__enter__()
+        return self
+
+    def __call__(self, p: dict) -> None:
+        if not self.bar:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("train", total=p["steps"], loss="-", tps="-")
+        self.bar.update(self.task, completed=p["step"], loss=f"{p['loss']:.4f}", tps=f"{p['tokens_per_s']:,.0f}")
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+
+def _plan_ref(store, ref: str) -> str:
+    """A plan ref, or a spec path (compiled first, for its own target)."""
+    p = Path(ref)
+    if p.suffix == ".toml" and p.is_file():
+        from ledger.runners import compile as comp
+        from ledger.runners import spec as speclib
+        from ledger.runners import targets as t
+
+        s = speclib.load(p)
+        res = comp.compile_spec(store, s, t.get(s.get("compile.target")))
+        common.err_console().print(f"compiled {p} → plan {res.plan.id}")
+        return res.plan.id
+    return ref
+
+
+def train(
+    plan: Annotated[str, typer.Argument(help="Plan id/prefix/name, or a spec .toml (compiled first).")],
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Checkpoint id to resume from.")] = None,
+    unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the child without Landlock (recorded in the receipt).")] = False,
+    json_: JsonOpt = False,
+):
+    """Run a plan in a sandboxed child; commit adapter, checkpoints and a receipt."""
+    from ledger.errors import Refused
+    from ledger.runners import train as trainlib
+
+    store = open_store()
+    ref = _plan_ref(store, plan)
+    with _Progress(not json_) as prog:
+        res = trainlib.train(store, ref, resume=resume, unsandboxed=unsandboxed, progress=prog)
+    flush_warnings(store)
+    emit(json_, res.to_json(), lambda: render_receipt(res.receipt, res.receipt_id))
+    if res.receipt["stopped"]:
+        st = res.receipt["stopped"]
+        raise Refused(f"training stopped: {st['reason']} ({st['loss']}) at step {st['step']}; receipt {res.receipt_id} "
+                      f"is at rung {res.rung} and has no adapter to judge", "lower optimizer.lr and compile again")
+
+
+def render_receipt(obj: dict, oid: str | None = None) -> None:
+    """Human view of a receipt object (also used by `ledger show`)."""
+    from rich.table import Table
+
+    con = common.console()
+    r = obj
+    rung_style = {"Learned": "bold green", "Ran": "yellow", "Emitted": "yellow", "Checked": "red", "Judged": "bold green"}
+    if oid:
+        con.print(f"receipt [bold]{oid}[/]")
+    con.print(f"rung [{rung_style.get(r['rung'], 'bold')}]{r['rung']}[/]"
+              + (f"  [red]stopped: {r['stopped']['reason']} at step {r['stopped']['step']}[/]" if r.get("stopped") else ""))
+    t = Table(box=None, show_header=False)
+    t.add_column(style="dim")
+    t.add_column()
+    rows = [("plan", r["plan"]), ("spec", r["spec"]), ("target", f"{r['target']['name']} {short(r['target']['id'])}"),
+            ("base", r["base"]), ("tokenizer", r["tokenizer"]), ("dataset", r["dataset"]),
+            ("adapter", r["adapter"] or "none (no adapter offered)"), ("final checkpoint", r["final_checkpoint"]),
+            ("resumed from", r.get("resumed_from") or "-"),
+            ("cursor", f"steps {r['cursor']['start_step']}→{r['cursor']['end_step']}, next {r['cursor']['next_step']}"),
+            ("seeds", ", ".join(f"{k}={v}" for k, v in sorted(r["seeds"].items()))),
+            ("realizations", ", ".join(sorted(set(r["realizations"].values())))),
+            ("source", f"{short(r['source']['id'])} ({r['source']['files']} files)"),
+            ("versions", ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()) if v)),
+            ("device", r["device"].get("cpu", "") + (f"; {r['device']['cuda']['device']}" if r["device"].get("cuda") else "")),
+            ("sandbox", ("landlock ABI " + str(r["sandbox"].get("landlock_abi"))) if r["sandbox"].get("sandboxed") else "[red]UNSANDBOXED[/]")]
+    m = r["memory"]
+    obs = m["observed"]
+    rows.append(("memory", f"predicted {human_bytes(m['predicted_bytes'])}, observed peak growth "
+                           f"{human_bytes(obs['peak_growth_bytes'])} ({obs['method']})"))
+    tm = r["timings"]
+    rows.append(("timings", f"train {tm['train_s']:.2f} s, setup {tm['setup_s']:.2f} s, "
+                            f"{(tm.get('tokens_per_s') or 0):,.0f} tokens/s"))
+    ls = r["losses"]
+    if ls:
+        rows.append(("loss", f"{ls[0]:.4f} → {ls[-1]:.4f} over {len(ls)} steps"))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    con.print(t)
+
+
+def render_plan_obj(oid: str, obj: dict) -> None:
+    render_plan(obj, oid)
+
+
+def render_receipt_obj(oid: str, obj: dict) -> None:
+    render_receipt(obj, oid)
+
+
+# --- reproduce ----------------------------------------------------------------------------------
+def _parse_override(s: str):
+    import tomllib
+
+    key, sep, raw = s.partition("=")
+    if not sep or not key.strip():
+        from ledger.errors import BadInput
+
+        raise BadInput(f"--override {s!r}: expected section.field=VALUE")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word is a string, as a user would mean it
+    return key.strip(), value
+
+
+def reproduce(
+    receipt: Annotated[str, typer.Argument(help="Receipt id/prefix.")],
+    override: Annotated[Optional[list[str]], typer.Option("--override", help="Re-run with section.field=VALUE changed (recorded).")] = None,
+    loss_tol: Annotated[float, typer.Option("--loss-tol", help="Largest |loss difference| still WithinTolerance.")] = 1e-4,
+    weight_tol: Annotated[float, typer.Option("--weight-tol", help="Largest |adapter weight difference| still WithinTolerance.")] = 1e-4,
+    unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the child without Landlock (recorded).")] = False,
+    json_: JsonOpt = False,
+):
+    """Re-execute a receipt from its pinned inputs in a fresh process and compare (exit 3 unless it reproduced)."""
+    from ledger.errors import Refused
+    from ledger.runners import reproduce as rep
+
+    store = open_store()
+    ov = dict(_parse_override(o) for o in (override or []))
+    with _Progress(not json_) as prog:
+        res = rep.reproduce(store, receipt, overrides=ov, tolerance={"loss_abs": loss_tol, "weight_abs": weight_tol},
+                            unsandboxed=unsandboxed, progress=prog)
+    flush_warnings(store)
+    emit(json_, res.to_json(), lambda: render_comparison(res.comparison, res.comparison_id))
+    if res.outcome in ("Diverged", "MissingInputs"):
+        raise Refused(f"reproduce: {res.outcome} (comparison {res.comparison_id})",
+                      "see the comparison above: `ledger show " + res.comparison_id[:15] + "`")
+
+
+def render_comparison(obj: dict, oid: str | None = None) -> None:
+    con = common.console()
+    style = {"Reproduced": "bold green", "WithinTolerance": "green", "Diverged": "bold red", "MissingInputs": "bold red"}
+    con.print(f"[{style.get(obj['outcome'], 'bold')}]{obj['outcome']}[/]" + (f"  comparison {oid}" if oid else ""))
+    con.print(f"receipt {obj['receipt']}" + (f"  re-run receipt {obj['rerun_receipt']}" if obj.get("rerun_receipt") else ""))
+    if obj.get("overrides"):
+        con.print("overrides: " + ", ".join(f"{k}={v!r}" for k, v in obj["overrides"].items()))
+    if obj.get("missing"):
+        for m in obj["missing"]:
+            con.print(f"  missing {m}")
+    if obj.get("first_difference"):
+        f = obj["first_difference"]
+        con.print(f"first difference: step {f['step']}, field {f['field']}"
+                  + (f" ({f.get('original')!r} vs {f.get('rerun')!r})" if "original" in f else ""))
+    if obj.get("largest_deviation") and obj["largest_deviation"].get("field"):
+        d = obj["largest_deviation"]
+        con.print(f"largest deviation: {d['value']:.3g} in {d['field']} at step {d['step']}")
+
+
+def render_comparison_obj(oid: str, obj: dict) -> None:
+    render_comparison(obj, oid)
+
+
+# --- import-base --------------------------------------------------------------------------------
+def import_base(
+    path: Annotated[Path, typer.Argument(help="A Hugging Face model directory, or a .gguf file.")],
+    name: Annotated[Optional[str], typer.Option("--name", help="Name the base (then model.base = NAME in a spec).")] = None,
+    json_: JsonOpt = False,
+):
+    """Import base weights (Llama architecture) as objects; prints the base id."""
+    from ledger.runners import model as modellib
+
+    store = open_store()
+    with store.transaction("import-base") as tx:
+        if path.is_file() and path.suffix == ".gguf":
+            oid = modellib.import_gguf(tx, store, path)
+        else:
+            oid = modellib.import_hf_dir(tx, path)
+        tx.outputs.append(oid)
+        tx.payload["base"] = oid
+        if name:
+            tx.refs[f"name/{name}"] = oid
+            tx.payload["name"] = name
+    flush_warnings(store)
+    emit(json_, {"base": oid, "name": name}, lambda: common.console().print(f"imported base {oid}" + (f"  name={name}" if name else "")))
