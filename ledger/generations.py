@@ -94,3 +94,51 @@ def move_head(tx, store, target: Generation) -> None:
     tx.inputs.append(target.id)
     tx.refs["HEAD"] = target.id
     tx.payload["head"] = target.n
+
+
+def rollback(store, target: str | None = None, *, undo: bool = False, reason: str = "", wait: float | None = None) -> dict:
+    """One `rollback` record that moves HEAD: to `target`, to HEAD's parent by default, or with
+    `undo` back to where the last rollback moved it from. Nothing is deleted."""
+    with store.transaction("rollback", wait=wait) as tx:
+        cur = head(store)
+        if cur is None:
+            raise UnknownRef("there is no generation yet", "commit one first (`ledger run` or `ledger demo`)")
+        if undo:
+            last = next((r for r in reversed(store.journal.records()) if r["kind"] == "rollback"), None)
+            if last is None:
+                raise BadInput("there is no rollback to undo")
+            dest = load(store, f"gen-{last['payload']['from']}")
+        elif target is not None:
+            dest = load(store, target)
+        else:
+            if cur.parent is None:
+                raise BadInput(f"{cur.name} has no parent to roll back to", "name a generation: `ledger rollback gen-N`")
+            dest = from_manifest(cur.parent, store.get_json(cur.parent))
+        if dest.id == cur.id:
+            raise BadInput(f"HEAD is already {dest.name}")
+        move_head(tx, store, dest)
+        tx.payload.update({"from": cur.n, "to": dest.n, "reason": reason})
+    return {"from": cur.name, "to": dest.name, "head": dest.id, "seq": tx.record["seq"]}
+
+
+def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
+    """Materialise a generation as a folder PeftModel.from_pretrained loads as is
+    (adapter_model.safetensors + adapter_config.json), plus the base model under base/."""
+    from pathlib import Path
+
+    g = load(store, ref)
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise BadInput(f"{dest} exists and is not empty", "choose a new folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    from ledger.runners import model as modellib
+
+    written = []
+    if g.adapter:
+        modellib.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
+        written.extend(e["path"] for e in store.get_json(g.adapter)["entries"])
+    if with_base and g.base:
+        manifest = modellib.load_manifest(store, g.base)
+        modellib.materialise_tree(store, manifest["tree"], dest / "base")
+        written.append("base/")
+    return {"generation": g.name, "id": g.id, "dir": str(dest), "files": written, "adapter": g.adapter, "base": g.base}

@@ -142,7 +142,7 @@ class Store:
     def _load_cache(self) -> dict | None:
         try:
             c = json.loads((self.root / "refs.json").read_bytes())
-            State(c["seq"], c["head"], dict(c["refs"]))
+            State.from_json(c)
             int(c["offset"])
             return c
         except (OSError, ValueError, KeyError, TypeError):
@@ -155,7 +155,7 @@ class Store:
             c = self._load_cache()
             start, offset = State(), 0
             if c and self.journal.path.exists() and self.journal.path.stat().st_size >= c["offset"]:
-                start, offset = State(c["seq"], c["head"], dict(c["refs"])), c["offset"]
+                start, offset = State.from_json(c), c["offset"]
             scan = self.journal.scan(offset, start.seq + 1, start.head)
             if scan.broken_at is not None and offset:
                 scan, start = self.journal.scan(), State()
@@ -209,7 +209,7 @@ class Store:
         size = self.journal.path.stat().st_size if self.journal.path.exists() else 0
         start, offset = State(), 0
         if c and size >= c["offset"] and c.get("digest") == self.journal.prefix_digest(c["offset"]):
-            start, offset = State(c["seq"], c["head"], dict(c["refs"])), c["offset"]
+            start, offset = State.from_json(c), c["offset"]
         elif c and c["offset"] and size >= c["offset"]:
             self.warnings.append("refs.json did not match the journal; re-checked the whole chain")
         scan = self.journal.scan(offset, start.seq + 1, start.head, keep=True)
@@ -226,8 +226,7 @@ class Store:
         return st, scan.end
 
     def _write_cache(self, st: State, offset: int) -> None:
-        c = {"seq": st.seq, "head": st.head, "offset": offset, "digest": self.journal.prefix_digest(offset),
-             "refs": dict(sorted(st.refs.items()))}
+        c = {**st.to_json(), "offset": offset, "digest": self.journal.prefix_digest(offset)}
         fsio.atomic_write(self.root / "refs.json", canonical.dumps(c), self.tmp, durable=False)
 
     def sync_index(self, st: State | None = None) -> None:

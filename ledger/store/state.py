@@ -1,8 +1,9 @@
 """State is a fold over the journal: the journal is the only source of truth.
 
 What is live is a set of named refs (HEAD, gen-N, name/<x>, suite, ...), each naming an
-object id. A record changes refs through `payload["refs"]` ({name: id, or None to delete}),
-so every feature built on the store shares one fold. `refs.json` is a cache of this fold plus
+object id, plus integer counters (turns recorded, turns exported, cycles run). A record changes
+refs through `payload["refs"]` ({name: id, or None to delete}) and counters through
+`payload["counters"]` ({name: delta}), so every feature built on the store shares one fold. `refs.json` is a cache of this fold plus
 the journal position it reflects; it can be deleted at any time.
 """
 
@@ -19,6 +20,7 @@ class State:
     seq: int = 0
     head: str | None = None          # id of the last journal record
     refs: dict = field(default_factory=dict)
+    counters: dict = field(default_factory=dict)
 
     def apply(self, rec: dict) -> "State":
         refs = self.refs
@@ -30,10 +32,22 @@ class State:
                     refs.pop(name, None)
                 else:
                     refs[name] = target
-        return replace(self, seq=rec["seq"], head=rec["id"], refs=refs)
+        counters = self.counters
+        deltas = rec["payload"].get("counters")
+        if deltas:
+            counters = dict(counters)
+            for name, d in deltas.items():
+                if isinstance(d, int) and not isinstance(d, bool):
+                    counters[name] = counters.get(name, 0) + d
+        return replace(self, seq=rec["seq"], head=rec["id"], refs=refs, counters=counters)
+
+    @classmethod
+    def from_json(cls, c: dict) -> "State":
+        return cls(int(c["seq"]), c["head"], dict(c["refs"]), dict(c.get("counters") or {}))
 
     def to_json(self) -> dict:
-        return {"seq": self.seq, "head": self.head, "refs": dict(sorted(self.refs.items()))}
+        return {"seq": self.seq, "head": self.head, "refs": dict(sorted(self.refs.items())),
+                "counters": dict(sorted(self.counters.items()))}
 
 
 def fold(records, start: State | None = None) -> State:

@@ -1,0 +1,214 @@
+"""The learn cycle and generations: record, export, run, gens, diff, rollback, checkout, demo."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ledger.cli import common
+from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, open_store, short
+from ledger.cli.render import VERDICT_STYLE
+
+
+def register(app: typer.Typer) -> None:
+    for name, fn in (("record", record), ("export", export), ("run", run), ("gens", gens), ("diff", diff),
+                     ("rollback", rollback), ("checkout", checkout), ("demo", demo)):
+        app.command(name)(fn)
+
+
+def record(source: Annotated[str, typer.Argument(help="JSONL file of turns, or - for stdin.")],
+           wait: WaitOpt = 0.0, json_: JsonOpt = False):
+    """Append turns (situation, action, outcome, refusal, time) to the experience buffer."""
+    from ledger import experience
+
+    text = sys.stdin.read() if source == "-" else _read(source)
+    turns = experience.parse_turns(text, "stdin" if source == "-" else source)
+    store = open_store()
+    res = experience.record(store, turns, wait=wait)
+    emit(json_, res, lambda: common.console().print(
+        f"recorded turns t{res['first']}–t{res['last']} ({res['count']}); {experience.pending(store)} waiting for a cycle"))
+
+
+def _read(path: str) -> str:
+    from ledger.errors import BadInput
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read {path}: {e}") from None
+
+
+def export(json_: JsonOpt = False):
+    """Export the turns recorded since the last export as a Parquet dataset object."""
+    from ledger import experience
+
+    store = open_store()
+    ex = experience.export(store)
+    emit(json_, ex.to_json(), lambda: common.console().print(
+        f"exported turns t{ex.first}–t{ex.last} as dataset {ex.id}"))
+
+
+def run(
+    force: Annotated[bool, typer.Option("--force", help="Run even if the trigger policy says not yet (recorded).")] = False,
+    min_turns: Annotated[int, typer.Option("--min-turns", help="New turns needed.")] = 150,
+    min_hours: Annotated[float, typer.Option("--min-hours", help="Hours since the last cycle.")] = 4.0,
+    spec: Annotated[Optional[Path], typer.Option("--spec", help="Training spec TOML (default: the built-in tiny one).")] = None,
+    target: Annotated[str, typer.Option("--target", help="Target profile.")] = "cpu",
+    unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Train without Landlock (recorded).")] = False,
+    json_: JsonOpt = False,
+):
+    """One learn cycle: export → compile → train → judge → commit (only on Accept)."""
+    from ledger.cycle import Policy, run_cycle
+    from ledger.errors import Refused
+
+    store = open_store()
+    res = _run_with_progress(store, json_, force=force, policy=Policy(min_turns, min_hours), spec_path=spec,
+                             target=target, unsandboxed=unsandboxed)
+    flush_warnings(store)
+    emit(json_, res.to_json(), lambda: render_cycle(res))
+    if res.outcome == "not-due":
+        raise Refused("no cycle is due: " + "; ".join(res.missing), "record more experience, wait, or pass --force")
+
+
+def _run_with_progress(store, json_: bool, **kw):
+    from ledger.cycle import run_cycle
+
+    if json_ or not common.err_console().is_terminal:
+        def say(stage, msg):
+            if not json_:
+                common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
+        return run_cycle(store, progress=say, **kw)
+    with common.err_console().status("starting…") as status:
+        def say(stage, msg):
+            common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
+            status.update(f"{stage}…")
+        return run_cycle(store, progress=say, **kw)
+
+
+def render_cycle(res) -> None:
+    c = common.console()
+    if res.outcome == "not-due":
+        c.print(f"[yellow]cycle {res.cycle} not due:[/] " + "; ".join(res.missing))
+        return
+    style = VERDICT_STYLE.get(res.verdict or "", "red")
+    c.print(f"cycle {res.cycle}: [{style}]{res.verdict}[/]" + (f"  ({', '.join(res.reasons)})" if res.reasons else ""))
+    if res.score and res.score.get("mean") is not None:
+        s = res.score
+        c.print(f"  score change {s['mean']:+.4f} nats/token on the action span"
+                + (f", wins {s.get('wins')}/{s.get('n')}" if s.get("wins") is not None else "")
+                + (f", p={s['p_better']:.4f}" if s.get("p_better") is not None else ""))
+    if res.outcome == "commit":
+        c.print(f"  [green]committed {res.generation}[/] (HEAD)")
+    else:
+        c.print(f"  refused; HEAD stays {res.generation}")
+    total = sum(v["s"] for v in res.stages.values())
+    c.print("  stages: " + ", ".join(f"{k} {v['s']:.1f}s" + (" (reused)" if v.get("reused") else "") for k, v in res.stages.items())
+            + f"; total {total:.1f}s")
+
+
+def gens(json_: JsonOpt = False):
+    """Generations, with the verdict and score that admitted each; HEAD marked."""
+    from ledger.lineage import generation_rows
+
+    store = open_store()
+    rows = generation_rows(store)
+    def render():
+        from rich.table import Table
+
+        t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", "note", box=None, header_style="bold")
+        for r in rows:
+            style = VERDICT_STYLE.get(r["verdict"] or "", "")
+            delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
+            t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
+                      r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
+                      delta, r["note"])
+        common.console().print(t)
+    emit(json_, rows, render)
+
+
+def diff(a: Annotated[str, typer.Argument(help="gen-N, receipt or plan")],
+         b: Annotated[str, typer.Argument(help="gen-N, receipt or plan")], json_: JsonOpt = False):
+    """What changed between two generations, receipts or plans, field by field."""
+    from ledger.diff import diff as run_diff
+
+    store = open_store()
+    d = run_diff(store, a, b)
+    emit(json_, d, lambda: render_diff(d))
+
+
+def render_diff(d: dict) -> None:
+    from rich.table import Table
+
+    c = common.console()
+    an, bn = d["a"].get("name", d["a"]["ref"]), d["b"].get("name", d["b"]["ref"])
+    def table(title, rows):
+        t = Table("field", an, bn, title=title, box=None, header_style="bold", title_justify="left")
+        for r in rows:
+            t.add_row(r["field"], _fmt(r["a"]), _fmt(r["b"]))
+        c.print(t)
+    table(f"{d['kind']} {an} → {bn}", d["fields"])
+    if d.get("receipt"):
+        table("receipts", d["receipt"])
+    if d.get("verdicts"):
+        t = Table("", "verdict", "Δ score", "p", "wins", title="verdicts", box=None, title_justify="left", header_style="bold")
+        for side in ("a", "b"):
+            v = d["verdicts"][side]
+            if v:
+                t.add_row(an if side == "a" else bn, v["verdict"] or "-", _fmt(v["mean_delta"]), _fmt(v["p_value"]),
+                          f"{v['wins']}/{v['n']}" if v["wins"] is not None else "-")
+            else:
+                t.add_row(an if side == "a" else bn, "-", "-", "-", "-")
+        c.print(t)
+    if d.get("adapter"):
+        t = Table("module", f"|ΔW| {an}", f"|ΔW| {bn}", "|change|", title="adapter weight change per module",
+                  box=None, title_justify="left", header_style="bold")
+        for r in d["adapter"]:
+            t.add_row(r["module"], f"{r['norm_a']:.4f}", f"{r['norm_b']:.4f}", f"{r['change']:.4f}")
+        c.print(t)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, str) and v.startswith("b3:"):
+        return short(v, 12)
+    if isinstance(v, dict) and "n" in v and "last" in v:
+        return f"{v['n']} values, last {v['last']:.4g}"
+    return str(v)
+
+
+def rollback(target: Annotated[Optional[str], typer.Argument(help="gen-N to move HEAD to (default: HEAD's parent).")] = None,
+             undo: Annotated[bool, typer.Option("--undo", help="Undo the last rollback.")] = False,
+             reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")] = "",
+             wait: WaitOpt = 0.0, json_: JsonOpt = False):
+    """Move HEAD with one journal record; nothing is deleted, and a rollback can be rolled back."""
+    from ledger import generations
+
+    store = open_store()
+    res = generations.rollback(store, target, undo=undo, reason=reason, wait=wait)
+    emit(json_, res, lambda: common.console().print(f"HEAD: {res['from']} → [bold]{res['to']}[/]"))
+
+
+def checkout(ref: Annotated[str, typer.Argument(help="gen-N or HEAD")],
+             directory: Annotated[Path, typer.Argument(help="New folder to write.")],
+             no_base: Annotated[bool, typer.Option("--no-base", help="Only the adapter.")] = False,
+             json_: JsonOpt = False):
+    """Write a folder that peft.PeftModel.from_pretrained loads as is (and the base under base/)."""
+    from ledger import generations
+
+    store = open_store()
+    res = generations.checkout(store, ref, directory, with_base=not no_base)
+    emit(json_, res, lambda: common.console().print(
+        f"checked out {res['generation']} into {res['dir']}: " + (", ".join(res["files"]) or "no adapter (base only)")))
+
+
+def demo(directory: Annotated[Optional[Path], typer.Option("--dir", help="Where to build the demo store (default: ./ledger-demo).")] = None,
+         json_: JsonOpt = False):
+    """The whole story on a built-in tiny model: seal, record, learn, refuse, diff, roll back, verify."""
+    from ledger.demo.story import run_demo
+
+    res = run_demo(directory or Path("ledger-demo"), console=None if json_ else common.console())
+    emit(json_, res)

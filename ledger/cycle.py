@@ -1,0 +1,231 @@
+"""The learn cycle: export → compile → train → judge → commit, each stage its own transaction.
+
+`run_cycle` is resumable by content, not by a progress file: every stage looks in the journal
+for the record its inputs would have produced and reuses it (compile is deterministic, a
+`train` record names its plan, a `judge` record names its candidate and suite). So a SIGKILL
+anywhere leaves either the old HEAD or the new one, and the next `ledger run` carries on from
+the last committed stage. Only Accept commits a generation; every other outcome is a
+`refusal` record with its reasons, and a cycle ends with exactly one of the two.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from ledger import experience, generations
+from ledger.errors import BadInput, Refused
+
+ENDS = ("commit", "refusal")
+DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model and LoRA settings
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When a cycle may run (DESIGN.md defaults from the original system)."""
+    min_turns: int = 150
+    min_hours: float = 4.0
+
+    def to_json(self) -> dict:
+        return {"min_turns": self.min_turns, "min_hours": self.min_hours}
+
+
+@dataclass
+class CycleResult:
+    cycle: int
+    outcome: str = ""                  # "commit" | "refusal" | "not-due"
+    verdict: str | None = None
+    reasons: list = field(default_factory=list)
+    generation: str | None = None
+    stages: dict = field(default_factory=dict)     # stage -> {"s": seconds, "reused": bool, ...}
+    export: dict | None = None
+    receipt: str | None = None
+    verdict_id: str | None = None
+    score: dict | None = None
+    missing: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _seconds_since(iso: str) -> float:
+    t = time.mktime(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    return time.time() - t
+
+
+def last_cycle_end(store) -> dict | None:
+    return next((r for r in reversed(store.journal.records()) if r["kind"] in ENDS and "cycle" in r["payload"]), None)
+
+
+def due(store, policy: Policy) -> list[str]:
+    """What is missing before a cycle may run (empty list: it may)."""
+    missing = []
+    n = experience.pending(store)
+    if n < policy.min_turns:
+        missing.append(f"{n} new turns recorded, {policy.min_turns} needed")
+    last = last_cycle_end(store)
+    if last is not None:
+        hours = _seconds_since(last["time"]) / 3600
+        if hours < policy.min_hours:
+            missing.append(f"{hours:.1f} h since the last cycle, {policy.min_hours:g} h needed")
+    return missing
+
+
+def open_cycle(store) -> dict | None:
+    """The export record of a cycle that has started but not ended, if any."""
+    ended = set()
+    for r in reversed(store.journal.records()):
+        c = r["payload"].get("cycle")
+        if c is None:
+            continue
+        if r["kind"] in ENDS:
+            ended.add(c)
+        elif r["kind"] == "export" and c not in ended:
+            return r
+        elif r["kind"] == "export":
+            return None
+    return None
+
+
+def load_spec(path: str | Path | None):
+    from ledger.runners import spec as speclib
+
+    if path is None:
+        text = resources.files("ledger.demo").joinpath(DEFAULT_SPEC).read_text()
+        return speclib.parse(text)
+    return speclib.load(path)
+
+
+def ensure_genesis(store, spec) -> generations.Generation:
+    """gen-0: the base model with no adapter — the first incumbent."""
+    g = generations.head(store)
+    if g is not None:
+        return g
+    from ledger.runners import model as modellib
+
+    with store.transaction("genesis") as tx:
+        base = modellib.ensure_builtin(tx, store, spec.config["model"]) if spec.get("model.base").startswith("builtin:") \
+            else store.resolve(spec.get("model.base"))
+        tx.inputs.append(base)
+        g = generations.new_generation(tx, store, base=base, note="genesis: the base model, no adapter")
+    return g
+
+
+def _find(store, kind: str, pred):
+    return next((r for r in reversed(store.journal.records()) if r["kind"] == kind and pred(r["payload"])), None)
+
+
+def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
+              unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
+    """One learn cycle (or the rest of an interrupted one)."""
+    from ledger.runners import compile as comp
+    from ledger.runners import targets as targetlib
+    from ledger.runners import train as trainlib
+
+    say = progress or (lambda stage, msg: None)
+    spec = load_spec(spec_path)
+    ensure_genesis(store, spec)
+    pending_export = open_cycle(store)
+    if pending_export is None:
+        missing = due(store, policy)
+        if missing and not force:
+            return CycleResult(cycle=store.state.counters.get("cycles", 0) + 1, outcome="not-due", missing=missing)
+        cycle = store.state.counters.get("cycles", 0) + 1
+        t0 = time.perf_counter()
+        say("export", f"cycle {cycle}: exporting {experience.pending(store)} new turns")
+        ex = experience.export(store, cycle=cycle, forced=force and bool(missing), policy=policy.to_json(),
+                               missing=missing)
+        res = CycleResult(cycle=cycle, export=ex.to_json())
+        res.stages["export"] = {"s": time.perf_counter() - t0, "reused": False}
+    else:
+        p = pending_export["payload"]
+        cycle = p["cycle"]
+        res = CycleResult(cycle=cycle, export={"dataset": p["dataset"], "first": p["first"], "last": p["last"],
+                                               "count": p["last"] - p["first"] + 1, "seq": pending_export["seq"]})
+        res.stages["export"] = {"s": 0.0, "reused": True}
+        say("export", f"cycle {cycle}: resuming (turns {p['first']}–{p['last']} already exported)")
+    dataset = res.export["dataset"]
+    incumbent = generations.head(store)
+
+    # compile: same inputs give the same plan id, so recompiling is the resume path too
+    t0 = time.perf_counter()
+    overrides = {"data.dataset": dataset, "model.base": incumbent.base}
+    if incumbent.adapter:
+        overrides["lora.init_adapter"] = incumbent.adapter
+    cspec = spec.with_overrides(overrides)
+    cres = comp.compile_spec(store, cspec, targetlib.get(target))
+    plan = cres.plan
+    res.stages["compile"] = {"s": time.perf_counter() - t0, "reused": not cres.new, "plan": plan.id}
+    say("compile", f"plan {plan.id[:15]}: {plan.body.get('params', {}).get('trainable', '?')} trainable parameters")
+
+    # train
+    t0 = time.perf_counter()
+    done = _find(store, "train", lambda p: p.get("plan") == plan.id)
+    if done is not None:
+        rid = done["payload"]["receipt"]
+        receipt = store.get_json(rid)
+        res.stages["train"] = {"s": 0.0, "reused": True}
+    else:
+        ckpt = _find(store, "checkpoint", lambda p: p.get("plan") == plan.id)
+        resume = ckpt["payload"].get("checkpoint") if ckpt else None
+        say("train", f"training{' (resuming from a checkpoint)' if resume else ''}")
+        tr = trainlib.train(store, plan.id, resume=resume, unsandboxed=unsandboxed, progress=train_progress)
+        rid, receipt = tr.receipt_id, tr.receipt
+        res.stages["train"] = {"s": time.perf_counter() - t0, "reused": False}
+    res.receipt = rid
+    if not receipt.get("adapter") or receipt.get("rung") not in ("Learned", "Ran"):
+        return _refuse(store, res, "TrainingFailed", [f"training stopped at rung {receipt.get('rung')}: "
+                                                    f"{receipt.get('stopped') or 'no adapter'}"], inputs=[rid])
+
+    # judge
+    t0 = time.perf_counter()
+    from ledger.runners import judge as judgelib
+
+    suite = store.state.refs.get("suite")
+    if suite is None:
+        raise Refused("no suite is sealed, so nothing can judge the candidate", "seal one first: `ledger seal SUITE_DIR`")
+    prev = _find(store, "judge", lambda p: p.get("candidate") == receipt["adapter"] and p.get("suite_ref") == suite
+                 and p.get("incumbent") == (incumbent.adapter or incumbent.id))
+    if prev is not None:
+        vid = prev["payload"]["verdict"]
+        res.stages["judge"] = {"s": 0.0, "reused": True}
+    else:
+        say("judge", "scoring incumbent and candidate on the sealed suite")
+        _, vid, _ = judgelib.judge(store, receipt["adapter"], against="HEAD", export_dataset=dataset)
+        res.stages["judge"] = {"s": time.perf_counter() - t0, "reused": False}
+    verdict = store.get_json(vid)
+    res.verdict_id, res.verdict = vid, verdict.get("verdict")
+    res.reasons = list(verdict.get("reasons") or [])
+    res.score = _score(verdict)
+    if res.verdict != "Accept":
+        return _refuse(store, res, res.verdict, res.reasons, inputs=[rid, vid])
+
+    # commit
+    t0 = time.perf_counter()
+    with store.transaction("commit") as tx:
+        g = generations.new_generation(tx, store, adapter=receipt["adapter"], receipt=rid, verdict=vid,
+                                       note=f"cycle {cycle}: Accept")
+        tx.inputs.extend([rid, vid])
+        tx.payload.update({"cycle": cycle, "verdict_name": "Accept", "counters": {"cycles": 1}})
+    res.stages["commit"] = {"s": time.perf_counter() - t0, "reused": False}
+    res.outcome, res.generation = "commit", g.name
+    return res
+
+
+def _score(verdict: dict) -> dict:
+    st = verdict.get("statistics") or {}
+    return {k: st.get(k) for k in ("mean", "sd", "p_better", "wins", "n", "eta") if k in st}
+
+
+def _refuse(store, res: CycleResult, verdict: str, reasons: list, inputs: list) -> CycleResult:
+    t0 = time.perf_counter()
+    with store.transaction("refusal") as tx:
+        tx.inputs.extend(inputs)
+        tx.payload.update({"cycle": res.cycle, "verdict_name": verdict, "reasons": reasons,
+                           "receipt": res.receipt, "verdict": res.verdict_id, "counters": {"cycles": 1}})
+    res.stages["refusal"] = {"s": time.perf_counter() - t0, "reused": False}
+    res.outcome, res.verdict, res.reasons = "refusal", verdict, reasons
+    res.generation = generations.head(store).name
+    return res

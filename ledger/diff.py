@@ -1,0 +1,128 @@
+"""`ledger diff A B`: what changed between two generations, receipts or plans, field by field.
+
+Everything is compared as data: the two objects are flattened to dotted paths and every
+leaf that differs is reported. On top of that, generations bring in their receipts (every
+identity, data range and library version), their verdicts (scores) and the per-module
+weight change of their adapters (Frobenius norms of the LoRA deltas, computed with numpy
+from the safetensors files; no torch).
+"""
+
+from __future__ import annotations
+
+from ledger.errors import BadInput
+
+LONG_LIST = 8  # lists longer than this (e.g. per-step losses) are summarised, not listed
+
+
+def flatten(obj, prefix: str = "", out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    if isinstance(obj, dict):
+        for k in sorted(obj):
+            flatten(obj[k], f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, list) and len(obj) > LONG_LIST and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
+        out[prefix] = {"n": len(obj), "first": obj[0], "last": obj[-1], "min": min(obj), "max": max(obj)}
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            flatten(v, f"{prefix}[{i}]", out)
+        if not obj:
+            out[prefix] = []
+    else:
+        out[prefix] = obj
+    return out
+
+
+def field_changes(a, b, skip: tuple = ()) -> list[dict]:
+    fa, fb = flatten(a), flatten(b)
+    changes = []
+    for k in sorted(set(fa) | set(fb)):
+        if any(k == s or k.startswith(s + ".") for s in skip):
+            continue
+        va, vb = fa.get(k, "∅"), fb.get(k, "∅")
+        if va != vb:
+            changes.append({"field": k, "a": va, "b": vb})
+    return changes
+
+
+def _kind(obj) -> str:
+    return obj.get("kind", "") if isinstance(obj, dict) else ""
+
+
+def adapter_norms(store, a_tree: str | None, b_tree: str | None) -> list[dict]:
+    """Per LoRA module: ||ΔW_a||, ||ΔW_b|| and ||ΔW_b − ΔW_a|| (ΔW = alpha/r · B·A)."""
+    deltas = [_deltas(store, t) if t else {} for t in (a_tree, b_tree)]
+    rows = []
+    import numpy as np
+
+    for m in sorted(set(deltas[0]) | set(deltas[1])):
+        da, db = deltas[0].get(m), deltas[1].get(m)
+        na = float(np.linalg.norm(da)) if da is not None else 0.0
+        nb = float(np.linalg.norm(db)) if db is not None else 0.0
+        if da is not None and db is not None:
+            change = float(np.linalg.norm(db - da))
+        else:
+            change = nb if db is not None else na
+        rows.append({"module": m, "norm_a": round(na, 6), "norm_b": round(nb, 6), "change": round(change, 6)})
+    return rows
+
+
+def _deltas(store, tree: str) -> dict:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    files = {e["path"]: e["id"] for e in store.get_json(tree)["entries"]}
+    if "adapter_model.safetensors" not in files:
+        raise BadInput(f"{tree} is not an adapter tree")
+    cfg = json.loads(store.get_bytes(files["adapter_config.json"]))
+    scale = float(cfg.get("lora_alpha", 1)) / float(cfg.get("r", 1))
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "a.safetensors"
+        store.export_file(files["adapter_model.safetensors"], p)
+        t = load_file(str(p))
+    out = {}
+    for k, A in t.items():
+        if ".lora_A." not in k:
+            continue
+        Bk = k.replace(".lora_A.", ".lora_B.")
+        if Bk in t:
+            name = k.split(".lora_A.")[0].removeprefix("base_model.model.")
+            out[name] = scale * (t[Bk].astype(np.float64) @ A.astype(np.float64))
+    return out
+
+
+def _load(store, ref: str):
+    oid = store.resolve(ref)
+    return oid, store.get_json(oid)
+
+
+def diff(store, a_ref: str, b_ref: str) -> dict:
+    ida, a = _load(store, a_ref)
+    idb, b = _load(store, b_ref)
+    ka, kb = _kind(a), _kind(b)
+    if ka != kb:
+        raise BadInput(f"cannot diff a {ka or 'blob'} with a {kb or 'blob'}", "diff two generations, two receipts or two plans")
+    if ka not in ("generation", "receipt", "plan"):
+        raise BadInput(f"diff compares generations, receipts or plans, not {ka or 'blobs'}")
+    out = {"kind": ka, "a": {"ref": a_ref, "id": ida}, "b": {"ref": b_ref, "id": idb}, "fields": field_changes(a, b)}
+    if ka == "generation":
+        out["a"]["name"], out["b"]["name"] = f"gen-{a['n']}", f"gen-{b['n']}"
+        if a.get("receipt") and b.get("receipt"):
+            out["receipt"] = field_changes(store.get_json(a["receipt"]), store.get_json(b["receipt"]))
+        out["verdicts"] = {side: _verdict_summary(store, g.get("verdict")) for side, g in (("a", a), ("b", b))}
+        if a.get("adapter") or b.get("adapter"):
+            out["adapter"] = adapter_norms(store, a.get("adapter"), b.get("adapter"))
+    elif ka == "receipt" and a.get("adapter") and b.get("adapter"):
+        out["adapter"] = adapter_norms(store, a["adapter"], b["adapter"])
+    return out
+
+
+def _verdict_summary(store, vid: str | None) -> dict | None:
+    if not vid:
+        return None
+    v = store.get_json(vid)
+    st = v.get("statistics") or {}
+    return {"id": vid, "verdict": v.get("verdict"), "reasons": v.get("reasons"), "mean_delta": st.get("mean"),
+            "p_value": st.get("p_value", st.get("p_better")), "wins": st.get("wins"), "n": st.get("n")}

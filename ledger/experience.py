@@ -1,0 +1,120 @@
+"""Experience: the turns the image records, and the export that turns new ones into a dataset.
+
+A turn is (situation, action verbatim, outcome as ground truth, refusal flag, time). A batch
+of turns is one object and one `record` transaction, so a bad batch records nothing. Turns
+are numbered globally in recording order (counter `turns`); `export` takes the turns after
+the cursor (counter `exported`) into a Parquet dataset object, so each turn is trained on
+once: a refused cycle does not hand the same turns to the same policy again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ledger.errors import BadInput, Refused
+from ledger.store.journal import now
+
+FIELDS = {"situation": str, "action": str, "outcome": (str, type(None)), "refusal": bool, "time": str,
+          "generation": (str, type(None)), "latency_ms": (int, float, type(None))}
+REQUIRED = ("situation", "action")
+MAX_TEXT = 1 << 16
+
+
+def parse_turns(text: str, source: str = "input") -> list[dict]:
+    """Validate JSONL rows; any bad row fails the whole batch, naming its line."""
+    turns = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source} line {lineno}"
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise BadInput(f"{where}: not JSON ({e.msg})", "each line must be one JSON object") from None
+        if not isinstance(row, dict):
+            raise BadInput(f"{where}: expected a JSON object", "each line must be one JSON object")
+        unknown = set(row) - set(FIELDS)
+        if unknown:
+            raise BadInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}",
+                           f"fields are {', '.join(FIELDS)}")
+        for f in REQUIRED:
+            if not isinstance(row.get(f), str) or not row[f].strip():
+                raise BadInput(f"{where}: field {f!r} must be a non-empty string")
+        for f, typ in FIELDS.items():
+            if f in row and not isinstance(row[f], typ) or (f == "latency_ms" and isinstance(row.get(f), bool)):
+                raise BadInput(f"{where}: field {f!r} has the wrong type")
+            if isinstance(row.get(f), str) and len(row[f]) > MAX_TEXT:
+                raise BadInput(f"{where}: field {f!r} is longer than {MAX_TEXT} characters")
+        turns.append({"situation": row["situation"], "action": row["action"], "outcome": row.get("outcome"),
+                      "refusal": bool(row.get("refusal", False)), "time": row.get("time") or now(),
+                      "generation": row.get("generation"), "latency_ms": row.get("latency_ms")})
+    if not turns:
+        raise BadInput(f"{source}: no turns", "give JSONL rows with situation and action")
+    return turns
+
+
+def record(store, turns: list[dict], actor: str | None = None, wait: float | None = None) -> dict:
+    """Append a batch of validated turns as one transaction."""
+    with store.transaction("record", actor=actor, wait=wait) as tx:
+        first = store.state.counters.get("turns", 0) + 1
+        batch = [dict(t, id=f"t{first + i}") for i, t in enumerate(turns)]
+        oid = tx.put_json({"kind": "turns", "first": first, "turns": batch})
+        tx.outputs.append(oid)
+        tx.payload.update({"turns": oid, "first": first, "count": len(batch), "counters": {"turns": len(batch)}})
+    return {"turns": oid, "first": first, "last": first + len(batch) - 1, "count": len(batch), "seq": tx.record["seq"]}
+
+
+def pending(store) -> int:
+    c = store.state.counters
+    return c.get("turns", 0) - c.get("exported", 0)
+
+
+def turns_between(store, first: int, last: int) -> list[dict]:
+    """Turns numbered first..last inclusive, read from the record batches (journal order)."""
+    out = []
+    for r in store.journal.records():
+        p = r["payload"]
+        if r["kind"] != "record" or "turns" not in p:
+            continue
+        lo, n = p["first"], p["count"]
+        if lo + n - 1 < first or lo > last:
+            continue
+        batch = store.get_json(p["turns"])["turns"]
+        out.extend(t for t in batch if first <= int(t["id"][1:]) <= last)
+    return out
+
+
+@dataclass(frozen=True)
+class Export:
+    id: str           # dataset object
+    first: int
+    last: int
+    seq: int
+
+    def to_json(self) -> dict:
+        return {"dataset": self.id, "first": self.first, "last": self.last, "count": self.last - self.first + 1, "seq": self.seq}
+
+
+def export(store, cycle: int | None = None, wait: float | None = None, **note) -> Export:
+    """Turn the turns after the cursor into a Parquet dataset object; advance the cursor."""
+    import pyarrow as pa
+
+    from ledger.runners.dataset import parquet_bytes
+
+    with store.transaction("export", wait=wait) as tx:
+        c = store.state.counters
+        first, last = c.get("exported", 0) + 1, c.get("turns", 0)
+        if last < first:
+            raise Refused("no new turns to export", "record experience first (`ledger record FILE`)")
+        rows = turns_between(store, first, last)
+        table = pa.table({"situation": [t["situation"] for t in rows], "action": [t["action"] for t in rows],
+                          "outcome": [t.get("outcome") or "" for t in rows], "refusal": [bool(t["refusal"]) for t in rows],
+                          "turn": [t["id"] for t in rows]})
+        oid = tx.put_bytes(parquet_bytes(table), "dataset")
+        tx.outputs.append(oid)
+        tx.payload.update({"dataset": oid, "first": first, "last": last, "counters": {"exported": last - first + 1}})
+        if cycle is not None:
+            tx.payload["cycle"] = cycle
+        tx.payload.update({k: v for k, v in note.items() if v})
+    return Export(oid, first, last, tx.record["seq"])
