@@ -137,3 +137,21 @@ def test_handle_parse(text, handle):
 def test_handle_parse_rejects(text):
     with pytest.raises(BadInput):
         Handle.parse(text)
+
+
+def test_the_guest_sees_a_narrowed_folder_under_its_own_path(notes, tmp_path):
+    """fd 3's preopen name is the granted path, which is what wasi-libc matches paths against."""
+    wat = '''(module (import "wasi_snapshot_preview1" "fd_prestat_dir_name" (func $n (param i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "name") (result i64) (drop (call $n (i32.const 3) (i32.const 0) (i32.const 8))) (i64.load (i32.const 0))))'''
+    src, man = write_cap(tmp_path, "seer", wat, {"name": ([], ["i64"])},
+                         [{"name": "nothing preopened", "export": "name", "args": [], "expect": [0]}],
+                         handles=[{"kind": "dir", "path": "data", "mode": "ro"}])
+    admission.admit(notes, src, man)
+
+    def seen():
+        v = registry.call(notes, "seer", "name", []).values[0]
+        return (v & (2 ** 64 - 1)).to_bytes(8, "little").rstrip(b"\0")
+    assert seen() == b"data"
+    grants.grant(notes, "seer", [D("data/sub")])
+    assert seen() == b"data/sub"

@@ -401,3 +401,30 @@ def test_every_abuse_error_is_a_ledger_error(live, tmp_path):
         else:
             raise AssertionError(f"sweep case {i} was admitted")
     host_ok(live)
+
+
+def test_gc_proposal_is_not_available(live, tmp_path):
+    """GC objects would live outside the limited linear memory: the engine refuses them."""
+    wat = '''(module (type $a (array (mut i8)))
+      (func (export "f") (result i32) (drop (array.new_default $a (i32.const 1000000))) (i32.const 1)))'''
+    before = store_snapshot(live)
+    src, man = write_cap(tmp_path, "gc", wat, {"f": ([], ["i32"])}, [{"name": "f", "export": "f", "args": [], "expect": [1]}])
+    with pytest.raises(LedgerError) as ei:
+        admission.admit(live, src, man)
+    assert ei.value.exit_code == 2 and "not a valid wasm module" in ei.value.message
+    assert store_snapshot(live) == before
+    host_ok(live)
+
+
+def test_reactor_initializer_runs_first_and_must_be_nullary(live, tmp_path):
+    wat = '''(module (global $g (mut i32) (i32.const 0))
+      (func (export "_initialize") (global.set $g (i32.const 41)))
+      (func (export "get") (result i32) (i32.add (global.get $g) (i32.const 1))))'''
+    a = admitted(live, tmp_path, "reactor", wat, {"get": ([], ["i32"])},
+                 [{"name": "initialised", "export": "get", "args": [], "expect": [42]}])
+    assert a.outcomes[0].ok
+    bad = wat.replace('(func (export "_initialize") (global.set $g (i32.const 41)))',
+                      '(func (export "_initialize") (param i32))')
+    e = refused(live, tmp_path, "reactor2", bad, {"get": ([], ["i32"])},
+                [{"name": "initialised", "export": "get", "args": [], "expect": [1]}])
+    assert "_initialize" in e.message
