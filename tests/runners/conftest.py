@@ -17,6 +17,11 @@ checkpoint_every = 4
 
 
 @pytest.fixture(scope="session")
+def tiny_text():
+    return TINY
+
+
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     from ledger.runners import compile as comp
     from ledger.runners import spec, targets
