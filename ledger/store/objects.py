@@ -7,6 +7,7 @@ never rewritten. Every read re-checks the hash (BLAKE3 is cheap), so nothing cor
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -164,35 +165,31 @@ class ObjectStore:
             raise
 
     def put_file(self, src: Path, progress=None) -> tuple[str, int, bool]:
-        """Copy a file into the store, hashing while copying. Memory stays at two chunks.
+        """Copy a file into the store, hashing while copying. Memory stays at one chunk.
 
-        Hashing (multi-threaded, GIL released) runs on a worker thread while the main thread
-        writes the same chunk to tmp/, so the wall time is bounded by the disk, not the hash.
+        The copy is done by the kernel (copy_file_range, as `cp` does), so its cost is the
+        disk's; a worker thread meanwhile reads the same bytes from the page cache into the
+        multi-threaded BLAKE3 hasher (GIL released). A file that changes during the copy is
+        refused, so the stored bytes are the hashed bytes.
         """
         src = Path(src)
         st0 = os.stat(src)
         tmp = fsio.tmp_path(self.tmp)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        bufs = [bytearray(CHUNK), bytearray(CHUNK)]
+
+        def hash_source():
+            buf = bytearray(CHUNK)
+            with open(src, "rb", buffering=0) as f:
+                while n := f.readinto(buf):
+                    h.update(memoryview(buf)[:n])
+
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                with open(src, "rb", buffering=0) as fi, ThreadPoolExecutor(1) as pool:
-                    pending = None
-                    i = 0
-                    while True:
-                        buf = bufs[i & 1]
-                        n = fi.readinto(buf)
-                        if pending is not None:
-                            pending.result()  # previous chunk hashed; its buffer is free again
-                        if not n:
-                            break
-                        view = memoryview(buf)[:n]
-                        pending = pool.submit(h.update, view)
-                        fsio.write_all(fd, view, "copying a file into the store")
-                        if progress:
-                            progress(n)
-                        i += 1
+                with ThreadPoolExecutor(1) as pool:
+                    hashed = pool.submit(hash_source)
+                    self._copy(src, fd, st0.st_size, progress)
+                    hashed.result()
                 faults.point("object.before-fsync")
                 os.fsync(fd)
             finally:
@@ -208,6 +205,34 @@ class ObjectStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    @staticmethod
+    def _copy(src: Path, fd_out: int, size: int, progress) -> None:
+        step = 64 << 20
+        with open(src, "rb", buffering=0) as fi:
+            fd_in = fi.fileno()
+            done = 0
+            kernel = True
+            while done < size:
+                faults.io_check("copying a file into the store")
+                if kernel:
+                    try:
+                        n = os.copy_file_range(fd_in, fd_out, min(step, size - done))
+                    except OSError as e:
+                        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or done:
+                            raise
+                        kernel = False  # this filesystem pair can't copy in-kernel: plain reads and writes
+                        continue
+                else:
+                    data = os.pread(fd_in, min(CHUNK, size - done), done)
+                    n = len(data)
+                    if n:
+                        fsio.write_all(fd_out, data, "copying a file into the store")
+                if n == 0:
+                    break  # the file shrank: caught by the size check after the copy
+                done += n
+                if progress:
+                    progress(n)
 
     def remove(self, oid: str) -> None:
         p = self.path(oid)
