@@ -134,3 +134,12 @@ def test_arbitrary_handle_text_raises_only_typed_errors(s):
     except LedgerError:
         return
     assert Handle.parse(str(h)) == h
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30), st.sampled_from(["i32", "i64", "f32", "f64"]))
+def test_arbitrary_call_arguments_raise_only_typed_errors(text, ty):
+    try:
+        manifest.parse_arg(text, ty, "arg")
+    except LedgerError as e:
+        assert e.exit_code == 2

@@ -428,3 +428,33 @@ def test_reactor_initializer_runs_first_and_must_be_nullary(live, tmp_path):
     e = refused(live, tmp_path, "reactor2", bad, {"get": ([], ["i32"])},
                 [{"name": "initialised", "export": "get", "args": [], "expect": [1]}])
     assert "_initialize" in e.message
+
+
+def test_a_spinning_call_does_not_stall_the_host(live, tmp_path):
+    """wasm runs without the GIL: while one thread's guest spins to its deadline, the host
+    keeps serving other calls, and the spinning one still ends on time with a typed error."""
+    import threading
+
+    admitted(live, tmp_path, "loop", SPIN_N, {"spin": (["i64"], ["i64"])},
+             [{"name": "zero", "export": "spin", "args": [0], "expect": [0]}])
+    box = {}
+
+    def spin():
+        t0 = time.perf_counter()
+        try:
+            registry.call(live, "loop", "spin", [str(1 << 62)], fuel=100_000_000_000, time_ms=400)
+        except CapabilityTrapped as e:
+            box["trap"] = e.details["trap"]
+        box["elapsed"] = time.perf_counter() - t0
+
+    th = threading.Thread(target=spin)
+    th.start()
+    time.sleep(0.05)
+    served = 0
+    t0 = time.perf_counter()
+    while th.is_alive() and time.perf_counter() - t0 < 5:
+        host_ok(live)
+        served += 1
+    th.join(5)
+    assert box["trap"] == "INTERRUPT" and 0.35 < box["elapsed"] < 2.0
+    assert served >= 10, served
