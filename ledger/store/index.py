@@ -68,10 +68,13 @@ def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
                             len(losses), losses[-1] if losses else None, (r.get("timings") or {}).get("tokens_per_s"))]
         out["metrics"] = [(p["receipt"], i + 1, "loss", float(v)) for i, v in enumerate(losses)]
     if rec["kind"] == "judge" and p.get("verdict"):
+        # Keys of ledger.verdicts.Verdict.to_json(): reason codes, the pinned suite hash, and the
+        # scored set's mean delta and one-sided p (candidate better); None when decided unscored.
         v = get_json(p["verdict"])
-        st = v.get("statistics") or {}
-        out["verdicts"] = [(p["verdict"], rec["seq"], v.get("verdict"), v.get("reasons") or [], v.get("candidate"),
-                            v.get("incumbent"), v.get("suite_hash_pinned"), st.get("mean"), st.get("p_value"))]
+        st = (v.get("statistics") or {}).get("scored") or {}
+        out["verdicts"] = [(p["verdict"], rec["seq"], v.get("verdict"), list(v.get("reason_codes") or []),
+                            v.get("candidate"), v.get("incumbent"), (v.get("suite") or {}).get("pinned_hash"),
+                            st.get("mean"), st.get("p_better"))]
     if rec["kind"] == "record" and p.get("turns"):
         batch = get_json(p["turns"])
         first = int(p.get("first", 1))

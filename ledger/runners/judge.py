@@ -1,0 +1,275 @@
+"""`ledger judge`: score a candidate against the incumbent on the pinned suite, and decide.
+
+One gate run, in this order (GATE.md; the decision itself is `ledger.verdicts.decide`, pure):
+
+  1. the suite hash is recomputed from the sealed copy on disk, the scorer version, and the
+     tokenizer and base of the models being judged; if it differs from the pin the verdict is
+     SuiteChanged and NOTHING is scored (the scorer is never called);
+  2. the suite's run budget (B = budget_multiplier x |S| runs per suite hash, counted from the
+     journal's `judge` records) is checked; a spent budget is a refusal (exit 3), not a verdict;
+  3. the candidate's training export -- the dataset named by its receipt (for DPO: the pairs,
+     and the SFT adapter's dataset), or the one the caller names -- is checked for the canary
+     string and for 13-grams shared with S u K; contamination is decided before scoring;
+  4. both models are scored in one run (`ledger.runners.score`), and the incumbent's fresh
+     losses are compared with the ones recorded when it was last judged on this suite;
+  5. `decide` applies the rules; the verdict object, a separate learner-view object, and the
+     record are written in ONE `judge` transaction.
+
+Runs decided before scoring (1 and 3) do not count against the budget: they revealed nothing.
+The verdict object is the full record (per-document losses under its `sealed` key); the
+learner view ({"verdict", "best_score"} rounded to eta) is the only part the training side is
+ever meant to read, so it is its own small object named in the record's payload.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ledger.errors import BadInput
+from ledger.runners import score as scorelib
+from ledger.runners import seal as seallib
+from ledger.verdicts import (GateInputs, GateSettings, Scores, Verdict, check_budget, check_contamination,
+                             decide)
+
+JUDGE_KIND = "judge"
+VERDICT_KIND = "verdict"
+LEARNER_VIEW_KIND = "learner-view"
+
+
+class JudgeOutcome(NamedTuple):
+    verdict: Verdict
+    verdict_id: str
+    record: dict
+
+
+# --- the models --------------------------------------------------------------------------------------
+def resolve_pair(store, candidate_ref: str, against: str | None) -> tuple[scorelib.ModelRef, scorelib.ModelRef]:
+    """(candidate, incumbent). Without `against` the incumbent is HEAD, or, when nothing has been
+    committed yet, the candidate's bare base."""
+    cand = scorelib.resolve_model(store, candidate_ref)
+    if against is None:
+        if "HEAD" in store.state.refs:
+            inc = scorelib.resolve_model(store, "HEAD")
+        else:
+            inc = scorelib.ModelRef(base=cand.base, adapter=None, ref="(bare base: no HEAD yet)",
+                                    tokenizer=cand.tokenizer)
+    else:
+        inc = scorelib.resolve_model(store, against)
+    if inc.base != cand.base:
+        raise BadInput(f"candidate and incumbent have different bases ({cand.base[:15]}… vs {inc.base[:15]}…)",
+                       "the gate compares models of one base; pass --against a generation of the same base")
+    return cand, inc
+
+
+# --- the journal: budget, receipts, recorded scores ---------------------------------------------------
+def _records_newest_first(store, kinds: tuple[str, ...]) -> Iterator[dict]:
+    recs = [r for r in store.journal.records() if r["kind"] in kinds]
+    return reversed(recs)
+
+
+def runs_used(store, suite_hash: str) -> int:
+    """Gate runs already counted against `suite_hash` (runs decided before scoring are not)."""
+    return sum(1 for r in store.journal.records()
+               if r["kind"] == JUDGE_KIND and r["payload"].get("suite") == suite_hash
+               and r["payload"].get("budget_counted"))
+
+
+def receipt_of(store, adapter: str | None) -> tuple[str, dict] | None:
+    """The receipt of the training run that produced `adapter`, found through its record."""
+    if adapter is None:
+        return None
+    for r in _records_newest_first(store, ("train",)):
+        p = r["payload"]
+        if p.get("adapter") == adapter and p.get("receipt"):
+            return p["receipt"], store.get_json(p["receipt"])
+    return None
+
+
+def _training_datasets(store, cand: scorelib.ModelRef, export_dataset: str | None) -> tuple[list[str], list[dict]]:
+    """Every dataset the candidate was trained from, following DPO back to its SFT adapter."""
+    datasets: list[str] = []
+    chain: list[dict] = []
+    if export_dataset is not None:
+        datasets.append(store.resolve(export_dataset))
+    adapter, seen = cand.adapter, set()
+    while adapter is not None and adapter not in seen:
+        seen.add(adapter)
+        found = receipt_of(store, adapter)
+        if found is None:
+            break
+        rid, rec = found
+        chain.append({"adapter": adapter, "receipt": rid, "trainer": rec.get("trainer", "sft"),
+                      "dataset": rec.get("dataset")})
+        if rec.get("dataset"):
+            datasets.append(rec["dataset"])
+        adapter = rec.get("sft_adapter")  # DPO trains on top of an SFT adapter: check its data too
+    return list(dict.fromkeys(datasets)), chain
+
+
+def export_rows(store, dataset_id: str) -> Iterator[tuple[str, str]]:
+    """(row key, text) of a Parquet dataset object: every string column of a row, joined."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        tbl = pq.read_table(io.BytesIO(store.get_bytes(dataset_id)))
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"training export {dataset_id} is not a Parquet table: {e}",
+                       "the contamination check reads the dataset object a receipt names") from None
+    cols = [c for c in tbl.column_names if pa.types.is_string(tbl.schema.field(c).type)
+            or pa.types.is_large_string(tbl.schema.field(c).type)]
+    if not cols:
+        raise BadInput(f"training export {dataset_id} has no text columns to check")
+    values = [tbl.column(c).to_pylist() for c in cols]
+    short = dataset_id[3:15]
+    for i in range(tbl.num_rows):
+        yield f"{short}:{i}", "\n".join(v[i] for v in values if v[i] is not None)
+
+
+def _keyed_rows(store, datasets: list[str]) -> Iterator[tuple[str, str]]:
+    for d in datasets:
+        yield from export_rows(store, d)
+
+
+def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[dict | None, str | None]:
+    """The model's per-document losses (S and K) from the last scored verdict on this suite in
+    which it took part, and that verdict's id; (None, None) if it was never judged on it."""
+    key = (model.base, model.adapter)
+    for r in _records_newest_first(store, (JUDGE_KIND,)):
+        p = r["payload"]
+        if p.get("suite") != suite_hash or not p.get("scored"):
+            continue
+        v = store.get_json(p["verdict"])
+        models = (v.get("context") or {}).get("models") or {}
+        sealed = v.get("sealed") or {}
+        for role in ("candidate", "incumbent"):
+            m = models.get(role) or {}
+            if (m.get("base"), m.get("adapter")) == key and sealed.get("scored") is not None:
+                out = {doc: row[role] for part in ("scored", "canary") for doc, row in (sealed.get(part) or {}).items()}
+                return out, p["verdict"]
+    return None, None
+
+
+# --- the gate run --------------------------------------------------------------------------------------
+@dataclass
+class _Run:
+    t0: float
+    score_s: float = 0.0
+
+
+def judge(store, candidate_ref: str, against: str | None = None, *, settings: GateSettings | None = None,
+          export_dataset: str | None = None, batch_size: int = scorelib.DEFAULT_BATCH,
+          progress: Callable[[str], None] | None = None) -> JudgeOutcome:
+    """Run the gate once and record the verdict (one `judge` transaction).
+
+    Raises Refused (exit 3) when the suite's run budget is spent, BadInput when there is no
+    pinned suite or the models cannot be compared. Any verdict that was reached is returned,
+    refusals included: the verdict is data."""
+    run = _Run(time.perf_counter())
+    say = progress or (lambda msg: None)
+    suite = seallib.require_pinned(store)
+    cand, inc = resolve_pair(store, candidate_ref, against)
+    s = settings if settings is not None else suite.settings
+    if not isinstance(s, GateSettings):
+        raise BadInput("judge settings must be GateSettings")
+    pinned_hash = suite.suite_hash
+
+    # 1. The suite as it is now, before anything is scored.
+    recomputed, changes, disk = seallib.recompute(store, suite, base=cand.base, tokenizer=cand.tokenizer)
+    base_inputs = dict(incumbent_id=inc.id, candidate_id=cand.id, pinned_hash=pinned_hash,
+                       recomputed_hash=recomputed, settings=s)
+    datasets, chain = _training_datasets(store, cand, export_dataset)
+    context = {"suite": {"manifest": suite.id, "scored": len(suite.scored_ids), "canaries": len(suite.canary_ids),
+                         "scorer_version": scorelib.SCORER_VERSION, "base": cand.base, "tokenizer": cand.tokenizer,
+                         "changes": changes},
+               "models": {"candidate": cand.to_json(), "incumbent": inc.to_json()},
+               "training": _training_context(store, chain), "export": {"datasets": datasets}}
+    if recomputed != pinned_hash:
+        say("the suite changed since it was pinned: nothing is scored")
+        v = decide(GateInputs(**base_inputs))
+        return _record(store, v, suite, cand, inc, context, run, scored=False)
+
+    # 2. Budget: refuse before spending anything.
+    used = runs_used(store, pinned_hash)
+    check_budget(used, len(suite.scored_ids), s).require()
+
+    # 3. Contamination of the training export, before scoring.
+    report = None
+    if datasets:
+        say(f"checking {len(datasets)} training export(s) for contamination")
+        suite_texts = {d: disk.docs[d].text for d in suite.scored_ids + suite.canary_ids}
+        report = check_contamination(dict(_keyed_rows(store, datasets)), suite_texts, suite.canary_string,
+                                     n=s.ngram_n)
+        if report.contaminated:
+            v = decide(GateInputs(**base_inputs, contamination=report))
+            return _record(store, v, suite, cand, inc, context, run, scored=False)
+
+    # 4. Score both models in one run; compare the incumbent with its recorded losses.
+    ids = suite.scored_ids + suite.canary_ids
+    docs = [(disk.docs[d].situation, disk.docs[d].action) for d in ids]
+    say(f"scoring incumbent and candidate on {len(suite.scored_ids)} + {len(suite.canary_ids)} documents")
+    t = time.perf_counter()
+    losses = scorelib.score_models(store, {"incumbent": inc, "candidate": cand}, docs, batch_size=batch_size)
+    run.score_s = time.perf_counter() - t
+    li = dict(zip(ids, map(float, losses["incumbent"])))
+    lc = dict(zip(ids, map(float, losses["candidate"])))
+    recorded, recorded_from = recorded_losses(store, pinned_hash, inc)
+    context["drift"] = {"recorded_in": recorded_from}
+    S, K = suite.scored_ids, suite.canary_ids
+    scores = Scores(incumbent_scored={d: li[d] for d in S}, candidate_scored={d: lc[d] for d in S},
+                    incumbent_canary={d: li[d] for d in K}, candidate_canary={d: lc[d] for d in K},
+                    incumbent_recorded=recorded)
+    dpo = _dpo_summary(store, chain)
+    v = decide(GateInputs(**base_inputs, scores=scores, contamination=report, runs_used=used, dpo=dpo))
+    return _record(store, v, suite, cand, inc, context, run, scored=True)
+
+
+def _training_context(store, chain: list[dict]) -> dict:
+    """What the candidate's own training run recorded, as far as the gate cares: how it was
+    sandboxed, whether it tried to reach protected paths (the sealed suite), DPO statistics."""
+    if not chain:
+        return {"receipt": None}
+    first = chain[0]
+    rec = store.get_json(first["receipt"])
+    sb = rec.get("sandbox") or {}
+    attempts = sb.get("protected_attempts") or []
+    return {"receipt": first["receipt"], "trainer": first["trainer"], "chain": [
+                {k: c[k] for k in ("adapter", "receipt", "trainer", "dataset")} for c in chain],
+            "sandboxed": sb.get("sandboxed"),
+            "protected_attempts": [{"op": a.get("op"), "path": a.get("path"), "access": a.get("access")}
+                                   for a in attempts[:20]],
+            "protected_attempt_count": len(attempts)}
+
+
+def _dpo_summary(store, chain: list[dict]) -> dict | None:
+    """For a DPO candidate, the statistics its receipt recorded (GATE.md: reward margin,
+    accuracy, chosen-reward summary), carried into the verdict."""
+    if not chain or chain[0]["trainer"] != "dpo":
+        return None
+    d = store.get_json(chain[0]["receipt"]).get("dpo") or {}
+    return {k: d.get(k) for k in ("beta", "reference", "reward_margin", "accuracy", "chosen_reward",
+                                  "rejected_reward", "pairs")}
+
+
+def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: dict, run: _Run,
+            *, scored: bool) -> JudgeOutcome:
+    body = {"kind": VERDICT_KIND, **v.to_json(), "context": context}
+    view = {"kind": LEARNER_VIEW_KIND, **v.learner_view()}
+    with store.transaction(JUDGE_KIND) as tx:
+        vid = tx.put_json(body)
+        lid = tx.put_json(view)
+        tx.inputs.extend(dict.fromkeys(x for x in (cand.id, inc.id, suite.id) if x))
+        tx.outputs.extend([vid, lid])
+        budget = body.get("budget")
+        tx.payload.update({
+            "verdict": vid, "verdict_name": v.verdict, "reason_codes": list(v.reason_codes),
+            "learner_view": lid, "suite": v.pinned_hash, "suite_ref": suite.id,
+            "suite_hash_recomputed": v.recomputed_hash, "candidate": cand.id, "incumbent": inc.id,
+            "scored": scored, "budget_counted": bool(v.budget_counted),
+            "budget": {"used": budget["used"], "of": budget["of"]} if budget else None,
+            "wall_s": round(time.perf_counter() - run.t0, 3), "score_s": round(run.score_s, 3)})
+    return JudgeOutcome(v, vid, tx.record)
