@@ -1,4 +1,4 @@
-"""Sharing commands: bundle create|import|ls, remote add|list|remove, push, pull,
+"""Sharing commands: bundle create|import|ls, remote add|list|remove, push, pull, fetch,
 key create|list|export|trust|untrust|require. Parsing and rendering only: the work is in
 ledger.sharing."""
 
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(r, name="remote")
     app.command("push")(push)
     app.command("pull")(pull)
+    app.command("fetch")(fetch)
     k = typer.Typer(help="Signing keys (ed25519) and the keys you trust.", no_args_is_help=True)
     k.command("create")(key_create)
     k.command("list")(key_list)
@@ -93,6 +94,9 @@ def _signers(checks) -> str:
 
 def _render_import(res) -> None:
     c = common.console()
+    if res.absent:
+        c.print(f"[yellow]note:[/] the sender does not hold {len(res.absent)} id(s) its objects name "
+                f"(digests or lost objects), e.g. {short(res.absent[0])}")
     c.print(f"imported from {res.source} into [bold]{res.namespace}/[/]: {res.objects_new} new of {res.objects_total} "
             f"objects ({human_bytes(res.bytes_new)} of {human_bytes(res.bytes_total)}), "
             f"{res.segment_records} journal record(s) in the segment")
@@ -117,7 +121,9 @@ def bundle_create(
     flush_warnings(store)
     emit(json_, res.to_json(), lambda: common.console().print(
         f"wrote {res.path}: {res.objects} objects, {human_bytes(res.bytes)}, {res.segment_records} journal record(s), "
-        f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")))
+        f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
+        + (f"\n[yellow]note:[/] {len(res.absent)} id(s) the shared objects name are not held here (digests or lost "
+           f"objects), e.g. {short(res.absent[0])}" if res.absent else "")))
 
 
 def bundle_import(
@@ -250,6 +256,9 @@ def push(
                     f"to {remote_name}" + (f", signed by {res.signed_by}" if res.signed_by else ""))
         for name, oid in sorted(res.refs.items()):
             c.print(f"  {name} → {short(oid)}")
+        if res.absent:
+            c.print(f"[yellow]note:[/] {len(res.absent)} id(s) the shared objects name are not held here and were "
+                    f"not sent (digests or lost objects), e.g. {short(res.absent[0])}")
     emit(json_, res.to_json(), render)
 
 
@@ -270,6 +279,34 @@ def pull(
                         source=remote_name, progress=None if json_ else RichProgress(), jobs=jobs)
     flush_warnings(store)
     emit(json_, [r.to_json() for r in res], lambda: [_render_import(r) for r in res])
+
+
+def fetch(
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="A configured remote, a bundle file, a remote directory or s3:// URL.")],
+    ids: Annotated[List[str], typer.Argument(metavar="ID...", help="Object ids to bring here with everything they reach (e.g. a receipt).")],
+    as_: AsOpt = None,
+    jobs: JobsOpt = 4,
+    json_: JsonOpt = False,
+):
+    """Bring the closure of IDs (e.g. a colleague's receipt) here, verified; then `ledger reproduce ID`.
+
+    Uses the signed manifest a push of those ids left where there is one; otherwise walks the
+    remote object by object (refused when this store requires signatures)."""
+    from ledger.sharing import transfer
+
+    store = open_store()
+    res = transfer.fetch_closure(store, source, ids, namespace=as_, progress=None if json_ else RichProgress(), jobs=jobs)
+    flush_warnings(store)
+
+    def render():
+        c = common.console()
+        for imp in res.imports:
+            _render_import(imp)
+        c.print(f"fetched {res.fetched_objects} object(s), {human_bytes(res.fetched_bytes)} from {res.source}")
+        if res.missing:
+            c.print(f"[yellow]{len(res.missing)} id(s) reachable from it are held neither here nor there[/] "
+                    f"(digests or lost objects), e.g. {short(res.missing[0])}")
+    emit(json_, res.to_json(), render)
 
 
 # --- keys ----------------------------------------------------------------------------------

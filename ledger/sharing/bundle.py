@@ -54,7 +54,8 @@ class Header:
     def to_json(self) -> dict:
         return {"origin": self.origin, "created": self.created, "actor": self.actor, "manifest": self.manifest.id,
                 "refs": self.manifest.refs, "roots": list(self.manifest.roots), "objects": len(self.manifest.objects),
-                "bytes": self.manifest.total_bytes, "segment": self.manifest.segment, "file_size": self.file_size}
+                "bytes": self.manifest.total_bytes, "segment": self.manifest.segment, "absent": list(self.manifest.absent),
+                "file_size": self.file_size}
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class CreateResult:
     file_size: int
     segment_records: int
     signed_by: str | None
+    absent: tuple = ()      # ids the closure names that this store does not hold
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -112,7 +114,7 @@ def create(store, names, out: Path, key_name: str | None = None, origin: str | N
         tmp.unlink(missing_ok=True)
     return CreateResult(path=str(out), manifest=man.id, refs=dict(sel.refs), objects=len(man.objects),
                         bytes=man.total_bytes, file_size=out.stat().st_size, segment_records=len(sel.records),
-                        signed_by=pub.name if pub else None)
+                        signed_by=pub.name if pub else None, absent=man.absent)
 
 
 def _copy_verified(store, oid: str, size: int, f, progress) -> None:

@@ -37,11 +37,12 @@ class Manifest:
     roots: tuple                    # ids the sender named (ref targets and raw ids), sorted
     objects: tuple                  # ((id, offset, size), ...): data order; offset is cumulative
     segment: str | None             # id of the journal-segment blob (one of `objects`), if any
+    absent: tuple = ()              # ids the closure names that the sender does not hold (closure_of)
 
     def to_json(self) -> dict:
         return {"kind": "share-manifest", "version": VERSION, "algorithm": ALGORITHM,
                 "refs": dict(sorted(self.refs.items())), "roots": list(self.roots),
-                "objects": [list(o) for o in self.objects], "segment": self.segment}
+                "objects": [list(o) for o in self.objects], "segment": self.segment, "absent": list(self.absent)}
 
     def canonical(self) -> bytes:
         return canonical.dumps(self.to_json())
@@ -69,9 +70,9 @@ class Manifest:
         if m.get("version") != VERSION:
             raise UnsupportedFormat(f"manifest version {m.get('version')!r} is not understood (knows {VERSION})",
                                     "upgrade ledger to read this bundle or remote")
-        if set(m) != {"kind", "version", "algorithm", "refs", "roots", "objects", "segment"}:
+        if set(m) != {"kind", "version", "algorithm", "refs", "roots", "objects", "segment", "absent"}:
             raise StoreCorrupt("manifest has unexpected fields")
-        refs, roots, objs, seg = m["refs"], m["roots"], m["objects"], m["segment"]
+        refs, roots, objs, seg, absent = m["refs"], m["roots"], m["objects"], m["segment"], m["absent"]
         if not isinstance(refs, dict) or not all(isinstance(k, str) and k and is_id(v) for k, v in refs.items()):
             raise StoreCorrupt("manifest refs are malformed")
         for k in refs:
@@ -98,7 +99,9 @@ class Manifest:
         missing = [r for r in list(roots) + list(refs.values()) if r not in seen]
         if missing:
             raise StoreCorrupt(f"manifest names {missing[0]} but does not carry it")
-        return cls(refs=dict(refs), roots=tuple(roots), objects=tuple(out), segment=seg)
+        if not isinstance(absent, list) or len(absent) > MAX_OBJECTS or not all(is_id(a) and a not in seen for a in absent):
+            raise StoreCorrupt("manifest's list of absent ids is malformed")
+        return cls(refs=dict(refs), roots=tuple(roots), objects=tuple(out), segment=seg, absent=tuple(absent))
 
 
 def check_ref_name(name: str) -> str:
@@ -132,14 +135,19 @@ def select(store, names) -> tuple[dict, list[str]]:
     return refs, sorted(set(refs.values()))
 
 
-def closure_of(store, roots) -> set[str]:
+def closure_of(store, roots) -> tuple[set[str], set[str]]:
+    """(objects held, ids named but not held). A named root must be held; an id deeper in the
+    closure that this store does not hold is carried as *absent* — listed in the manifest,
+    reported to both sides — because the store cannot tell a digest written as `b3:…` (a
+    suite hash, a source identity) from a lost object, and refusing would make every such
+    receipt unshareable. The receiver's store is then exactly as complete as the sender's."""
     missing: set[str] = set()
     ids = store.closure(roots, missing)
-    if missing:
-        m = sorted(missing)[0]
-        raise UnknownRef(f"{len(missing)} object(s) reachable from what you named are not in this store, e.g. {m}",
-                         "pull them from where they came from, or share something complete")
-    return ids
+    lost_roots = sorted(set(roots) & missing)
+    if lost_roots:
+        raise UnknownRef(f"{lost_roots[0]} is named but not in this store",
+                         "pull it from where it came from, or share something this store holds")
+    return ids - missing, missing
 
 
 def segment_records(store, objects: set[str]) -> list[dict]:
@@ -203,19 +211,20 @@ def decode_segment(data: bytes) -> Segment:
 class Selection:
     refs: dict          # ref name -> id, as they will be named on the other side
     roots: tuple        # the ids named
-    objects: frozenset  # their closure
+    objects: frozenset  # their closure (what this store holds of it)
+    absent: frozenset   # ids the closure names that this store does not hold
     records: tuple      # the journal segment's records
 
 
 def gather(store, names) -> Selection:
     """What sharing REF names carries: their closure and the records that made it."""
     refs, roots = select(store, names)
-    objects = closure_of(store, roots)
-    return Selection(refs=refs, roots=tuple(roots), objects=frozenset(objects),
+    objects, absent = closure_of(store, roots)
+    return Selection(refs=refs, roots=tuple(roots), objects=frozenset(objects), absent=frozenset(absent),
                      records=tuple(segment_records(store, objects)))
 
 
-def assemble(store, refs: dict, roots: list, objects: set, segment_blob: bytes | None) -> Manifest:
+def assemble(store, refs: dict, roots: list, objects: set, segment_blob: bytes | None, absent=()) -> Manifest:
     sized = {oid: store.objects.size(oid) for oid in objects}
     seg = None
     if segment_blob is not None:
@@ -225,4 +234,5 @@ def assemble(store, refs: dict, roots: list, objects: set, segment_blob: bytes |
     for oid in sorted(sized):
         table.append((oid, offset, sized[oid]))
         offset += sized[oid]
-    return Manifest(refs=dict(refs), roots=tuple(sorted(roots)), objects=tuple(table), segment=seg)
+    return Manifest(refs=dict(refs), roots=tuple(sorted(roots)), objects=tuple(table), segment=seg,
+                    absent=tuple(sorted(absent)))

@@ -73,6 +73,7 @@ class PushResult:
     bytes_sent: int
     up_to_date: bool
     signed_by: str | None
+    absent: tuple = ()        # ids the closure names that the sender does not hold
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -91,6 +92,7 @@ class ImportResult:
     signers: tuple            # signing.Check
     segment_records: int
     record: str | None        # id of the `import` journal record
+    absent: tuple = ()        # ids the closure names that neither side holds
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -148,7 +150,7 @@ def prepare(store, names, key_name: str | None):
     sel = mf.gather(store, names)
     signer = _signer(store, key_name)
     seg = make_segment(sel, signer)
-    man = mf.assemble(store, sel.refs, sel.roots, sel.objects, seg)
+    man = mf.assemble(store, sel.refs, sel.roots, sel.objects, seg, sel.absent)
     sigs = [signing.sign(signer[0], signer[1], "manifest", man.to_json())] if signer else []
     return sel, man, seg, sigs, (signer[1] if signer else None)
 
@@ -209,7 +211,7 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
         faults.point("push.ref")
     return PushResult(remote=backend.url, refs=dict(sel.refs), manifest=man.id, objects_total=len(sizes),
                       bytes_total=man.total_bytes, objects_sent=sent_objects, bytes_sent=sent_bytes,
-                      up_to_date=up_to_date, signed_by=pub.name if pub else None)
+                      up_to_date=up_to_date, signed_by=pub.name if pub else None, absent=man.absent)
 
 
 def _put_blob(backend, oid: str, data: bytes) -> None:
@@ -292,6 +294,7 @@ def _check_closed(store, man: mf.Manifest, arrivals: _Arrivals) -> None:
     """Every id that a structured object in the manifest names must be in the manifest or
     already here — otherwise admitting it would make the store incomplete."""
     listed = man.sizes()
+    absent = set(man.absent)
     for oid, size in listed.items():
         if size > JSON_SCAN_LIMIT or size == 0:
             continue
@@ -305,7 +308,7 @@ def _check_closed(store, man: mf.Manifest, arrivals: _Arrivals) -> None:
         except BadInput:
             continue
         for ref in find_ids(obj):
-            if ref not in listed and not store.has(ref):
+            if ref not in listed and ref not in absent and not store.has(ref):
                 raise StoreCorrupt(f"incomplete share: {oid} refers to {ref}, which it does not carry",
                                    "ask the sender for the whole closure (bundle or push the ref, not a part)")
 
@@ -363,13 +366,15 @@ def admit(store, man: mf.Manifest, sigs, fetch_fn, *, namespace: str, source: st
             tx.refs.update(refs)
             tx.outputs.extend(sorted(set(man.roots) | set(refs.values()) | ({man.segment} if man.segment else set())))
             tx.outputs.append(mid)
+            absent = tuple(a for a in man.absent if not store.has(a))
             tx.payload.update({"source": source, "namespace": namespace, "manifest": mid, "segment": man.segment,
-                               "signers": [c.to_json() for c in checks], "objects_new": len(todo), "bytes_new": nbytes})
+                               "signers": [c.to_json() for c in checks], "objects_new": len(todo), "bytes_new": nbytes,
+                               "absent": list(absent)})
     finally:
         arrivals.discard()
     return ImportResult(source=source, namespace=namespace, refs=refs, manifest=mid, objects_total=len(sizes),
                         bytes_total=man.total_bytes, objects_new=len(todo), bytes_new=nbytes, signers=tuple(checks),
-                        segment_records=nseg, record=tx.record["id"])
+                        segment_records=nseg, record=tx.record["id"], absent=absent)
 
 
 # --- pull -----------------------------------------------------------------------------------
@@ -448,8 +453,10 @@ def pull(store, backend: rm.Backend, names=None, *, namespace: str, source: str 
 
 
 # --- fetching the closure of some ids (for `reproduce --from`) -----------------------------
-class _Incomplete(Exception):
-    """Control flow only: abort the walk's transaction without a record when ids are missing."""
+
+
+class _NoRecord(Exception):
+    """Control flow only: the walk found everything already here, so there is nothing to record."""
 
 
 class _NotOnRemote(Exception):
@@ -489,7 +496,7 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
     MissingInputs naming them."""
     kind, where, label = open_source(store, source) if isinstance(source, str) else source
     ids = [i if is_id(i) else store.resolve(i) for i in ids]
-    if not _local_missing(store, ids) and all(store.has(i) for i in ids):
+    if not _local_missing(store, ids):
         return FetchResult(source=label, requested=tuple(ids), fetched_objects=0, fetched_bytes=0, missing=(),
                            imports=(), record=None)
     imports = []
@@ -523,23 +530,27 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
     if keys.signatures_required(store):
         raise Refused(f"{label} has no signed manifest for {sorted(missing)[0]}, and this store requires signatures",
                       "ask the sender to `ledger push REMOTE ID --sign KEY` for exactly this id")
-    box: dict = {}
+    got: dict = {}
     try:
         with store.transaction("import") as tx:
-            walked, nbytes, still = box["w"] = _walk(store, backend, ids, progress or NullProgress(), jobs)
-            if still or not walked:
-                raise _Incomplete
+            walked, nbytes, still = got["walk"] = _walk(store, backend, ids, progress or NullProgress(), jobs)
+            lacking = [i for i in ids if not store.has(i)]
+            if lacking:
+                raise UnknownRef(f"{label} does not hold {lacking[0]}",
+                                 "check the id, and that the sender pushed it (`ledger push REMOTE ID`)")
+            if not walked:
+                raise _NoRecord
             for oid, size in walked.items():
                 tx.objects[oid] = (size, "import")
+            # Keep what arrived reachable; ids neither side holds are listed (as a bundle's
+            # "absent") so `verify` on this store reports exactly what the sender's would.
             tx.outputs.extend(sorted(set(ids)))
             tx.payload.update({"source": label, "namespace": ns, "walked": len(walked), "bytes_new": nbytes,
-                               "signers": []})
+                               "signers": [], "absent": sorted(still)})
         record = tx.record["id"]
-    except _Incomplete:
-        # Fetched objects stay (verified, unreferenced: gc may remove them); no record claims
-        # a closure that is not whole.
+    except _NoRecord:
         record = None
-    walked, nbytes, still = box["w"]
+    walked, nbytes, still = got["walk"]
     return FetchResult(source=label, requested=tuple(ids), fetched_objects=sum(i.objects_new for i in imports) + len(walked),
                        fetched_bytes=sum(i.bytes_new for i in imports) + nbytes, missing=tuple(sorted(still)),
                        imports=tuple(imports), record=record)

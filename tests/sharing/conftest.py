@@ -60,6 +60,22 @@ def bob(tmp_path):
     return Store.init(tmp_path / "bob")
 
 
+@pytest.fixture
+def cli(capsys):
+    """Run `ledger --store STORE ARGS…` in-process (the `ledger` script's own entry point,
+    without a fresh interpreter's start-up cost): returns (exit code, stdout, stderr)."""
+    from types import SimpleNamespace
+
+    from ledger.cli.main import main
+
+    def run(store, *args):
+        capsys.readouterr()
+        code = main(["--store", str(store.root), *map(str, args)])
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=" ".join(err.split()))
+    return run
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -68,11 +68,25 @@ def test_bundle_of_a_receipt_id_carries_its_closure(alice, bob, tmp_path):
     assert_clean(bob.root)
 
 
-def test_bundle_create_refuses_an_incomplete_closure(alice, tmp_path):
-    alice.objects.remove(alice.history["adapter"])
+def test_a_named_root_must_be_held(alice, tmp_path):
+    alice.objects.remove(alice.history["gen"])
     with pytest.raises(UnknownRef):
-        bundle.create(alice, ["HEAD"], tmp_path / "x.bundle")
+        bundle.create(alice, [alice.history["gen"]], tmp_path / "x.bundle")
     assert not (tmp_path / "x.bundle").exists()
+
+
+def test_ids_the_sender_does_not_hold_are_carried_as_absent(alice, bob, tmp_path):
+    """The store cannot tell a `b3:` digest from a lost object; what the sender lacks is listed
+    in the manifest, shown to both sides, and the receiver ends exactly as complete."""
+    lost = alice.history["adapter"]
+    alice.objects.remove(lost)
+    out = tmp_path / "x.bundle"
+    bundle.create(alice, ["HEAD"], out)
+    assert bundle.read_header(out).manifest.absent == (lost,)
+    res = bundle.import_bundle(bob, out, namespace="alice")
+    assert res.absent == (lost,)
+    b = Store.open(bob.root)
+    assert not b.has(lost) and b.journal.records()[-1]["payload"]["absent"] == [lost]
 
 
 def test_bundle_create_refuses_a_corrupt_object(alice, tmp_path):

@@ -172,17 +172,8 @@ def test_untrust_and_pem_keys(alice, tmp_path):
         keys.untrust(Store.open(alice.root), pub.key[:12])
 
 
-def test_cli_exit_codes_for_signature_policy(alice, bob, tmp_path, capsys):
-    from types import SimpleNamespace
-
-    from ledger.cli.main import main
-
-    def run(store, *args):
-        # in-process: the same entry point as the `ledger` script, without the start-up cost
-        capsys.readouterr()
-        code = main(["--store", str(store.root), *map(str, args)])
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out, stderr=" ".join(err.split()))
+def test_cli_exit_codes_for_signature_policy(alice, bob, tmp_path, cli):
+    run = cli
 
     assert run(alice, "key", "create", "alice").returncode == 0
     pub = tmp_path / "alice.pub"
