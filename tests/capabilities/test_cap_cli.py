@@ -140,3 +140,20 @@ def test_cli_module_does_not_import_wasmtime_at_start():
             "print('wasmtime' in sys.modules, 'ledger.capabilities.runtime' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_rollback_command_removes_a_capability_like_an_adapter(proj, capsys):
+    assert run(capsys, "capability", "add", EXAMPLES / "adder.wat", "-m", EXAMPLES / "adder.toml")[0] == 0
+    wat = proj / "two.wat"
+    wat.write_text('(module (func (export "two") (result i32) (i32.const 2)))')
+    man = proj / "two.toml"
+    man.write_text('name = "two"\n[[exports]]\nname = "two"\nparams = []\nresults = ["i32"]\n'
+                   '[[tests]]\nname = "two"\nexport = "two"\nargs = []\nexpect = [2]\n')
+    assert run(capsys, "capability", "add", wat, "-m", man)[0] == 0
+    assert run(capsys, "capability", "call", "two", "two")[1] == "2\n"
+    assert run(capsys, "rollback")[0] == 0
+    code, out, err = run(capsys, "capability", "call", "two", "two")
+    assert code == 2 and "no capability named 'two'" in err
+    assert [c["name"] for c in json.loads(run(capsys, "capability", "list", "--json")[1])["capabilities"]] == ["adder"]
+    assert run(capsys, "capability", "add", wat, "-m", man)[0] == 0
+    assert run(capsys, "capability", "call", "two", "two")[1] == "2\n"
