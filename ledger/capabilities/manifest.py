@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import re
 import struct
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -199,6 +198,8 @@ class Manifest:
 
 
 def load(path: str | Path) -> Manifest:
+    import tomllib   # here, not at the top: its regexes cost ~10 ms of every `capability call`
+
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
