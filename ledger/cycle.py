@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from ledger import experience, generations
+from ledger.lineage import verdict_summary
 from ledger.errors import BadInput, Refused
 
 ENDS = ("commit", "refusal")
@@ -187,7 +188,7 @@ def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pat
     if suite is None:
         raise Refused("no suite is sealed, so nothing can judge the candidate", "seal one first: `ledger seal SUITE_DIR`")
     prev = _find(store, "judge", lambda p: p.get("candidate") == receipt["adapter"] and p.get("suite_ref") == suite
-                 and p.get("incumbent") == (incumbent.adapter or incumbent.id))
+                 and p.get("incumbent") == (incumbent.adapter or incumbent.base))
     if prev is not None:
         vid = prev["payload"]["verdict"]
         res.stages["judge"] = {"s": 0.0, "reused": True}
@@ -197,8 +198,8 @@ def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pat
         res.stages["judge"] = {"s": time.perf_counter() - t0, "reused": False}
     verdict = store.get_json(vid)
     res.verdict_id, res.verdict = vid, verdict.get("verdict")
-    res.reasons = list(verdict.get("reasons") or [])
-    res.score = _score(verdict)
+    res.score = verdict_summary(verdict)
+    res.reasons = res.score["reasons"]
     if res.verdict != "Accept":
         return _refuse(store, res, res.verdict, res.reasons, inputs=[rid, vid])
 
@@ -212,11 +213,6 @@ def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pat
     res.stages["commit"] = {"s": time.perf_counter() - t0, "reused": False}
     res.outcome, res.generation = "commit", g.name
     return res
-
-
-def _score(verdict: dict) -> dict:
-    st = verdict.get("statistics") or {}
-    return {k: st.get(k) for k in ("mean", "sd", "p_better", "wins", "n", "eta") if k in st}
 
 
 def _refuse(store, res: CycleResult, verdict: str, reasons: list, inputs: list) -> CycleResult:

@@ -120,9 +120,6 @@ def diff(store, a_ref: str, b_ref: str) -> dict:
 
 
 def _verdict_summary(store, vid: str | None) -> dict | None:
-    if not vid:
-        return None
-    v = store.get_json(vid)
-    st = v.get("statistics") or {}
-    return {"id": vid, "verdict": v.get("verdict"), "reasons": v.get("reasons"), "mean_delta": st.get("mean"),
-            "p_value": st.get("p_value", st.get("p_better")), "wins": st.get("wins"), "n": st.get("n")}
+    from ledger.lineage import verdict_summary
+
+    return dict(verdict_summary(store.get_json(vid)), id=vid) if vid else None

@@ -10,12 +10,25 @@ def generation_rows(store) -> list[dict]:
     rows = []
     for n in generations.numbers(store):
         g = generations.load(store, f"gen-{n}")
-        v = store.get_json(g.verdict) if g.verdict else {}
-        st = v.get("statistics") or {}
+        v = verdict_summary(store.get_json(g.verdict)) if g.verdict else None
         parent = None
         if g.parent:
             parent = f"gen-{store.get_json(g.parent)['n']}"
         rows.append({"name": g.name, "n": n, "id": g.id, "head": g.id == head, "parent": parent, "adapter": g.adapter,
-                     "base": g.base, "receipt": g.receipt, "verdict": v.get("verdict"), "mean_delta": st.get("mean"),
+                     "base": g.base, "receipt": g.receipt, "verdict": v["verdict"] if v else None,
+                     "mean_delta": v["mean_delta"] if v else None,
                      "capabilities": sorted(g.capabilities), "note": g.note})
     return rows
+
+
+def verdict_summary(v: dict | None) -> dict | None:
+    """The few numbers people look at, from a verdict object (ledger.verdicts Verdict.to_json)."""
+    if not v:
+        return None
+    sc = ((v.get("statistics") or {}).get("scored")) or {}
+    can = ((v.get("statistics") or {}).get("canary")) or {}
+    return {"verdict": v.get("verdict"), "reasons": list(v.get("reason_codes") or []), "summary": v.get("summary"),
+            "mean_delta": sc.get("mean"), "p_better": sc.get("p_better"), "wins": sc.get("wins"), "n": sc.get("n"),
+            "eta": sc.get("eta"), "incumbent_loss": sc.get("incumbent_mean_loss"),
+            "candidate_loss": sc.get("candidate_mean_loss"), "canary_delta": can.get("mean_delta"),
+            "budget": v.get("budget")}

@@ -95,11 +95,12 @@ def render_cycle(res) -> None:
         return
     style = VERDICT_STYLE.get(res.verdict or "", "red")
     c.print(f"cycle {res.cycle}: [{style}]{res.verdict}[/]" + (f"  ({', '.join(res.reasons)})" if res.reasons else ""))
-    if res.score and res.score.get("mean") is not None:
-        s = res.score
-        c.print(f"  score change {s['mean']:+.4f} nats/token on the action span"
-                + (f", wins {s.get('wins')}/{s.get('n')}" if s.get("wins") is not None else "")
-                + (f", p={s['p_better']:.4f}" if s.get("p_better") is not None else ""))
+    s = res.score or {}
+    if s.get("mean_delta") is not None:
+        c.print(f"  action-span loss {s['incumbent_loss']:.4f} → {s['candidate_loss']:.4f} nats/token "
+                f"(Δ {s['mean_delta']:+.4f}, η {s['eta']:.4f}), wins {s['wins']}/{s['n']}, p={s['p_better']:.4f}")
+    if s.get("summary"):
+        c.print(f"  [dim]{s['summary']}[/]")
     if res.outcome == "commit":
         c.print(f"  [green]committed {res.generation}[/] (HEAD)")
     else:

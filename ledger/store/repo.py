@@ -258,6 +258,9 @@ class Store:
             wait = float(os.environ.get("LEDGER_LOCK_WAIT", "0"))
         with self.locked(wait):
             st, end = self._writer_state()
+            # Code inside the transaction reads store.state (HEAD, counters): it must see the
+            # state this transaction appends to, not whatever this object folded earlier.
+            self._state, self._scan_end = st, end
             tx = Transaction(self, kind, actor or default_actor())
             yield tx
             check_ref_changes(tx.refs)

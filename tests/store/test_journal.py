@@ -87,3 +87,17 @@ def test_unknown_format_refused(store):
     (store.root / "config").write_text('{"format":99}')
     with pytest.raises(UnsupportedFormat):
         Store.open(store.root)
+
+
+def test_transaction_sees_other_writers_commits(store):
+    """No lost update: a Store object that folded its state earlier must append to the
+    current head, and code inside the transaction must read current refs."""
+    stale = Store.open(store.root)
+    assert stale.state.seq == 1
+    with Store.open(store.root).transaction("t") as tx:
+        tx.refs["name/a"] = tx.put_bytes(b"a")
+    with stale.transaction("t") as tx:
+        assert "name/a" in stale.state.refs
+        tx.payload["saw"] = stale.state.seq
+    recs = Store.open(store.root).journal.records()
+    assert recs[-1]["payload"]["saw"] == 2 and recs[-1]["seq"] == 3

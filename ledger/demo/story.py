@@ -1,0 +1,169 @@
+"""`ledger demo`: the whole learn-cycle story on the built-in tiny model, in a few minutes on a
+laptop CPU, with no downloads. It is written as a script a newcomer can read next to its output:
+every step calls the same library functions the CLI commands call.
+
+  1. init a store                     5. a cycle on bad experience → refused (HEAD stays)
+  2. seal a suite (10 scored + 4)     6. gens, and diff gen-0 gen-1
+  3. record experience (200 turns)    7. rollback, and roll the rollback back
+  4. a learn cycle → Accept → gen-1   8. verify --read-data: clean
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+from ledger.errors import BadInput
+
+MARKER = ".ledger-demo"
+GOOD_TURNS = 200
+BAD_TURNS = 160
+
+
+def _prepare(directory: Path) -> Path:
+    directory = Path(directory)
+    if directory.exists():
+        if (directory / MARKER).exists():
+            shutil.rmtree(directory)  # a previous demo's folder: start afresh
+        elif any(directory.iterdir()):
+            raise BadInput(f"{directory} exists and is not a demo folder", "pass --dir NEW_FOLDER")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("made by `ledger demo`; safe to delete\n")
+    return directory
+
+
+def good_turns(n: int, seed: int) -> list[dict]:
+    from ledger.demo.task import turns
+
+    return [{"situation": t.situation, "action": t.action, "outcome": t.outcome, "refusal": t.refusal}
+            for t in turns("train", n, seed)]
+
+
+def bad_turns(n: int, seed: int) -> list[dict]:
+    """Experience gone wrong: each situation recorded with another turn's action (a logging bug
+    that misaligned rows). Training on it should make the model worse, and the gate must say so."""
+    rows = good_turns(n, seed)
+    actions = [r["action"] for r in rows]
+    rng = random.Random(seed)
+    rng.shuffle(actions)
+    return [dict(r, action=a, outcome="", refusal=a.startswith("refuse:")) for r, a in zip(rows, actions)]
+
+
+class _Out:
+    def __init__(self, console):
+        self.c = console
+
+    def chapter(self, n: int, title: str, why: str):
+        if self.c:
+            self.c.rule(f"[bold]{n}. {title}")
+            self.c.print(f"[dim]{why}[/]")
+
+    def say(self, msg: str):
+        if self.c:
+            self.c.print(msg)
+
+
+def run_demo(directory: Path, console=None) -> dict:
+    from ledger import experience, generations
+    from ledger.cycle import Policy, run_cycle
+    from ledger.diff import diff
+    from ledger.lineage import generation_rows
+    from ledger.runners import seal as seallib
+    from ledger.store import Store
+    from ledger.store.verify import verify
+
+    t_start = time.perf_counter()
+    out = _Out(console)
+    root = _prepare(directory)
+    story: dict = {"dir": str(root)}
+
+    out.chapter(1, "A store", "Every artefact is an immutable BLAKE3-named object; every change is a journal record.")
+    store = Store.init(root)
+    out.say(f"created {store.root}")
+
+    out.chapter(2, "Seal the judge", "10 scored and 4 canary documents, disjoint from anything training sees, pinned by hash. "
+                "Training runs in a Landlock sandbox that cannot open them.")
+    from ledger.cycle import ensure_genesis, load_spec
+
+    g0 = ensure_genesis(store, load_spec(None))
+    suite_dir = seallib.write_demo_suite(root / "suite-source")
+    sealed = seallib.seal(store, suite_dir)
+    shutil.rmtree(suite_dir)  # only the sealed copy remains, inside the store
+    story["suite_hash"] = sealed.suite.suite_hash
+    out.say(f"gen-0 is the bare base model ({g0.base[:15]}…); suite pinned: {sealed.suite.suite_hash[:23]}…")
+
+    out.chapter(3, "Record experience", "Turns are (situation, the action verbatim, the outcome as ground truth); refusals are kept.")
+    rows = good_turns(GOOD_TURNS, seed=1)
+    rec = experience.record(store, experience.parse_turns("\n".join(json.dumps(r) for r in rows)))
+    refusals = sum(r["refusal"] for r in rows)
+    out.say(f"recorded {rec['count']} turns ({refusals} refusals), e.g.")
+    for r in (rows[0], next(r for r in rows if r["refusal"])):
+        out.say(f"  [cyan]{r['situation']}[/]  →  [green]{r['action']}[/]")
+
+    def cycle(n: int):
+        say = (lambda stage, msg: out.say(f"  [bold cyan]{stage:>8}[/] {msg}"))
+        res = run_cycle(store, policy=Policy(min_turns=150, min_hours=0.0), progress=say)
+        if console:
+            from ledger.cli.cycle_cmds import render_cycle
+
+            render_cycle(res)
+        return res
+
+    out.chapter(4, "A learn cycle", "export → compile → train (sandboxed) → judge (sealed) → commit only on Accept.")
+    c1 = cycle(1)
+    story["cycle1"] = {"verdict": c1.verdict, "generation": c1.generation, "stages": c1.stages}
+
+    out.chapter(5, "A cycle on bad experience", "160 turns whose actions were misaligned by a logging bug. "
+                "The candidate trains on them; the gate must refuse it, and the refusal is kept.")
+    experience.record(store, experience.parse_turns("\n".join(json.dumps(r) for r in bad_turns(BAD_TURNS, seed=2))))
+    c2 = cycle(2)
+    story["cycle2"] = {"verdict": c2.verdict, "reasons": c2.reasons, "generation": c2.generation}
+
+    out.chapter(6, "What changed", "`ledger gens` and `ledger diff gen-0 gen-1`: config, identities, scores, weight change.")
+    rows = generation_rows(store)
+    story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in rows]
+    d = diff(store, "gen-0", "gen-1") if len(rows) > 1 else None
+    if console:
+        from ledger.cli import cycle_cmds
+        from ledger.cli import common
+
+        common._console = console
+        cycle_cmds.gens.__wrapped__() if hasattr(cycle_cmds.gens, "__wrapped__") else _gens_table(console, rows)
+        if d:
+            cycle_cmds.render_diff(d)
+    story["diff_fields"] = len(d["fields"]) if d else 0
+
+    out.chapter(7, "Roll back, and roll the rollback back", "One journal record moves HEAD; nothing is deleted.")
+    r1 = generations.rollback(store, reason="demo: back to the base")
+    out.say(f"HEAD {r1['from']} → {r1['to']}")
+    r2 = generations.rollback(store, undo=True, reason="demo: undo")
+    out.say(f"HEAD {r2['from']} → {r2['to']}")
+    story["rollback"] = [r1["to"], r2["to"]]
+
+    out.chapter(8, "Verify", "Every journal link and every object's bytes rehashed.")
+    rep = verify(Store.open(store.root), read_data=True)
+    story["verify"] = rep.to_json()["ok"]
+    out.say(("[green]clean[/]" if rep.ok else "[red]FAULTS[/]") +
+            f": {rep.stats['records']} records, {rep.stats['objects']} objects")
+    story["seconds"] = round(time.perf_counter() - t_start, 1)
+    out.say(f"\n[bold]done in {story['seconds']} s.[/] Look around: [cyan]ledger --store {root} log[/], "
+            f"[cyan]ledger --store {root} gens[/], [cyan]ledger --store {root} show HEAD[/]")
+    return story
+
+
+def _gens_table(console, rows) -> None:
+    from rich.table import Table
+
+    from ledger.cli.common import short
+    from ledger.cli.render import VERDICT_STYLE
+
+    t = Table("", "gen", "adapter", "verdict", "Δ score", "note", box=None, header_style="bold")
+    for r in rows:
+        style = VERDICT_STYLE.get(r["verdict"] or "", "")
+        delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
+        t.add_row("HEAD →" if r["head"] else "", r["name"], short(r["adapter"], 8),
+                  f"[{style}]{r['verdict']}[/]" if style else "-", delta, r["note"])
+    console.print(t)
