@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "ledger.cli.share_cmds",
     "ledger.cli.train_cmds",
     "ledger.cli.cycle_cmds",
+    "ledger.cli.gate_cmds",
 ]
 
 

@@ -13,6 +13,8 @@ from ledger.cli import common
 
 RENDERERS: dict[str, str] = {
     "generation": "ledger.cli.render:generation",
+    "verdict": "ledger.cli.gate_cmds:render_verdict_obj",
+    "dpo-receipt": "ledger.cli.gate_cmds:render_dpo_receipt_obj",
 }
 
 VERDICT_STYLE = {"Accept": "bold green", "Regressed": "red", "NoImprovement": "yellow",

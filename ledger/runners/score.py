@@ -109,7 +109,7 @@ def resolve_model(store, ref: str) -> ModelRef:
         return _model(store, obj["base"], adapter, ref, oid)
     if kind == "tree":
         return _model(store, _adapter_base(store, oid), oid, ref, None)
-    if kind == "receipt":
+    if kind in ("receipt", "dpo-receipt"):
         adapter = obj.get("adapter")
         if not adapter:
             raise BadInput(f"receipt {ref} has no adapter (the run stopped early)", "judge a run that finished")
@@ -243,6 +243,27 @@ class _Loaded:
             yield self.model
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Loading a model prints progress bars and library deprecation warnings; a gate run's
+    output is its verdict, so they are silenced here (and restored after)."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def score_models(store, models: Mapping[str, ModelRef], docs: Sequence[tuple[str, str]], *,
                  batch_size: int = DEFAULT_BATCH,
                  progress: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
@@ -253,7 +274,8 @@ def score_models(store, models: Mapping[str, ModelRef], docs: Sequence[tuple[str
         raise BadInput("no models to score")
     refs = list(models.values())
     with tempfile.TemporaryDirectory(prefix="ledger-score-") as d, torch.random.fork_rng(devices=[]):
-        loaded = _Loaded(store, refs, Path(d))
+        with _quiet():
+            loaded = _Loaded(store, refs, Path(d))
         enc = encode_docs(docs, loaded.max_len)
         out: dict[str, np.ndarray] = {}
         by_id: dict[str, np.ndarray] = {}

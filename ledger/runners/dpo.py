@@ -1,0 +1,485 @@
+"""DPO: preference tuning on top of the cycle's SFT adapter, with that SFT policy as reference.
+
+Input: preference pairs (situation, chosen response, rejected response) and an SFT adapter.
+Output: a new adapter of the same shape (the SFT adapter's LoRA weights, tuned further), a
+`dpo-receipt`, and ONE `train` transaction naming both -- so the gate finds the adapter's
+receipt, its pairs (for the contamination check) and its SFT parent like any other run.
+
+The loss is the DPO objective (Rafailov et al. 2023) with the SFT policy as the reference
+(GATE.md: the reference must be the SFT policy, not the bare base):
+
+    L = -log sigmoid( beta * [ (log pi(y_w|x) - log ref(y_w|x)) - (log pi(y_l|x) - log ref(y_l|x)) ] )
+
+log pi(y|x) is the sum over the response bytes and <eos> of the turn encoding training uses
+(`tokenizer.encode_turn`: <bos> situation <sep> response <eos>). The reference log-probabilities
+are computed once, before the first step, from the same weights the policy starts from (the SFT
+adapter), so no second model is held in memory. Dropout is off for policy and reference alike:
+the two must be the same function at step 0 (every margin starts at exactly 0).
+
+The receipt records what GATE.md asks of DPO: the implied rewards r = beta * (log pi - log ref)
+of chosen and rejected responses over all pairs after training -- reward margin (mean, min),
+accuracy (the share of pairs whose chosen reward exceeds the rejected one) and a chosen-reward
+summary -- plus per-step loss, margin and accuracy.
+
+The work happens in a child (`python -m ledger.runners.dpo WORK`) confined by ledger.sandbox to
+its inputs (read) and output folder (write), exactly like SFT training: the store and the sealed
+suite are never granted, and any attempt on them is recorded in the receipt.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ledger.errors import BadInput, InternalError, LedgerError
+
+RECEIPT_KIND = "dpo-receipt"
+RECEIPT_VERSION = 1
+CHILD_ERROR_EXIT = 3
+
+
+# --- configuration --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DpoConfig:
+    beta: float = 0.1  # GATE.md default
+    lr: float = 1e-4
+    steps: int = 50
+    batch: int = 8
+    seed: int = 0
+    threads: int = 1
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        for name, lo in (("beta", 0.0), ("lr", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= lo:
+                raise BadInput(f"dpo {name} must be a finite number > 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name, lo in (("steps", 1), ("batch", 1), ("seed", 0), ("threads", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise BadInput(f"dpo {name} must be an integer >= {lo}, got {v!r}")
+        wd = self.weight_decay
+        if isinstance(wd, bool) or not isinstance(wd, (int, float)) or not math.isfinite(wd) or wd < 0:
+            raise BadInput(f"dpo weight_decay must be a finite number >= 0, got {wd!r}")
+        object.__setattr__(self, "weight_decay", float(wd))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# --- pairs ------------------------------------------------------------------------------------------
+PAIR_FIELDS = ("situation", "chosen", "rejected")
+
+
+def _check_pairs(rows: list[tuple[str, str, str]], where: str) -> list[tuple[str, str, str]]:
+    if not rows:
+        raise BadInput(f"{where} holds no preference pairs")
+    for i, r in enumerate(rows):
+        if any(not isinstance(x, str) or not x for x in r):
+            raise BadInput(f"{where}: pair {i} needs non-empty strings situation, chosen and rejected")
+        if r[1] == r[2]:
+            raise BadInput(f"{where}: pair {i} prefers a response over itself (chosen == rejected)")
+    return rows
+
+
+def pairs_table_bytes(rows: Iterable[tuple[str, str, str]]) -> bytes:
+    """Canonical Parquet bytes of the pairs (the stored dataset object)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(rows)
+    tbl = pa.table({f: [r[i] for r in rows] for i, f in enumerate(PAIR_FIELDS)})
+    buf = io.BytesIO()
+    pq.write_table(tbl, buf, compression="zstd", write_statistics=False, use_dictionary=False)
+    return buf.getvalue()
+
+
+def read_pairs_bytes(data: bytes, where: str) -> list[tuple[str, str, str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        tbl = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"{where} is not a Parquet table of pairs: {e}") from None
+    missing = [f for f in PAIR_FIELDS if f not in tbl.column_names]
+    if missing:
+        raise BadInput(f"{where} lacks column(s) {', '.join(missing)}", "pairs have situation, chosen, rejected")
+    cols = [tbl.column(f).to_pylist() for f in PAIR_FIELDS]
+    return _check_pairs(list(zip(*cols)), where)
+
+
+def load_pairs(store, source: str) -> tuple[bytes, list[tuple[str, str, str]]]:
+    """Pairs from a .jsonl file ({"situation", "chosen", "rejected"} per line), a .parquet file, or
+    a stored Parquet object (id, prefix or name). Returns the canonical Parquet bytes and rows."""
+    p = Path(source)
+    if p.is_file():
+        if p.suffix == ".jsonl":
+            rows = []
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    raise BadInput(f"{p} line {n}: not JSON ({e})") from None
+                if not isinstance(obj, dict) or set(obj) - set(PAIR_FIELDS) or any(f not in obj for f in PAIR_FIELDS):
+                    raise BadInput(f"{p} line {n}: a pair is {{\"situation\", \"chosen\", \"rejected\"}} and nothing else")
+                rows.append(tuple(obj[f] for f in PAIR_FIELDS))
+            rows = _check_pairs(rows, str(p))
+        else:
+            rows = read_pairs_bytes(p.read_bytes(), str(p))
+    else:
+        oid = store.resolve(source)
+        rows = read_pairs_bytes(store.get_bytes(oid), oid)
+    return pairs_table_bytes(rows), rows
+
+
+# --- the parent -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DpoResult:
+    receipt_id: str
+    receipt: dict
+    record: dict
+
+    @property
+    def adapter(self) -> str | None:
+        return self.receipt["adapter"]
+
+    def to_json(self) -> dict:
+        r = self.receipt
+        return {"receipt": self.receipt_id, "adapter": r["adapter"], "rung": r["rung"], "sft_adapter": r["sft_adapter"],
+                "pairs": r["dataset"], "stopped": r["stopped"], "dpo": r["dpo"],
+                "final_loss": (r["losses"] or [None])[-1], "sandboxed": r["sandbox"].get("sandboxed"),
+                "protected_attempts": len(r["sandbox"].get("protected_attempts") or [])}
+
+
+def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig, max_len: int | None) -> Path:
+    from ledger.runners import model as modellib
+    from ledger.runners.score import ADAPTER_FILES, _tree_files
+
+    work = store.tmp / f"dpo-{uuid.uuid4().hex[:12]}"
+    for d in ("inputs", "out", "scratch"):
+        (work / d).mkdir(parents=True)
+    man = modellib.load_manifest(store, base_id)
+    modellib.materialise_tree(store, man["files"], work / "inputs" / "base")
+    files = _tree_files(store, sft_id)
+    (work / "inputs" / "sft").mkdir()
+    for name in ADAPTER_FILES:
+        store.export_file(files[name], work / "inputs" / "sft" / name)
+    (work / "inputs" / "pairs.parquet").write_bytes(pairs_data)
+    job = {"config": cfg.to_json(), "base": base_id, "base_dir": "inputs/base", "sft_dir": "inputs/sft",
+           "pairs": "inputs/pairs.parquet", "max_len": max_len}
+    (work / "inputs" / "job.json").write_text(json.dumps(job, sort_keys=True))
+    return work
+
+
+def _child_argv(work: Path) -> list[str]:
+    """The child's command line (one place, so a test can wrap it)."""
+    return [sys.executable, "-m", "ledger.runners.dpo", str(work)]
+
+
+def _launch(store, work: Path, cfg: DpoConfig, *, unsandboxed: bool):
+    from ledger.runners.train import child_env
+    from ledger.sandbox import SandboxPolicy, run_sandboxed
+
+    policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
+                           protected=(str(store.root / "sealed"),), gpu=False, network=False)
+    env = child_env(work, {"runtime": {"threads": cfg.threads}})
+    res = run_sandboxed(_child_argv(work), policy, env=env, cwd=str(work / "scratch"), unsandboxed=unsandboxed)
+    return res, policy
+
+
+def _run_child(store, work: Path, cfg: DpoConfig, unsandboxed: bool, progress) -> tuple[dict, dict]:
+    box: dict = {}
+
+    def target():
+        try:
+            box["res"] = _launch(store, work, cfg, unsandboxed=unsandboxed)
+        except BaseException as e:  # noqa: BLE001 - re-raised on this thread below
+            box["error"] = e
+
+    th = threading.Thread(target=target, name="ledger-dpo-child", daemon=True)
+    th.start()
+    seen = 0
+    prog_file = work / "out" / "progress.jsonl"
+    while True:
+        th.join(0.2)
+        if progress is not None and prog_file.exists():
+            text = prog_file.read_text()
+            lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+            for line in lines[seen:]:
+                progress(json.loads(line))
+            seen = len(lines)
+        if not th.is_alive():
+            break
+    if "error" in box:
+        raise box["error"]
+    res, policy = box["res"]
+    sandbox = {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
+               "denied_attempts": [a.as_dict() for a in res.denied_attempts],
+               "protected_attempts": [a.as_dict() for a in res.protected_attempts],
+               "audit_truncated": res.audit_truncated}
+    out = work / "out"
+    if res.returncode != 0:
+        try:
+            e = json.loads((out / "error.json").read_text())
+        except (OSError, ValueError):
+            e = None
+        if e is not None:
+            from ledger import errors
+
+            cls = getattr(errors, e.get("error", ""), None)
+            if not (isinstance(cls, type) and issubclass(cls, LedgerError)):
+                cls = InternalError
+            raise cls(e.get("message", "the DPO child failed"), e.get("hint"))
+        tail = res.stderr_tail.strip().splitlines()[-1:] if res.stderr_tail.strip() else []
+        raise InternalError(f"the DPO child exited with {res.returncode}" + (f" ({tail[0][:300]})" if tail else ""),
+                            "rerun with LEDGER_DEBUG=1", stderr=res.stderr_tail[-4000:])
+    return json.loads((out / "result.json").read_text()), sandbox
+
+
+def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
+    from ledger.runners.receipt import learned_evidence
+
+    ev: dict = {}
+    rung = "Checked"
+    if adapter or result["stopped"]:
+        ev["Emitted"] = {"adapter": adapter}
+        rung = "Emitted"
+    if result["steps_done"] >= 1:
+        ev["Ran"] = {"optimizer_steps": result["steps_done"], "all_losses_finite": result["stopped"] is None}
+        rung = "Ran"
+    le = learned_evidence(result["losses"])
+    if rung == "Ran" and result["stopped"] is None and le and le["fell"]:
+        ev["Learned"] = le
+        rung = "Learned"
+    return rung, ev
+
+
+def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, unsandboxed: bool = False,
+              progress: Callable[[dict], None] | None = None) -> DpoResult:
+    """Train a DPO adapter on `pairs` on top of the SFT adapter `sft` (its policy is the reference)."""
+    from ledger.runners import model as modellib
+    from ledger.runners.receipt import source_identity
+    from ledger.runners.score import resolve_model
+    from ledger.store.ids import hash_bytes
+
+    cfg = config or DpoConfig()
+    sft_model = resolve_model(store, sft)
+    if sft_model.adapter is None:
+        raise BadInput(f"{sft} has no adapter: DPO trains on top of an SFT adapter",
+                       "pass --sft an adapter (tree id, receipt, or a generation that has one)")
+    pairs_data, rows = load_pairs(store, pairs)
+    pairs_id = hash_bytes(pairs_data)
+    man = modellib.load_manifest(store, sft_model.base)
+    max_len = int(man["config"].get("max_position_embeddings") or 0) or None
+    from ledger.runners import tokenizer as toklib
+
+    tok = toklib.ByteTokenizer()
+    for s, c, r in rows:  # refuse before starting a child: nothing is truncated, ever
+        toklib.encode_turn(tok, s, c, max_len)
+        toklib.encode_turn(tok, s, r, max_len)
+    sft_receipt = None
+    from ledger.runners.judge import receipt_of
+
+    found = receipt_of(store, sft_model.adapter)
+    if found is not None:
+        sft_receipt = found[0]
+    t0 = time.time()
+    work = _prepare(store, sft_model.base, sft_model.adapter, pairs_data, cfg, max_len)
+    try:
+        result, sandbox = _run_child(store, work, cfg, unsandboxed, progress)
+        with store.transaction("train", wait=60) as tx:
+            pid = tx.put_bytes(pairs_data, "dataset")
+            assert pid == pairs_id
+            adapter = tx.put_tree(work / "out" / "adapter") if result["stopped"] is None else None
+            rung, evidence = _rung(result, adapter)
+            body = {"kind": RECEIPT_KIND, "version": RECEIPT_VERSION, "trainer": "dpo", "rung": rung,
+                    "evidence": evidence, "base": sft_model.base, "tokenizer": man["tokenizer"],
+                    "sft_adapter": sft_model.adapter, "sft_receipt": sft_receipt, "dataset": pid,
+                    "config": cfg.to_json(), "dpo": result["dpo"], "adapter": adapter, "stopped": result["stopped"],
+                    "losses": result["losses"], "metrics": result["metrics"], "counters": result["counters"],
+                    "timings": result["timings"], "source": source_identity(), "versions": result["versions"],
+                    "device": result["device"], "determinism": result["determinism"], "sandbox": sandbox}
+            rid = tx.put_json(body)
+            tx.inputs.extend(x for x in (sft_model.base, sft_model.adapter, pid, sft_receipt) if x)
+            tx.outputs.extend([rid] + ([adapter] if adapter else []))
+            tx.payload.update({"receipt": rid, "adapter": adapter, "rung": rung, "trainer": "dpo",
+                               "sft_adapter": sft_model.adapter, "dataset": pid, "unsandboxed": unsandboxed,
+                               "wall_s": round(time.time() - t0, 3)})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return DpoResult(rid, body, tx.record)
+
+
+# --- the child --------------------------------------------------------------------------------------
+def _encode(rows, which: int, max_len):
+    """Padded ids, attention mask and the response-target mask (response bytes and <eos>)."""
+    import torch
+
+    from ledger.runners import tokenizer as toklib
+
+    tok = toklib.ByteTokenizer()
+    enc = [toklib.encode_turn(tok, r[0], r[which], max_len) for r in rows]
+    T = max(len(e.ids) for e in enc)
+    ids = torch.full((len(enc), T), toklib.PAD, dtype=torch.long)
+    att = torch.zeros((len(enc), T), dtype=torch.long)
+    span = torch.zeros((len(enc), T), dtype=torch.bool)
+    for i, e in enumerate(enc):
+        ids[i, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+        att[i, :len(e.ids)] = 1
+        span[i, e.action_start:e.action_end + 1] = True  # + <eos>: ending the response is part of it
+    return ids, att, span[:, 1:]
+
+
+def sequence_logps(model, ids, att, span):
+    """Sum of log-probabilities of the response targets of each row."""
+    import torch
+
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1, :].float()
+    lp = -torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    return (lp * span).sum(dim=1)
+
+
+def _summary(xs: list[float]) -> dict:
+    s = sorted(xs)
+    n = len(s)
+    return {"mean": sum(s) / n, "min": s[0], "max": s[-1], "median": (s[(n - 1) // 2] + s[n // 2]) / 2}
+
+
+def child_run(work: Path) -> dict:
+    t_start = time.perf_counter()
+    job = json.loads((work / "inputs" / "job.json").read_text())
+    cfg = DpoConfig(**job["config"])
+    out = work / "out"
+
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    import transformers
+    from peft import PeftModel, get_peft_model_state_dict
+    from transformers import LlamaForCausalLM
+
+    from ledger.runners import child as sft_child
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    rows = read_pairs_bytes((work / job["pairs"]).read_bytes(), "pairs")
+    chosen = _encode(rows, 1, job["max_len"])
+    rejected = _encode(rows, 2, job["max_len"])
+    n = len(rows)
+
+    base = LlamaForCausalLM.from_pretrained(str(work / job["base_dir"]), dtype=torch.float32, local_files_only=True)
+    model = PeftModel.from_pretrained(base, str(work / job["sft_dir"]), is_trainable=True)
+    model.eval()  # no dropout: policy and reference are the same function at step 0
+    params = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
+    for p in params:
+        p.data = p.data.float()
+
+    def all_logps():
+        with torch.no_grad():
+            out_c, out_r = [], []
+            for lo in range(0, n, 64):
+                sl = slice(lo, min(n, lo + 64))
+                out_c.append(sequence_logps(model, *(x[sl] for x in chosen)))
+                out_r.append(sequence_logps(model, *(x[sl] for x in rejected)))
+            return torch.cat(out_c), torch.cat(out_r)
+
+    ref_c, ref_r = all_logps()  # the SFT policy: the weights before the first step
+    t_ready = time.perf_counter()
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    order = torch.randperm(n, generator=gen)
+    pos = 0
+    losses, margins, accs = [], [], []
+    stopped = None
+    prog = open(out / "progress.jsonl", "a", buffering=1)
+    step = 0
+    for step in range(1, cfg.steps + 1):
+        idx = []
+        while len(idx) < cfg.batch:  # consecutive slices of seeded per-epoch permutations
+            if pos == n:
+                order, pos = torch.randperm(n, generator=gen), 0
+            take = min(cfg.batch - len(idx), n - pos)
+            idx.extend(order[pos:pos + take].tolist())
+            pos += take
+        b = torch.tensor(idx)
+        pc = sequence_logps(model, *(x[b] for x in chosen))
+        pr = sequence_logps(model, *(x[b] for x in rejected))
+        margin = cfg.beta * ((pc - ref_c[b]) - (pr - ref_r[b]))
+        loss = -torch.nn.functional.logsigmoid(margin).mean()
+        if not math.isfinite(loss.item()):
+            stopped = {"reason": "non-finite loss", "step": step, "loss": repr(loss.item())}
+            step -= 1
+            break
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        margins.append(margin.mean().item())
+        accs.append((margin > 0).float().mean().item())
+        prog.write(json.dumps({"step": step, "steps": cfg.steps, "loss": losses[-1], "margin": margins[-1],
+                               "accuracy": accs[-1]}) + "\n")
+    prog.close()
+    t_loop = time.perf_counter()
+
+    pc, pr = all_logps()
+    rc = (cfg.beta * (pc - ref_c)).tolist()
+    rr = (cfg.beta * (pr - ref_r)).tolist()
+    margin_all = [a - b for a, b in zip(rc, rr)]
+    dpo = {"beta": cfg.beta, "reference": "sft", "pairs": n,
+           "reward_margin": _summary(margin_all), "accuracy": sum(m > 0 for m in margin_all) / n,
+           "chosen_reward": _summary(rc), "rejected_reward": _summary(rr)}
+    if stopped is None:
+        from safetensors.torch import save_file
+
+        (out / "adapter").mkdir()
+        sd = {k: v.detach().contiguous() for k, v in sorted(get_peft_model_state_dict(model).items())}
+        save_file(sd, str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (out / "adapter" / "adapter_config.json").write_text(
+            json.dumps(sft_child.adapter_config(model, job["base"]), sort_keys=True, indent=2) + "\n")
+    result = {"steps_done": step, "losses": losses, "stopped": stopped, "dpo": dpo,
+              "metrics": {"reward_margin": margins, "accuracy": accs},
+              "counters": {"optimizer_steps": step, "pairs_seen": step * cfg.batch},
+              "timings": {"total_s": time.perf_counter() - t_start, "setup_s": t_ready - t_start,
+                          "train_s": t_loop - t_ready},
+              "versions": sft_child.versions(), "device": sft_child.device_info(),
+              "determinism": {"threads": cfg.threads,
+                              "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+                              "pythonhashseed": os.environ.get("PYTHONHASHSEED")}}
+    (out / "result.json").write_text(json.dumps(result, sort_keys=True))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m ledger.runners.dpo WORKDIR", file=sys.stderr)
+        return 2
+    from ledger.runners.child import _die_with_parent
+
+    _die_with_parent()  # a killed parent must not leave a training child running unobserved
+    work = Path(argv[0])
+    try:
+        child_run(work)
+    except LedgerError as e:
+        (work / "out" / "error.json").write_text(json.dumps(e.to_json(), sort_keys=True, default=str))
+        print(f"error: {e.message}", file=sys.stderr)
+        return CHILD_ERROR_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
