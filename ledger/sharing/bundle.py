@@ -122,7 +122,7 @@ def _copy_verified(store, oid: str, size: int, f, progress) -> None:
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     n = 0
     with open(store.object_path(oid), "rb", buffering=0) as fi:
-        buf = bytearray(CHUNK)
+        buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
         while k := fi.readinto(buf):
             view = memoryview(buf)[:k]
             h.update(view)

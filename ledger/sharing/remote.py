@@ -7,11 +7,12 @@ Both backends sit behind one small protocol (`Backend`) and share one layout:
   refs/<name>              {"kind": "remote-ref", "target", "manifest", "signatures", ...}
   tmp/                     (directory remotes) partial uploads; harmless, never read
 
-Every write is atomic: a directory remote writes tmp/ → fsync → rename → fsync dir; S3
-makes an object visible only when its PUT (or multipart upload) completes. An object upload
-hashes exactly the bytes it sends and commits only if they hash to the object's id, so a
-remote never names wrong bytes, and an interrupted upload leaves nothing visible: a retry
-simply continues with what is still missing.
+Every write is atomic. A directory remote stages objects in tmp/ and makes a batch of them
+durable and visible together (durable.py: sync, rename, sync); small files (refs, manifests)
+are written tmp → fsync → rename → fsync dir. S3 makes an object visible only when its PUT
+(or multipart upload) completes. An object upload hashes exactly the bytes it sends and
+commits only if they hash to the object's id, so a remote never names wrong bytes, and an
+interrupted upload leaves nothing visible: a retry simply continues with what is missing.
 
 Remotes are configured in the store as refs `remote:NAME` naming a small object
 {"kind": "remote", "name", "url", "options"} — adding or removing one is a journal record.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
@@ -29,6 +31,7 @@ from typing import Callable, Iterable, Protocol
 import blake3
 
 from ledger.errors import BadInput, CorruptObject, RemoteError, UnknownRef, UnsupportedFormat
+from ledger.sharing import durable
 from ledger.store import canonical, faults, fsio
 from ledger.store.ids import PREFIX, hash_bytes, hex_of
 
@@ -51,7 +54,8 @@ class Backend(Protocol):
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str) -> list[str]: ...                         # keys under prefix
     def has_objects(self, oids: Iterable[str]) -> set[str]: ...
-    def put_object(self, oid: str, src: Path, on_bytes: Callable[[int], None]) -> None: ...
+    def put_object(self, oid: str, src: Path, on_bytes: Callable[[int], None]) -> None: ...  # staged
+    def flush(self) -> None: ...                                          # staged → durable, visible
     def get_object(self, oid: str, dest, on_bytes: Callable[[int], None]) -> str: ...  # -> hash of what arrived
     def delete(self, key: str) -> None: ...
 
@@ -67,6 +71,9 @@ class DirBackend:
         self.root = Path(root)
         self.url = str(self.root)
         self.tmp = self.root / "tmp"
+        self._staged: list[tuple[Path, Path]] = []
+        self._lock = threading.Lock()
+        self._tmp_ready = False
 
     def _p(self, key: str) -> Path:
         return self.root / key
@@ -111,48 +118,54 @@ class DirBackend:
         return {o for o in oids if self._p(object_key(o)).is_file()}
 
     def put_object(self, oid, src, on_bytes):
+        """Copy into tmp/, hashing what is written; staged for the next flush() if it matches."""
         dest = self._p(object_key(oid))
         if dest.is_file():
             return
+        tmp = None
         try:
-            self.tmp.mkdir(parents=True, exist_ok=True)
+            if not self._tmp_ready:
+                self.tmp.mkdir(parents=True, exist_ok=True)
+                self._tmp_ready = True
             tmp = fsio.tmp_path(self.tmp)
             h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    with open(src, "rb", buffering=0) as fi:
-                        buf = bytearray(CHUNK)
-                        while n := fi.readinto(buf):
-                            view = memoryview(buf)[:n]
-                            h.update(view)
-                            fsio.write_all(fd, view, "uploading an object")
-                            on_bytes(n)
-                    faults.point("remote.object-before-fsync")
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                got = PREFIX + h.hexdigest()
-                if got != oid:
-                    raise _hash_mismatch(oid, got)
-                os.chmod(tmp, 0o444)
-                new_dir = not dest.parent.is_dir()
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(tmp, dest)
-                fsio.fsync_dir(dest.parent)
-                if new_dir:
-                    fsio.fsync_dir(dest.parent.parent)
+                with open(src, "rb", buffering=0) as fi:
+                    buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
+                    while n := fi.readinto(buf):
+                        view = memoryview(buf)[:n]
+                        h.update(view)
+                        fsio.write_all(fd, view, "uploading an object")
+                        on_bytes(n)
             finally:
-                if tmp.exists():
-                    tmp.unlink()
+                os.close(fd)
+            got = PREFIX + h.hexdigest()
+            if got != oid:
+                raise _hash_mismatch(oid, got)
+            with self._lock:
+                self._staged.append((tmp, dest))
+            tmp = None
+            faults.point("remote.object-staged")
         except OSError as e:
             raise self._wrap(e, f"uploading {oid}") from None
+        finally:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+
+    def flush(self):
+        with self._lock:
+            staged, self._staged = self._staged, []
+        try:
+            durable.install(self.root, staged, "remote.batch-installed")
+        except OSError as e:
+            raise self._wrap(e, "making uploaded objects durable") from None
 
     def get_object(self, oid, dest, on_bytes):
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
         try:
             with open(self._p(object_key(oid)), "rb", buffering=0) as fi:
-                buf = bytearray(CHUNK)
+                buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
                 while n := fi.readinto(buf):
                     view = memoryview(buf)[:n]
                     h.update(view)
@@ -277,6 +290,9 @@ class S3Backend:
                 f.discard()
                 raise
         self._call(f"uploading {oid}", multipart)
+
+    def flush(self):
+        pass  # every upload above is already complete and visible
 
     def get_object(self, oid, dest, on_bytes):
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)

@@ -35,12 +35,34 @@ from typing import Callable, Protocol
 
 from ledger.errors import (BadInput, CorruptObject, LedgerError, Refused, RemoteError, StoreCorrupt,
                            UnknownRef)
-from ledger.sharing import keys, manifest as mf, remote as rm, signing
+from ledger.sharing import durable, keys, manifest as mf, remote as rm, signing
 from ledger.store import canonical, faults, fsio
 from ledger.store.ids import find_ids, hash_bytes, is_id
 from ledger.store.journal import default_actor, now
 
-JOBS = 4                 # concurrent transfers: I/O bound (fsync, network), not CPU bound
+JOBS = 4                 # concurrent transfers: I/O bound (disk, network), not CPU bound
+BATCH_BYTES = 256 << 20  # objects made durable together (durable.py); also the resume granularity
+
+
+def batch_objects() -> int:
+    """Objects per durable batch. LEDGER_SHARE_BATCH overrides it (the crash tests use tiny
+    batches so that a kill lands between batches as well as inside one)."""
+    v = os.environ.get("LEDGER_SHARE_BATCH")
+    return max(1, int(v)) if v and v.isdigit() else 1000
+
+
+def batches(ids, sizes):
+    """Split ids into batches of at most batch_objects() objects and ~BATCH_BYTES bytes."""
+    cap, out, cur, nbytes = batch_objects(), [], [], 0
+    for oid in ids:
+        if cur and (len(cur) >= cap or nbytes + sizes[oid] > BATCH_BYTES):
+            out.append(cur)
+            cur, nbytes = [], 0
+        cur.append(oid)
+        nbytes += sizes[oid]
+    if cur:
+        out.append(cur)
+    return out
 REF_LIMIT = 1 << 20
 MANIFEST_LIMIT = 512 << 20
 JSON_SCAN_LIMIT = 256 << 20   # as store.closure: larger objects are data, not structure
@@ -190,7 +212,10 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
             return oid
 
         try:
-            _run_all(send, todo, jobs)
+            for batch in batches(todo, sizes):
+                _run_all(send, batch, jobs)
+                backend.flush()  # the batch is durable and visible before anything names it
+                faults.point("push.batch")
         finally:
             progress.finish()
         sent_objects, sent_bytes = len(todo), counted[0]
@@ -240,49 +265,47 @@ def _run_all(fn, items, jobs: int):
 
 # --- admitting what arrives -----------------------------------------------------------------
 class _Arrivals:
-    """Objects fetched into the store's tmp/ and verified, not yet installed."""
+    """Objects fetched into the store's tmp/ and verified; installed by flush() in batches
+    (durable.py: sync, rename, sync) — always before the record that names them."""
 
     def __init__(self, store):
         self.store = store
         self.pending: dict[str, Path] = {}
         self.lock = threading.Lock()
 
-    def fetch(self, oid: str, size: int, fetch_fn, on_bytes, install_now: bool) -> None:
+    def fetch(self, oid: str, size: int, fetch_fn, on_bytes) -> None:
         tmp = fsio.tmp_path(self.store.tmp)
         try:
             with open(tmp, "xb") as f:
                 got = fetch_fn(oid, f, on_bytes)
-                f.flush()
                 faults.io_check("receiving an object")
-                os.fsync(f.fileno())
             if got != oid:
                 raise CorruptObject(oid, f"object {oid} arrived with the wrong content (it hashes to {got})",
                                     "the source is damaged or was tampered with; nothing was imported from it")
             if size >= 0 and os.path.getsize(tmp) != size:
                 raise CorruptObject(oid, f"object {oid} arrived with {os.path.getsize(tmp)} bytes, {size} were announced")
-            if install_now:
-                self._install(tmp, oid)
-            else:
-                with self.lock:
-                    self.pending[oid] = tmp
-                tmp = None
+            with self.lock:
+                self.pending[oid] = tmp
+            tmp = None
         except OSError as e:
             raise fsio.io_error(e, f"receiving {oid}") from e
         finally:
             if tmp is not None and tmp.exists():
                 tmp.unlink()
 
-    def _install(self, tmp: Path, oid: str) -> None:
-        # The object is verified and fsynced; ObjectStore._install is the store's own
-        # rename-into-place (+ directory fsync), shared so the write ordering is one code path.
-        self.store.objects._install(tmp, oid)
-
     def path(self, oid: str) -> Path:
         return self.pending.get(oid) or self.store.object_path(oid)
 
-    def install_all(self) -> None:
-        for oid in sorted(self.pending):
-            self._install(self.pending.pop(oid), oid)
+    def flush(self, point: str) -> None:
+        with self.lock:
+            staged = [(tmp, self.store.object_path(oid)) for oid, tmp in sorted(self.pending.items())]
+            self.pending.clear()
+        try:
+            durable.install(self.store.root, staged, point)
+        except OSError as e:
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
+            raise fsio.io_error(e, "installing received objects") from e
 
     def discard(self) -> None:
         for p in self.pending.values():
@@ -342,13 +365,16 @@ def admit(store, man: mf.Manifest, sigs, fetch_fn, *, namespace: str, source: st
             progress.start(f"import ← {source}", len(todo), nbytes)
 
             def get(oid):
-                arrivals.fetch(oid, sizes[oid], fetch_fn, lambda n: progress.advance(nbytes=n),
-                               install_now=not all_or_nothing)
+                arrivals.fetch(oid, sizes[oid], fetch_fn, lambda n: progress.advance(nbytes=n))
                 faults.point("pull.object")
                 progress.advance(objects=1)
 
             try:
-                _run_all(get, todo, jobs)
+                for batch in batches(todo, sizes):
+                    _run_all(get, batch, jobs)
+                    if not all_or_nothing:
+                        # A pull keeps each verified batch, so a rerun resumes after it.
+                        arrivals.flush("pull.batch")
             finally:
                 progress.finish()
             nseg = 0
@@ -357,8 +383,7 @@ def admit(store, man: mf.Manifest, sigs, fetch_fn, *, namespace: str, source: st
                     seg = verify_segment(keys.trusted_keys(store), f.read(mf.MAX_SEGMENT + 1))
                 nseg = len(seg.records)
             _check_closed(store, man, arrivals)
-            arrivals.install_all()
-            faults.point("import.objects-installed")
+            arrivals.flush("import.objects-installed")
             mid = tx.put_json(man.to_json())
             for oid in todo:
                 tx.objects[oid] = (sizes[oid], "import")
@@ -416,12 +441,21 @@ def _ref_name(name: str) -> str:
     return name
 
 
+def _remote_ref_name(backend, name: str) -> str:
+    """As locally: an exact ref, else `name/<name>` (what `add --name` made), else an id."""
+    name = _ref_name(name)
+    mf.check_ref_name(name)
+    if not backend.exists(f"refs/{name}") and backend.exists(f"refs/name/{name}"):
+        return f"name/{name}"
+    return name
+
+
 def pull(store, backend: rm.Backend, names=None, *, namespace: str, source: str | None = None,
          progress: Progress | None = None, jobs: int = JOBS) -> list[ImportResult]:
     """Fetch refs (default: all) from a remote into `namespace/…`; one import per manifest."""
     check_namespace(namespace)
     rm.check_marker(backend, create=False)
-    names = [_ref_name(n) for n in names] if names else remote_refs(backend)
+    names = [_remote_ref_name(backend, n) for n in names] if names else remote_refs(backend)
     if not names:
         raise UnknownRef(f"remote {backend.url} has no refs", "push something to it first")
     by_manifest: dict[str, list] = {}
@@ -583,7 +617,7 @@ def _walk(store, backend, ids, progress: Progress, jobs: int):
                         raise _NotOnRemote(o) from None
                 try:
                     # The size is unknown before arrival (-1): the hash is the check.
-                    arrivals.fetch(oid, -1, fetch_fn, on_bytes, install_now=True)
+                    arrivals.fetch(oid, -1, fetch_fn, on_bytes)
                 except _NotOnRemote:
                     return oid, None
                 progress.advance(objects=1)
@@ -594,6 +628,7 @@ def _walk(store, backend, ids, progress: Progress, jobs: int):
                     missing.add(oid)
                 else:
                     fetched[oid] = size
+            arrivals.flush("fetch.level")
             nxt = []
             for oid in frontier:
                 if oid in missing:

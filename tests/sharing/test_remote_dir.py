@@ -129,22 +129,39 @@ def _cli_store(store):
     return ["--store", str(store.root)]
 
 
-def test_interrupted_push_resumes_and_sends_only_the_rest(alice, tmp_path):
+def _probe_points(store, tmp_path, monkeypatch) -> list[str]:
+    """The fault points a push of HEAD passes, in order (--jobs 1, batches of 2 objects)."""
+    from ledger.store import faults
+
+    trace = tmp_path / "probe-trace"
+    monkeypatch.setenv("LEDGER_FAULT_TRACE", str(trace))
+    monkeypatch.setenv("LEDGER_SHARE_BATCH", "2")
+    faults.reset()
+    transfer.push(store, rm.DirBackend(tmp_path / "probe"), ["HEAD"], jobs=1)
+    monkeypatch.delenv("LEDGER_FAULT_TRACE")
+    faults.reset()
+    return [line.split()[1] for line in trace.read_text().splitlines()]
+
+
+BATCH2 = {"LEDGER_SHARE_BATCH": "2"}
+
+
+def test_interrupted_push_resumes_and_sends_only_the_rest(alice, tmp_path, monkeypatch):
+    points = _probe_points(alice, tmp_path, monkeypatch)
+    # SIGKILL while the second batch is being staged: the first batch is durable and visible,
+    # the object being staged sits in tmp/ under a temporary name, no manifest and no ref.
+    first_batch = points.index("push.batch")
+    n = points.index("remote.object-staged", first_batch) + 1
     root = tmp_path / "remote"
     ledger_cmd(*_cli_store(alice), "remote", "add", "origin", root, check=True)
-    # SIGKILL at the 6th fault point (--jobs 1; each object passes "before fsync" (if it is
-    # streamed) and "done"): some objects are on the remote, no manifest and no ref exist.
-    trace = tmp_path / "trace"
     p = ledger_cmd(*_cli_store(alice), "push", "origin", "HEAD", "--jobs", "1", "--json",
-                   env={"LEDGER_FAULT_AT": "6", "LEDGER_FAULT_TRACE": str(trace)})
+                   env={"LEDGER_FAULT_AT": str(n), **BATCH2})
     assert p.returncode == -9, (p.returncode, p.stderr)
-    points = trace.read_text().split()[1::2]
     got = remote_objects(root)
-    assert len(got) == points.count("push.object")  # each completed object passed "push.object"
+    assert 1 <= len(got) <= 2, got
     assert all(hash_file(path) == oid for oid, path in got.items()), "a killed push published a partial object"
-    assert not (root / "refs").exists() and len(got) < 6
-    if points[-1] == "remote.object-before-fsync":
-        assert len(list((root / "tmp").iterdir())) == 1, "the object being written stays in tmp/, invisible"
+    assert not (root / "refs").exists()
+    assert len(list((root / "tmp").iterdir())) == 1, "the object being staged stays in tmp/, invisible"
     p = ledger_cmd(*_cli_store(alice), "push", "origin", "HEAD", "--json", check=True)
     import json
 
@@ -159,27 +176,25 @@ def test_interrupted_push_resumes_and_sends_only_the_rest(alice, tmp_path):
 
 
 def test_killed_push_at_each_kind_of_point_resumes(alice, tmp_path, monkeypatch):
-    """Kill the push at each kind of point (mid-object, between objects, after the manifest,
-    after the ref); each rerun completes and the remote is whole."""
-    from ledger.store import faults
-
-    trace = tmp_path / "trace"
-    monkeypatch.setenv("LEDGER_FAULT_TRACE", str(trace))
-    faults.reset()
-    transfer.push(alice, rm.DirBackend(tmp_path / "probe"), ["HEAD"], jobs=1)
-    monkeypatch.delenv("LEDGER_FAULT_TRACE")
-    points = [line.split()[1] for line in trace.read_text().splitlines()]
-    chosen = {points.index("remote.object-before-fsync") + 1, len(points) // 2, points.index("push.manifest") + 1,
-              points.index("push.ref") + 1}
-    for n in sorted(chosen):
+    """Kill the push at each kind of point (mid-batch, after a batch is installed, after the
+    manifest, after the ref); each rerun sends exactly what is not visible yet and the
+    remote ends whole."""
+    points = _probe_points(alice, tmp_path, monkeypatch)
+    kinds = ("remote.object-staged", "push.object", "remote.batch-installed", "push.batch", "push.manifest", "push.ref")
+    chosen = sorted({points.index(k) + 1 for k in kinds} | {len(points) // 2})
+    for n in chosen:
         root = tmp_path / f"remote{n}"
         rm.add(Store.open(alice.root), f"r{n}", str(root))
         p = ledger_cmd(*_cli_store(alice), "push", f"r{n}", "HEAD", "--jobs", "1", "--json",
-                       env={"LEDGER_FAULT_AT": str(n)})
+                       env={"LEDGER_FAULT_AT": str(n), **BATCH2})
         assert p.returncode == -9, (n, p.stderr)
+        visible = set(remote_objects(root))
+        assert all(hash_file(path) == oid for oid, path in remote_objects(root).items())
         res = transfer.push(Store.open(alice.root), rm.DirBackend(root), ["HEAD"])
-        # objects that passed "push.object" before the kill are never sent again
-        assert res.objects_sent == res.objects_total - points[:n].count("push.object")
+        if res.up_to_date:
+            assert res.manifest in visible and points[n - 1] in ("push.manifest", "push.ref")
+        else:
+            assert res.objects_sent == res.objects_total - len(visible - {res.manifest}), points[n - 1]
         c = Store.init(tmp_path / f"c{n}")
         transfer.pull(c, rm.DirBackend(root), namespace="alice")
         assert Store.open(c.root).state.refs["alice/HEAD"] == alice.history["gen"]
@@ -192,14 +207,16 @@ def test_interrupted_pull_resumes(alice, bob, tmp_path):
     ledger_cmd(*_cli_store(bob), "remote", "add", "alice", root, check=True)
     head = Store.open(bob.root).state.head
     before = {oid for oid, _ in bob.objects.iter_ids()}
-    # --jobs 1: each object passes before-rename, after-rename, pull.object; the 6th point is
-    # the second object's pull.object
-    p = ledger_cmd(*_cli_store(bob), "pull", "alice", "--jobs", "1", "--json", env={"LEDGER_FAULT_AT": "6"})
+    # --jobs 1, batches of 2: pull.object, pull.object, pull.batch (installed) … the 6th point
+    # is the second batch's installation
+    p = ledger_cmd(*_cli_store(bob), "pull", "alice", "--jobs", "1", "--json",
+                   env={"LEDGER_FAULT_AT": "6", **BATCH2})
     assert p.returncode == -9
     b = Store.open(bob.root)
     assert b.state.head == head, "nothing committed"
     have = {oid for oid, _ in b.objects.iter_ids()} - before
-    assert len(have) == 2, "the two objects verified before the kill stay installed"
+    assert len(have) == 4, "the two batches verified and installed before the kill stay"
+    assert not list((bob.root / "tmp").iterdir())
     # the dead holder's lock is broken by the next writer; the rerun fetches only the rest
     p = ledger_cmd(*_cli_store(bob), "pull", "alice", "--json", check=True)
     import json
