@@ -235,6 +235,7 @@ def push(
     refs: Annotated[Optional[List[str]], typer.Argument(help="Refs or ids to push (default: HEAD).")] = None,
     sign: SignOpt = None,
     jobs: JobsOpt = 4,
+    full: Annotated[bool, typer.Option("--full", help="Walk the closure and check every object on the remote, even if its refs look up to date.")] = False,
     json_: JsonOpt = False,
 ):
     """Send the closure of REFs and its journal segment to a remote (only missing objects move).
@@ -244,7 +245,7 @@ def push(
 
     store = open_store()
     res = transfer.push(store, _backend(store, remote_name), refs or ["HEAD"], key_name=sign,
-                        progress=None if json_ else RichProgress(), jobs=jobs)
+                        progress=None if json_ else RichProgress(), jobs=jobs, full=full)
     flush_warnings(store)
 
     def render():

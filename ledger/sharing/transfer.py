@@ -1,10 +1,13 @@
 """Moving objects: push, pull, fetch a closure, and admitting what arrives.
 
 Push (read-only on the local store; no lock):
-  1. gather the closure of the named refs and the journal segment; build the manifest;
+  0. if every remote ref already names the same target through a manifest the remote holds
+     (signed by our key when signing), it is up to date — no closure walk at all;
+  1. otherwise gather the closure of the named refs and the journal segment; build the manifest;
   2. if the remote already has that manifest object, every object it lists is there
      (invariant below) — nothing moves; otherwise ask which objects are missing;
-  3. upload the missing objects (each hashed as sent, committed only if it matches);
+  3. upload the missing objects in batches (each hashed as sent, staged, and the batch made
+     durable and visible together: durable.py);
   4. upload the manifest object, then 5. the ref files that name it.
   Remote invariant (MUST): a manifest object is written only after every object it lists,
   and a ref only after its manifest. A crash anywhere leaves complete objects and possibly
@@ -178,14 +181,60 @@ def prepare(store, names, key_name: str | None):
 
 
 # --- push -----------------------------------------------------------------------------------
+def _already_there(store, backend, names, key_name: str | None) -> PushResult | None:
+    """The up-to-date check, without walking the closure: every ref on the remote already
+    names the same target through a manifest the remote holds (and, when signing, carries a
+    valid signature by our key). By the remote invariant a present manifest means all its
+    objects are present. `push --full` skips this and re-checks every object."""
+    refs, _ = mf.select(store, names)
+    pub = keys.own_keys(store)[key_name] if key_name else None
+    if pub is None and key_name:
+        return None
+    manifests: dict[str, mf.Manifest] = {}
+    for name, target in refs.items():
+        data = backend.read_small(f"refs/{name}", REF_LIMIT)
+        if data is None:
+            return None
+        try:
+            body = canonical.loads(data)
+        except BadInput:
+            return None
+        if not isinstance(body, dict) or body.get("target") != target or not is_id(body.get("manifest")):
+            return None
+        mid = body["manifest"]
+        if mid not in manifests:
+            try:
+                manifests[mid] = _read_manifest(backend, mid)
+            except LedgerError:
+                return None
+        if manifests[mid].refs.get(name) != target:
+            return None
+        if pub is not None:
+            checks = signing.verify({pub.fingerprint: pub}, "manifest", manifests[mid].to_json(),
+                                    body.get("signatures") if isinstance(body.get("signatures"), list) else [])
+            if not any(c.trusted for c in checks):
+                return None
+    sizes: dict[str, int] = {}
+    for m in manifests.values():
+        sizes.update(m.sizes())
+    first = manifests[next(iter(manifests))] if manifests else None
+    return PushResult(remote=backend.url, refs=dict(refs), manifest=first.id if first else "", objects_total=len(sizes),
+                      bytes_total=sum(sizes.values()), objects_sent=0, bytes_sent=0, up_to_date=True,
+                      signed_by=key_name, absent=tuple(sorted({a for m in manifests.values() for a in m.absent})))
+
+
 def push(store, backend: rm.Backend, names, key_name: str | None = None, progress: Progress | None = None,
-         jobs: int = JOBS) -> PushResult:
+         jobs: int = JOBS, full: bool = False) -> PushResult:
     progress = progress or NullProgress()
-    sel, man, seg, sigs, pub = prepare(store, names, key_name)
     rm.check_marker(backend, create=True)
+    if not full:
+        quick = _already_there(store, backend, names, key_name)
+        if quick is not None:
+            return quick
+    sel, man, seg, sigs, pub = prepare(store, names, key_name)
     sizes = man.sizes()
     sent_objects = sent_bytes = 0
-    up_to_date = backend.exists(rm.object_key(man.id))
+    up_to_date = backend.exists(rm.object_key(man.id)) and not full
     if not up_to_date:
         present = backend.has_objects(sizes)
         todo = [oid for oid in sorted(sizes) if oid not in present]
@@ -479,7 +528,7 @@ def pull(store, backend: rm.Backend, names=None, *, namespace: str, source: str 
                 return backend.get_object(oid, f, on_bytes)
             except FileNotFoundError:
                 raise StoreCorrupt(f"remote {backend.url} lacks {oid}, which its manifest lists",
-                                   "the remote is incomplete; push again from the source") from None
+                                   "the remote is incomplete; `ledger push --full` again from the source") from None
 
         out.append(admit(store, man, sigs, fetch_fn, namespace=namespace, source=source or backend.url, names=refnames,
                          progress=progress, all_or_nothing=False, jobs=jobs, what=f"manifest {mid[:15]} on {backend.url}"))

@@ -59,6 +59,22 @@ def test_repush_of_an_up_to_date_store_moves_nothing(alice, tmp_path):
     assert {k: p.stat().st_mtime_ns for k, p in remote_objects(tmp_path / "remote").items()} == mtimes
 
 
+def test_full_push_repairs_a_remote_that_lost_an_object(alice, bob, tmp_path):
+    """The quick up-to-date check trusts the remote invariant; --full re-checks every object."""
+    be = rm.DirBackend(tmp_path / "remote")
+    transfer.push(alice, be, ["HEAD"])
+    lost = remote_objects(tmp_path / "remote")[alice.history["data"]]
+    lost.unlink()
+    assert transfer.push(alice, be, ["HEAD"]).up_to_date
+    with pytest.raises(StoreCorrupt, match="lacks") as ei:
+        transfer.pull(bob, be, namespace="alice")
+    assert "--full" in ei.value.hint
+    res = transfer.push(alice, be, ["HEAD"], full=True)
+    assert not res.up_to_date and res.objects_sent == 1
+    transfer.pull(Store.open(bob.root), be, namespace="alice")
+    assert_clean(bob.root)
+
+
 def test_only_missing_objects_move(alice, tmp_path):
     be = rm.DirBackend(tmp_path / "remote")
     transfer.push(alice, be, ["HEAD"])

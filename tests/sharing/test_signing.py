@@ -147,10 +147,17 @@ def test_signed_push_and_required_pull(alice, bob, tmp_path):
     keys.trust(Store.open(bob.root), pub)
     res = transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice")
     assert res[0].signers[0].trusted_as == "alice"
-    # an unsigned push over it is refused by the same policy
-    transfer.push(alice, rm.DirBackend(root), ["HEAD"])
-    with pytest.raises(Refused):
-        transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice2")
+    # re-pushing the same target unsigned keeps the signed ref (nothing to do) ...
+    assert transfer.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
+    transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice2")
+    # ... but a new, unsigned HEAD is refused by the same policy
+    from ledger import generations
+
+    with alice.transaction("commit") as tx:
+        generations.new_generation(tx, alice, note="unsigned")
+    assert not transfer.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
+    with pytest.raises(Refused, match="unsigned"):
+        transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice3")
 
 
 def test_untrust_and_pem_keys(alice, tmp_path):
