@@ -158,6 +158,16 @@ def build(plan: dict, base_dir: Path):
     return model, named
 
 
+def load_init_adapter(model, folder: Path) -> None:
+    """Start from an existing adapter's weights (the learn cycle continues from HEAD's)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    res = set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors")))
+    if getattr(res, "unexpected_keys", None):
+        raise BadInput(f"init adapter does not match the plan's model: {res.unexpected_keys[:3]}")
+
+
 def adapter_tensors(model) -> dict:
     from peft import get_peft_model_state_dict
 
@@ -278,6 +288,8 @@ def run(work: Path) -> dict:
         restore(model, opt, named, a, o, r)
         start_step, losses = state["step"], [float(x) for x in state["losses"]]
     else:
+        if job.get("init_adapter"):
+            load_init_adapter(model, work / job["init_adapter"])
         torch.manual_seed(c["seeds"]["dropout"])
     t_ready = time.perf_counter()
 
@@ -311,8 +323,6 @@ def run(work: Path) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(step_loss)
-        dt = time.perf_counter() - t0
-        step_times.append(dt)
         el = time.perf_counter() - t_loop
         prog.write(json.dumps({"step": step, "steps": steps, "loss": step_loss, "lr": lr,
                                "tokens_per_s": tokens / el if el > 0 else 0.0}) + "\n")
@@ -321,6 +331,7 @@ def run(work: Path) -> dict:
                          optimizer=optimizer_tensors(opt, named), rng={"torch_cpu": torch.get_rng_state()},
                          state={"plan": job["plan_id"], "step": step, "cursor": {"next_step": step + 1, "micro_batch": step * accum},
                                 "losses": losses})
+        step_times.append(time.perf_counter() - t0)  # the whole step: progress and checkpoints too
     t_end = time.perf_counter()
     prog.close()
     loop_s = t_end - t_loop
@@ -346,7 +357,8 @@ def run(work: Path) -> dict:
                     "tokens_per_s": tokens / loop_s if loop_s > 0 else None},
         "memory": mem, "versions": versions(), "device": device_info(),
         "determinism": {"threads": threads, "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-                        "pythonhashseed": os.environ.get("PYTHONHASHSEED")},
+                        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+                        "allocator_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")}},
     }
     (out / "result.json").write_text(json.dumps(result, sort_keys=True))
     return result

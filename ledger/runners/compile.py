@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from ledger.errors import CompileRejected, SpecError
+from ledger.errors import LedgerError, CompileRejected, SpecError
 from ledger.runners import dataset as datalib
 from ledger.runners import memory, model
 from ledger.runners import tokenizer as toklib
@@ -212,6 +212,27 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
     }
 
 
+def _init_adapter(store, c: dict) -> str:
+    """The adapter tree a run starts from; its LoRA shape must be the spec's."""
+    import json
+
+    ref = c["lora"]["init_adapter"]
+    try:
+        oid = store.resolve(ref)
+        files = {e["path"]: e["id"] for e in store.get_json(oid)["entries"]}
+        cfg = json.loads(store.get_bytes(files["adapter_config.json"]))
+        files["adapter_model.safetensors"]
+    except (LedgerError, KeyError, TypeError, ValueError):
+        raise SpecError(f"spec field `lora.init_adapter`: {ref!r} is not an adapter in this store",
+                        "name an adapter tree (a receipt's `adapter`), or leave it empty", field="lora.init_adapter") from None
+    want = {"r": c["lora"]["r"], "target_modules": sorted(c["lora"]["target_modules"])}
+    have = {"r": cfg.get("r"), "target_modules": sorted(cfg.get("target_modules") or [])}
+    if want != have:
+        raise SpecError(f"spec field `lora.init_adapter`: the adapter has {have}, the spec asks for {want}",
+                        "start from an adapter with the same r and target modules", field="lora.init_adapter")
+    return oid
+
+
 class _Exists(Exception):
     pass
 
@@ -242,6 +263,8 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
             longest = _check_lengths(store, data_id, c["data"]["seq_len"])
             man = model.load_manifest(store, base_id)
             inputs = {"base": base_id, "tokenizer": man["tokenizer"], "dataset": data_id}
+            if c["lora"]["init_adapter"]:
+                inputs["init_adapter"] = _init_adapter(store, c)
             plan = Plan(body_for(spec, target, arch, inputs, rows, longest))
             if store.has(plan.id):
                 raise _Exists

@@ -74,7 +74,7 @@ def _records_newest_first(store, kinds: tuple[str, ...]) -> Iterator[dict]:
 def runs_used(store, suite_hash: str) -> int:
     """Gate runs already counted against `suite_hash` (runs decided before scoring are not)."""
     return sum(1 for r in store.journal.records()
-               if r["kind"] == JUDGE_KIND and r["payload"].get("suite") == suite_hash
+               if r["kind"] == JUDGE_KIND and r["payload"].get("suite_hash") == suite_hash
                and r["payload"].get("budget_counted"))
 
 
@@ -141,7 +141,7 @@ def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[d
     key = (model.base, model.adapter)
     for r in _records_newest_first(store, (JUDGE_KIND,)):
         p = r["payload"]
-        if p.get("suite") != suite_hash or not p.get("scored"):
+        if p.get("suite_hash") != suite_hash or not p.get("scored"):
             continue
         v = store.get_json(p["verdict"])
         models = (v.get("context") or {}).get("models") or {}
@@ -267,8 +267,8 @@ def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: d
         budget = body.get("budget")
         tx.payload.update({
             "verdict": vid, "verdict_name": v.verdict, "reason_codes": list(v.reason_codes),
-            "learner_view": lid, "suite": v.pinned_hash, "suite_ref": suite.id,
-            "suite_hash_recomputed": v.recomputed_hash, "candidate": cand.id, "incumbent": inc.id,
+            "learner_view": lid, "suite_hash": v.pinned_hash, "suite_ref": suite.id,
+            "recomputed_suite_hash": v.recomputed_hash, "candidate": cand.id, "incumbent": inc.id,
             "scored": scored, "budget_counted": bool(v.budget_counted),
             "budget": {"used": budget["used"], "of": budget["of"]} if budget else None,
             "wall_s": round(time.perf_counter() - run.t0, 3), "score_s": round(run.score_s, 3)})

@@ -42,24 +42,31 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
     H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads
-    q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    q_dim = a.heads * a.head_dim
     BT = B * T
 
-    # Saved for backward, per layer (elements):
-    #   2 RMSNorms: input and normalised output (2*B*T*H each) + rsqrt (B*T each)
-    #   RoPE: q, k and their rotate_half copies (2*B*T*(q_dim+kv_dim)); v (B*T*kv_dim)
-    #   attention: softmax probabilities (B*nh*T*T) kept for both matmuls' backward
-    #   o_proj input (B*T*q_dim); MLP: gate, silu(gate), up and their product (4*B*T*I)
+    mods = set(modules)
+    # Saved for backward, per layer (elements), as autograd holds them for torch-eager with
+    # SDPA attention (checked tensor by tensor with saved_tensors_hooks; see docs/compile-train.md):
+    #   both RMSNorm inputs (2*B*T*H) and their rsqrt (2*B*T)
+    #   the normalised inputs LoRA A needs: attention's if q/k/v are adapted, the MLP's if gate/up are
+    #   SDPA: q, k and v (k, v expanded to nh heads) and the output, which o_proj reads as a view
+    #   (4*B*T*nh*d), its log-sum-exp (B*nh*T) and the expanded additive mask (B*T*T)
+    #   MLP: gate, silu(gate), up (3*B*T*I), and their product if down_proj is adapted
     #   LoRA: each adapted module keeps A's output (B*T*r); with dropout also its dropped input
-    per_layer = (4 * BT * H + 2 * BT + 2 * BT * (q_dim + kv_dim) + BT * kv_dim + B * nh * T * T
-                 + BT * q_dim + 4 * BT * I)
+    per_layer = (2 * BT * H + 2 * BT
+                 + BT * H * (bool(mods & {"q_proj", "k_proj", "v_proj"}) + bool(mods & {"gate_proj", "up_proj"}))
+                 + 4 * BT * q_dim + B * nh * T + B * T * T
+                 + 3 * BT * I + (BT * I if "down_proj" in mods else 0))
     lora_act = sum(BT * r + (BT * MODULE_SHAPES[m](a)[0] if dropout > 0 else 0) for m in modules)
     act = L * (per_layer + lora_act) * e
-    # Final norm (2*B*T*H + B*T), logits and cross-entropy's log-softmax (fp32, B*T*V each).
-    head = (2 * BT * H + BT) * e + 2 * BT * V * 4
-    # Backward transients: the logits' gradient, and one layer's widest gradient (the
-    # attention probabilities' or the MLP's) alive at once.
-    work = BT * V * 4 + max(2 * B * nh * T * T, 2 * BT * I) * e
+    # Head: cross-entropy's log-softmax in fp32 (B*T*V*4) and the int64 labels; the lm_head is
+    # frozen and not adapted, so its input is not kept.
+    head = BT * V * 4 + BT * INDEX_BYTES
+    # Transients on top of the saved set: at the start of backward the log-softmax gradient and
+    # the logits gradient (fp32, 2*B*T*V*4); then one MLP's gradients (2*B*T*I) while the
+    # earlier layers' activations are still held.
+    work = 2 * BT * V * 4 + 2 * BT * I * e
     return [
         Line("weights", total_params * e, f"{total_params} params x {e} B"),
         Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),
@@ -68,7 +75,7 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
              f"AdamW exp_avg + exp_avg_sq: {lora} x 8 B + {n_lora_tensors} step counters x 4 B"),
         Line("data", dataset_rows * T * INDEX_BYTES * 3, f"{dataset_rows} rows x {T} tokens x 3 int64 tensors"),
         Line("activations", act + head, f"saved for backward at micro-batch {B} x {T} tokens ({L} layers + head)", True),
-        Line("workspace", work, "backward transients: logits grad + widest per-layer grad", True),
+        Line("workspace", work, "backward transients: log-softmax and logits grads + one MLP's grads", True),
     ]
 
 

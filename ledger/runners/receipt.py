@@ -44,7 +44,7 @@ def source_identity() -> dict:
             data = p.read_bytes()
             h.update(len(data).to_bytes(8, "little") + data)
             n += 1
-    return {"id": PREFIX + h.hexdigest(), "files": n, "package_version": getattr(ledger, "__version__", None)}
+    return {"hash": PREFIX + h.hexdigest(), "files": n, "package_version": getattr(ledger, "__version__", None)}
 
 
 def learned_evidence(losses: list[float]) -> dict | None:

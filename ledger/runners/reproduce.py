@@ -56,6 +56,12 @@ def pinned_inputs(store, r: dict) -> list[str]:
     need = [r["plan"], r["spec"], r["base"], r["tokenizer"], r["dataset"]]
     if r.get("resumed_from"):
         need.append(r["resumed_from"])
+    init = store.get_json(r["plan"])["inputs"].get("init_adapter") if store.has(r["plan"]) else None
+    if init:
+        # the adapter a cycle's run started from, and its files
+        need.append(init)
+        if store.has(init):
+            need.extend(e["id"] for e in store.get_json(init)["entries"])
     seen, out = set(), []
     stack = list(need)
     while stack:
@@ -144,7 +150,7 @@ def reproduce(store, receipt_ref: str, *, overrides: dict | None = None, toleran
     tol = {**DEFAULT_TOLERANCE, **(tolerance or {})}
     overrides = dict(overrides or {})
     base = {"kind": "comparison", "receipt": rid, "overrides": overrides, "tolerance": tol,
-            "source": {"original": orig["source"]["id"], "rerun": rcpt.source_identity()["id"]},
+            "source": {"original_hash": orig["source"]["hash"], "rerun_hash": rcpt.source_identity()["hash"]},
             "versions": {"original": orig["versions"]}}
     missing = [oid for oid in pinned_inputs(store, orig) if not store.has(oid)]
     if missing:

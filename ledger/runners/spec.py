@@ -75,6 +75,9 @@ SCHEMA: dict[str, dict[str, F]] = {
     "lora": {
         "r": F("int", 8, _pos), "alpha": F("float", 16.0, _pos), "dropout": F("float", 0.0, _unit),
         "target_modules": F("str-list", list(LLAMA_MODULES), _modules),
+        # An adapter (tree id or name) to start from instead of a fresh LoRA init: the learn
+        # cycle continues from HEAD's adapter. "" = fresh. Its shapes must match this section.
+        "init_adapter": F("str", ""),
     },
     "optimizer": {
         "name": F("str", "adamw", choices=("adamw",)), "lr": F("float", 3e-3, _pos),

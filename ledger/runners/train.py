@@ -34,7 +34,9 @@ from ledger.runners import model as modellib
 from ledger.runners import receipt as rcpt
 
 _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LEDGER_DEBUG",
-             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+             # glibc allocator knobs change memory use, never results; the receipt records them
+             "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 
 
 @dataclass
@@ -95,6 +97,9 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
     store.export_file(plan.body["inputs"]["dataset"], inputs / "dataset.parquet")
     job = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
            "resume": None}
+    if plan.body["inputs"].get("init_adapter"):
+        modellib.materialise_tree(store, plan.body["inputs"]["init_adapter"], inputs / "init_adapter")
+        job["init_adapter"] = "inputs/init_adapter"
     if resume is not None:
         cid, cman = resume
         if cman["plan"] != plan.id:

@@ -28,7 +28,7 @@ def test_receipt_binds_every_identity(trained):
     assert r["target"]["name"] == "cpu" and store.has(r["target"]["id"])
     for k in ("rng_state", "optimizer_state", "final_checkpoint", "adapter"):
         assert store.has(r[k]), k
-    assert r["source"]["id"].startswith("b3:") and r["source"]["files"] > 10
+    assert r["source"]["hash"].startswith("b3:") and r["source"]["files"] > 10
     assert {"python", "torch", "transformers", "peft", "cupy-cuda12x", "wasmtime"} <= set(r["versions"])
     assert r["device"]["cpu"] and r["determinism"]["threads"] == 1 and r["determinism"]["deterministic_algorithms"]
     assert r["cursor"] == {"start_step": 0, "end_step": 12, "next_step": 13, "micro_batch": 12}
