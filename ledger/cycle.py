@@ -159,7 +159,7 @@ def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pat
     cres = comp.compile_spec(store, cspec, targetlib.get(target))
     plan = cres.plan
     res.stages["compile"] = {"s": time.perf_counter() - t0, "reused": not cres.new, "plan": plan.id}
-    say("compile", f"plan {plan.id[:15]}: {plan.body.get('params', {}).get('trainable', '?')} trainable parameters")
+    say("compile", f"plan {plan.id[:15]}: {plan.body['parameters']['trainable']:,} trainable parameters")
 
     # train
     t0 = time.perf_counter()

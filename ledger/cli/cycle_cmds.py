@@ -158,7 +158,7 @@ def render_diff(d: dict) -> None:
         for side in ("a", "b"):
             v = d["verdicts"][side]
             if v:
-                t.add_row(an if side == "a" else bn, v["verdict"] or "-", _fmt(v["mean_delta"]), _fmt(v["p_value"]),
+                t.add_row(an if side == "a" else bn, v["verdict"] or "-", _fmt(v["mean_delta"]), _fmt(v["p_better"]),
                           f"{v['wins']}/{v['n']}" if v["wins"] is not None else "-")
             else:
                 t.add_row(an if side == "a" else bn, "-", "-", "-", "-")

@@ -28,8 +28,15 @@ def hex_of(oid: str) -> str:
     return oid[len(PREFIX):]
 
 
+def is_hash_key(key: str) -> bool:
+    """Convention: a value under a key ending in "hash" or "digest" is a hash that names no
+    stored object (a suite hash, the source tree's hash), so it is not a reference."""
+    return key.endswith("hash") or key.endswith("digest")
+
+
 def find_ids(obj, out: set[str] | None = None) -> set[str]:
-    """Every id mentioned anywhere in a JSON value (strings, keys, nested)."""
+    """Every object id referenced anywhere in a JSON value (strings, keys, nested), except
+    values under hash keys (see is_hash_key)."""
     out = set() if out is None else out
     stack = [obj]
     while stack:
@@ -39,7 +46,7 @@ def find_ids(obj, out: set[str] | None = None) -> set[str]:
                 out.update(ID_SEARCH_RE.findall(v))
         elif isinstance(v, dict):
             stack.extend(v.keys())
-            stack.extend(v.values())
+            stack.extend(x for k, x in v.items() if not (isinstance(k, str) and is_hash_key(k)))
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
     return out

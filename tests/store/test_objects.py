@@ -106,3 +106,12 @@ def test_tree_rejects_symlink(store, tmp_path):
         with store.transaction("t") as tx:
             tx.put_tree(d)
     assert store.state.seq == 1  # nothing committed
+
+
+def test_hash_keys_are_not_references(store):
+    from ledger.store.ids import find_ids
+
+    real = "b3:" + "1" * 64
+    not_obj = "b3:" + "2" * 64
+    found = find_ids({"a": real, "suite_hash": not_obj, "nested": [{"source_hash": not_obj, "digest": not_obj}]})
+    assert found == {real}
