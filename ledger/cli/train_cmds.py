@@ -218,7 +218,7 @@ def render_receipt(obj: dict, oid: str | None = None) -> None:
             ("cursor", f"steps {r['cursor']['start_step']}→{r['cursor']['end_step']}, next {r['cursor']['next_step']}"),
             ("seeds", ", ".join(f"{k}={v}" for k, v in sorted(r["seeds"].items()))),
             ("realizations", ", ".join(sorted(set(r["realizations"].values())))),
-            ("source", f"{short(r['source']['id'])} ({r['source']['files']} files)"),
+            ("source", f"{short(r['source']['hash'])} ({r['source']['files']} files)"),
             ("versions", ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()) if v)),
             ("device", r["device"].get("cpu", "") + (f"; {r['device']['cuda']['device']}" if r["device"].get("cuda") else "")),
             ("sandbox", ("landlock ABI " + str(r["sandbox"].get("landlock_abi"))) if r["sandbox"].get("sandboxed") else "[red]UNSANDBOXED[/]")]
