@@ -196,9 +196,11 @@ def import_gguf(tx, store, file: str | Path) -> str:
     except ImportError:
         raise BadInput("GGUF import needs the `gguf` package", "pip install gguf") from None
     import torch
+    import transformers
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    transformers.utils.logging.disable_progress_bar()
     try:
         cfg_obj = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True,
