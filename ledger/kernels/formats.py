@@ -1,0 +1,111 @@
+"""Weight formats of the decode kernels, in numpy (no GPU, no torch).
+
+bf16 tensors travel as ``uint16`` bit patterns: numpy has no bfloat16, and a bit pattern is
+exact, so the float64 oracles see precisely the values the kernels see.
+
+Formats
+-------
+``bf16``    W [N, K] bf16.
+``int8``    W [N, K] int8 + one fp32 scale per output row (per channel): w = q * s[n].
+            Symmetric, q in [-127, 127], s[n] = max|w[n, :]| / 127.
+``q4b32``   4-bit blocks: each run of 32 consecutive k of one row shares one bf16 scale;
+            w = (q - 8) * s[n, k // 32], q in [0, 15] (so q - 8 in [-8, 7]; the quantizer uses
+            [-7, 7], s = absmax / 7, keeping the grid symmetric). Packed as uint8 [N, K / 2]:
+            32-bit little-endian word j of a block holds elements 8j..8j+7, element 8j + 2i in
+            bits [4i, 4i + 4) and element 8j + 2i + 1 in bits [16 + 4i, 16 + 4i + 4), i = 0..3.
+            The interleave lets the kernel turn one word into a bf16 pair with a single lop3.
+            Scales: bf16 [N, K / 32].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Q4_BLOCK = 32
+
+
+# --- bf16 bit patterns ------------------------------------------------------------------
+def f32_to_bf16_bits(a) -> np.ndarray:
+    """Round float32 (or anything castable) to bf16, round-to-nearest-even; returns uint16."""
+    f = np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+    u = f.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
+
+
+def bf16_bits_to_f32(b) -> np.ndarray:
+    b = np.ascontiguousarray(np.asarray(b, dtype=np.uint16))
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_bits_to_f64(b) -> np.ndarray:
+    return bf16_bits_to_f32(b).astype(np.float64)
+
+
+# --- int8 per channel ---------------------------------------------------------------------
+def quantize_int8(w) -> tuple[np.ndarray, np.ndarray]:
+    """w [N, K] float -> (q int8 [N, K], scale float32 [N]); |w - q*s| <= s/2 elementwise."""
+    w = np.asarray(w, dtype=np.float64)
+    amax = np.abs(w).max(axis=1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale.astype(np.float64)[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def dequantize_int8(q, scale) -> np.ndarray:
+    return np.asarray(q, dtype=np.float64) * np.asarray(scale, dtype=np.float64)[:, None]
+
+
+# --- 4-bit blocks of 32 -------------------------------------------------------------------
+def quantize_q4b32(w) -> tuple[np.ndarray, np.ndarray]:
+    """w [N, K] float -> (q uint8 [N, K] in 0..15, scale bf16 bits [N, K/32]).
+
+    s = absmax / 7 rounded to bf16; q = clip(round(w / s), -8, 7) + 8. Because s is rounded to
+    nearest, w / s can exceed 7 by at most 7 * 2^-8, which still rounds to 7: |w - (q-8)*s| <= s/2.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    n, k = w.shape
+    if k % Q4_BLOCK:
+        raise ValueError(f"K={k} is not a multiple of {Q4_BLOCK}")
+    blocks = w.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
+    amax = np.abs(blocks).max(axis=2)
+    scale_bits = f32_to_bf16_bits(np.where(amax > 0, amax / 7.0, 1.0))
+    scale = bf16_bits_to_f64(scale_bits)
+    q = np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8
+    return q.reshape(n, k).astype(np.uint8), scale_bits
+
+
+def dequantize_q4b32(q, scale_bits) -> np.ndarray:
+    q = np.asarray(q, dtype=np.float64)
+    n, k = q.shape
+    s = bf16_bits_to_f64(scale_bits)
+    return ((q.reshape(n, k // Q4_BLOCK, Q4_BLOCK) - 8.0) * s[:, :, None]).reshape(n, k)
+
+
+def pack_q4b32(q) -> np.ndarray:
+    """q uint8 [N, K] (0..15) -> packed uint8 [N, K/2] in the interleaved layout above."""
+    q = np.asarray(q, dtype=np.uint8)
+    n, k = q.shape
+    if k % 8:
+        raise ValueError(f"K={k} is not a multiple of 8")
+    e = q.reshape(n, k // 8, 8).astype(np.uint32)
+    word = np.zeros((n, k // 8), dtype=np.uint32)
+    for i in range(4):
+        word |= e[:, :, 2 * i] << (4 * i)
+        word |= e[:, :, 2 * i + 1] << (16 + 4 * i)
+    return word.astype("<u4").view(np.uint8).reshape(n, k // 2)
+
+
+def unpack_q4b32(packed) -> np.ndarray:
+    packed = np.ascontiguousarray(np.asarray(packed, dtype=np.uint8))
+    n, kh = packed.shape
+    word = packed.reshape(n, kh // 4, 4).view("<u4").reshape(n, kh // 4)
+    out = np.zeros((n, kh // 4, 8), dtype=np.uint8)
+    for i in range(4):
+        out[:, :, 2 * i] = (word >> (4 * i)) & 0xF
+        out[:, :, 2 * i + 1] = (word >> (16 + 4 * i)) & 0xF
+    return out.reshape(n, kh * 2)
