@@ -141,7 +141,8 @@ def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[d
     key = (model.base, model.adapter)
     for r in _records_newest_first(store, (JUDGE_KIND,)):
         p = r["payload"]
-        if p.get("suite_hash") != suite_hash or not p.get("scored"):
+        # A SuiteChanged run's scores are the ones that drifted: never a reference.
+        if p.get("suite_hash") != suite_hash or not p.get("scored") or p.get("verdict_name") == "SuiteChanged":
             continue
         v = store.get_json(p["verdict"])
         models = (v.get("context") or {}).get("models") or {}

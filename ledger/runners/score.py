@@ -50,8 +50,9 @@ class ModelRef:
 
     @property
     def id(self) -> str:
-        """The identity a verdict names: the adapter, or the base when there is none."""
-        return self.adapter or self.base
+        """The identity a verdict names: the adapter; for a model without one, the generation it
+        was named through, else the base."""
+        return self.adapter or self.generation or self.base
 
     @property
     def bare(self) -> bool:
