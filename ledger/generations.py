@@ -139,6 +139,6 @@ def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
         written.extend(e["path"] for e in store.get_json(g.adapter)["entries"])
     if with_base and g.base:
         manifest = modellib.load_manifest(store, g.base)
-        modellib.materialise_tree(store, manifest["tree"], dest / "base")
+        modellib.materialise_tree(store, manifest["files"], dest / "base")
         written.append("base/")
     return {"generation": g.name, "id": g.id, "dir": str(dest), "files": written, "adapter": g.adapter, "base": g.base}

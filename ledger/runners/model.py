@@ -123,6 +123,12 @@ def build_builtin_files(model: dict, out: Path) -> None:
     (out / CONFIG_FILE).write_bytes(canonical.dumps(cfg))
 
 
+def put_tokenizer(tx) -> str:
+    """A base manifest names its tokenizer: the tokenizer object must exist whenever the
+    manifest does (a crash between two transactions must not leave a dangling reference)."""
+    return tx.put_json(toklib.ByteTokenizer().definition())
+
+
 def _manifest(tree: str, cfg: dict, origin: dict) -> dict:
     return {"kind": "base", "arch": "llama", "files": tree, "config": cfg,
             "tokenizer": toklib.ByteTokenizer().id, "origin": origin}
@@ -134,6 +140,7 @@ def _cache_path(store, recipe: dict) -> Path:
 
 def ensure_builtin(tx, store, model: dict) -> str:
     """The built-in base for `model` (a spec [model] section), written into `tx` if new."""
+    put_tokenizer(tx)
     recipe = builtin_recipe(model)
     cache = _cache_path(store, recipe)
     try:
@@ -183,6 +190,7 @@ def import_hf_dir(tx, path: str | Path) -> str:
                        "ledger trains imported bases with its byte tokenizer only; import the weights without tokenizer files")
     _check_byte_vocab(cfg, str(p))
     tree = tx.put_tree(p)
+    put_tokenizer(tx)
     return tx.put_json(_manifest(tree, cfg, {"import": "hf-dir", "name": p.name}))
 
 
@@ -218,6 +226,7 @@ def import_gguf(tx, store, file: str | Path) -> str:
         Path(d, CONFIG_FILE).write_bytes(canonical.dumps(cfg))
         tree = tx.put_tree(d)
     src = tx.put_file(p)
+    put_tokenizer(tx)
     return tx.put_json(_manifest(tree, cfg, {"import": "gguf", "name": p.name, "gguf": src}))
 
 

@@ -1,0 +1,31 @@
+"""The README's main command: `ledger demo` tells the whole story and leaves a clean store."""
+
+import json
+
+import pytest
+
+from ledger.store import Store
+
+from tests.conftest import ledger_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_story(tmp_path):
+    p = ledger_cmd("demo", "--dir", tmp_path / "d", "--json", cwd=tmp_path, check=True, timeout=600)
+    story = json.loads(p.stdout)
+    assert story["cycle1"]["verdict"] == "Accept" and story["cycle1"]["generation"] == "gen-1"
+    assert story["cycle2"]["verdict"] != "Accept" and story["cycle2"]["reasons"]
+    assert story["cycle2"]["generation"] == "gen-1"  # the refusal left HEAD where it was
+    assert story["rollback"] == ["gen-0", "gen-1"]
+    assert story["verify"] is True
+    s = Store.open(tmp_path / "d")
+    kinds = [r["kind"] for r in s.journal.records()]
+    assert kinds.count("refusal") == 1 and kinds.count("commit") == 1 and kinds.count("rollback") == 2
+    # the demo folder can be rebuilt in place
+    ledger_cmd("demo", "--dir", tmp_path / "d", "--json", cwd=tmp_path, check=True, timeout=600)
+    # but an unrelated folder is never clobbered
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "precious.txt").write_text("x")
+    p = ledger_cmd("demo", "--dir", tmp_path / "mine", cwd=tmp_path)
+    assert p.returncode == 2 and (tmp_path / "mine" / "precious.txt").exists()
