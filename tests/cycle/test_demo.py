@@ -22,10 +22,18 @@ def test_demo_story(tmp_path):
     s = Store.open(tmp_path / "d")
     kinds = [r["kind"] for r in s.journal.records()]
     assert kinds.count("refusal") == 1 and kinds.count("commit") == 1 and kinds.count("rollback") == 2
-    # the demo folder can be rebuilt in place
-    ledger_cmd("demo", "--dir", tmp_path / "d", "--json", cwd=tmp_path, check=True, timeout=600)
-    # but an unrelated folder is never clobbered
+    # an unrelated folder is never clobbered
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "precious.txt").write_text("x")
     p = ledger_cmd("demo", "--dir", tmp_path / "mine", cwd=tmp_path)
     assert p.returncode == 2 and (tmp_path / "mine" / "precious.txt").exists()
+
+
+def test_demo_folder_is_rebuilt_only_if_it_is_a_demo(tmp_path):
+    from ledger.demo.story import MARKER, _prepare
+
+    d = _prepare(tmp_path / "d")
+    (d / "junk").write_text("old run")
+    assert (d / MARKER).exists()
+    d = _prepare(tmp_path / "d")
+    assert not (d / "junk").exists()
