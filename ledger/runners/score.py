@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, UnknownRef
 from ledger.runners import model as modellib
 from ledger.runners import tokenizer as toklib
 
@@ -95,6 +95,8 @@ def resolve_model(store, ref: str) -> ModelRef:
     """An adapter tree, a receipt (its adapter), a generation (its adapter, or its bare base when
     it has none) or a base manifest, named by id, prefix or ref."""
     oid = store.resolve(ref)
+    if not store.has(oid):  # a full id resolves without a lookup; unknown is bad input, not corruption
+        raise UnknownRef(f"no object {oid} in this store", "judge an adapter, receipt, generation or base of this store")
     try:
         obj = store.get_json(oid)
     except BadInput:
