@@ -30,6 +30,8 @@ COMMAND_MODULES = [
     "ledger.cli.train_cmds",
     "ledger.cli.cycle_cmds",
     "ledger.cli.gate_cmds",
+    "ledger.cli.report_cmds",
+    "ledger.cli.kernel_cmds",
 ]
 
 
