@@ -37,7 +37,12 @@ CONFIGS = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--knobs", default="default,65536",
+                    help="MALLOC_MMAP_THRESHOLD_ values to run the child with ('default' = the child's own setting)")
+    ap.add_argument("--configs", default="", help="comma-separated indices into CONFIGS (default: all)")
     args = ap.parse_args()
+    knobs = args.knobs.split(",")
+    chosen = [CONFIGS[int(i)] for i in args.configs.split(",")] if args.configs else CONFIGS
 
     from ledger.runners import compile as comp
     from ledger.runners import spec, targets
@@ -46,18 +51,18 @@ def main() -> None:
 
     store = Store.init(Path(tempfile.mkdtemp(prefix="bench-mem-")))
     mib = 1 << 20
-    print("| config | predicted | activations+workspace | observed (glibc default) | ratio | "
-          "observed (MALLOC_MMAP_THRESHOLD_=65536) | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for name, text in CONFIGS:
+    heads = "".join(f" observed ({k if k == 'default' else 'MALLOC_MMAP_THRESHOLD_=' + k}) | ratio |" for k in knobs)
+    print(f"| config | predicted | activations+workspace |{heads}")
+    print("|---|---|---|" + "---|---|" * len(knobs))
+    for name, text in chosen:
         s = spec.parse(text + "[train]\ncheckpoint_every = 1000000\n")
         s = s.with_overrides({"data.steps": args.steps, "model.max_positions": 128})
         plan = comp.compile_spec(store, s, targets.get("cpu")).plan
         obs = []
-        for knob in (None, "65536"):
+        for knob in knobs:
             # With a fixed mmap threshold glibc hands every large freed block back to the kernel,
-            # so RSS follows the live tensors; by default it keeps freed forward temporaries.
-            if knob:
+            # so RSS follows the live tensors; with a dynamic one it keeps freed forward temporaries.
+            if knob != "default":
                 os.environ["MALLOC_MMAP_THRESHOLD_"] = knob
             else:
                 os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
@@ -67,8 +72,8 @@ def main() -> None:
         m = r.receipt["memory"]
         pred = m["predicted_bytes"]
         act = m["predicted_lines"]["activations"] + m["predicted_lines"]["workspace"]
-        print(f"| {name} | {pred / mib:.1f} MiB | {act / mib:.1f} MiB | {obs[0] / mib:.1f} MiB | {obs[0] / pred:.2f} | "
-              f"{obs[1] / mib:.1f} MiB | {obs[1] / pred:.2f} |", flush=True)
+        cells = "".join(f" {o / mib:.1f} MiB | {o / pred:.2f} |" for o in obs)
+        print(f"| {name} | {pred / mib:.1f} MiB | {act / mib:.1f} MiB |{cells}", flush=True)
 
 
 if __name__ == "__main__":

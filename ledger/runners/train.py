@@ -115,11 +115,6 @@ def child_env(work: Path, plan: dict) -> dict:
     threads = str(plan["runtime"]["threads"])
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env.setdefault("PATH", os.defpath)
-    # With its default dynamic threshold glibc keeps the forward's freed temporaries on the heap
-    # and the host's peak RSS reads 2-3x the live tensors; a fixed 1 MiB mmap threshold returns
-    # large blocks to the kernel, so peak RSS follows the memory plan (benchmarks/RESULTS.md).
-    # It changes memory use only, never a result; the receipt records it.
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
     scratch = str(work / "scratch")
     env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
