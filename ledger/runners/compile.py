@@ -71,44 +71,130 @@ def _cupy_here() -> str | None:
     return None
 
 
-def select_realizations(spec: Spec, target: Target) -> dict:
-    want = spec.get("compile.realization")
+FUSED_KERNEL = "lora-linear-bf16"   # the kernel cupy-fused runs for LoRA linears (ledger.kernels)
+
+
+def fused_unmet(c: dict, arch) -> str | None:
+    """The first requirement of the fused LoRA kernel the plan's shapes do not meet, or None.
+
+    The kernel is a decode matvec: at most 8 rows of x per launch, bf16 in and out, K a
+    multiple of 32, rank a multiple of 8 up to 64, no dropout inside (ledger.kernels.specs)."""
+    from ledger.kernels import specs as KS
+
+    req = KS.get(FUSED_KERNEL).requirements
+    rows = c["data"]["micro_batch"] * c["data"]["seq_len"]
+    if c["precision"]["dtype"] != "bf16":
+        return f"kernel {FUSED_KERNEL} computes in bf16; precision.dtype is {c['precision']['dtype']}"
+    if rows > KS.MAX_M:
+        return (f"kernel {FUSED_KERNEL} is a decode kernel for at most {KS.MAX_M} rows per launch; each LoRA linear "
+                f"here sees micro_batch x seq_len = {rows} rows (torch's GEMM is the realization for that)")
+    r = c["lora"]["r"]
+    if r < 8 or r > KS.MAX_R or r % 8:
+        return f"kernel {FUSED_KERNEL} needs LoRA rank a multiple of 8 between 8 and {KS.MAX_R}; lora.r is {r}"
+    if c["lora"]["dropout"] > 0:
+        return f"kernel {FUSED_KERNEL} has no dropout on the LoRA input; lora.dropout is {c['lora']['dropout']}"
+    for m in c["lora"]["target_modules"]:
+        k = model.MODULE_SHAPES[m](arch)[0]
+        if k % req.k_multiple:
+            return f"kernel {FUSED_KERNEL} needs K a multiple of {req.k_multiple}; {m} has in_features {k}"
+    return None
+
+
+def gated_kernel(store, target: Target) -> dict | None:
+    """The fused kernel's accepted gate for this target in this store (ref kernel/<name>/<target>)."""
+    if store is None:
+        return None
+    from ledger.kernels import store_records as sr
+
+    return sr.gated(store, FUSED_KERNEL, target.name)
+
+
+def training_loop(c: dict, target: Target, realizations: dict | None = None) -> str:
+    """Which training loop (and so which memory model) runs the plan: "compiled" for the
+    torch-compiled CUDA realization, "eager" otherwise (CPU, torch-eager, cupy-fused)."""
+    if realizations is not None:
+        return "compiled" if any(r["name"] == "torch-compiled" for r in realizations.values()) else "eager"
+    want = c["compile"]["realization"]
+    return "compiled" if target.device == "cuda" and want in ("auto", "torch-compiled") else "eager"
+
+
+def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> dict:
+    """The realization of every operator. Selection is not fallback: an explicit request that
+    cannot be met is a rejection naming the unmet requirement; `auto` picks cupy-fused for LoRA
+    linears only when its kernel is built AND gated for this target in this store, cupy and a
+    GPU are present here, and the plan's shapes meet the kernel's requirements."""
+    c = spec.config
+    want = c["compile"]["realization"]
     dev = target.device
     eager = {"name": "torch-eager", "device": dev,
              "requires": {"device": dev, **({"torch_cuda": True} if dev == "cuda" else {})}}
+    compiled = {"name": "torch-compiled", "device": "cuda",
+                "requires": {"device": "cuda", "torch_cuda": True, "triton": True},
+                "how": "torch.compile per decoder layer, fused AdamW"
+                       + (", bf16 autocast" if c["precision"]["dtype"] == "bf16" else "")}
+    if want == "torch-compiled" and dev != "cuda":
+        raise CompileRejected(f"realization torch-compiled requires a CUDA target; target {target.name} is {dev}",
+                              "compile for a CUDA target, or set compile.realization = \"auto\"",
+                              requirement="realization.torch-compiled.device", needed="cuda", available=dev)
+    if arch is None and c["model"]["base"].startswith("builtin:"):
+        arch = model.arch_of(model.builtin_config(c["model"]))
+    fused_why, fused_req, gate = None, None, None
+    if dev != "cuda":
+        fused_why, fused_req = f"target {target.name} is {dev}", "device"
+    elif target.cc is None or target.cc < (8, 0):
+        fused_why, fused_req = f"compute capability {target.compute_capability or 'none'} < 8.0", "compute_capability"
+    else:
+        fused_why, fused_req = _cupy_here(), "available"
+        if fused_why is None:
+            gate = gated_kernel(store, target)
+            if gate is None:
+                fused_why, fused_req = (f"kernel {FUSED_KERNEL} is not built and gated for target {target.name} in "
+                                        f"this store (ref kernel/{FUSED_KERNEL}/{target.name}; see `ledger kernel gate`)",
+                                        "gated")
+        if fused_why is None and arch is not None:
+            fused_why, fused_req = fused_unmet(c, arch), "shapes"
     if want == "cupy-fused":
-        if dev != "cuda":
+        if fused_req == "device":
             raise CompileRejected(f"realization cupy-fused requires a CUDA target; target {target.name} is {dev}",
                                   "compile for a CUDA target, or set compile.realization = \"auto\"",
                                   requirement="realization.cupy-fused.device", needed="cuda", available=dev)
-        cc = target.cc
-        if cc is None or cc < (8, 0):
+        if fused_req == "compute_capability":
             raise CompileRejected(f"realization cupy-fused requires compute capability >= 8.0; "
                                   f"{target.name} has {target.compute_capability}",
                                   requirement="realization.cupy-fused.compute_capability")
-        why = _cupy_here()
-        if why:
-            raise CompileRejected(f"realization cupy-fused cannot be selected: {why}",
-                                  "set compile.realization = \"torch-eager\" (ledger never falls back by itself)",
-                                  requirement="realization.cupy-fused.available", reason=why)
-        fused = {"name": "cupy-fused", "device": "cuda",
-                 "requires": {"device": "cuda", "cupy": True, "compute_capability": ">=8.0"}}
+        if fused_why:
+            raise CompileRejected(f"realization cupy-fused cannot be selected: {fused_why}",
+                                  "set compile.realization = \"auto\" (ledger never falls back by itself)",
+                                  requirement=f"realization.cupy-fused.{fused_req}", reason=fused_why)
+    if want in ("cupy-fused", "auto") and dev == "cuda" and fused_why is None:
+        fused = {"name": "cupy-fused", "device": "cuda", "kernel": FUSED_KERNEL, "gate": gate["gate"],
+                 "build": gate["build"], "code_object": gate["code_object"], "arch": gate["arch"],
+                 "requires": {"device": "cuda", "cupy": True, "compute_capability": ">=8.0",
+                              "kernel_gate": f"kernel/{FUSED_KERNEL}/{target.name}"}}
         return {op: (fused if op == "linear_lora" else eager) for op in OPERATORS}
+    if dev == "cuda" and want in ("auto", "torch-compiled"):
+        out = {op: compiled for op in OPERATORS}
+        if want == "auto":
+            out["linear_lora"] = {**compiled, "not_selected": {"cupy-fused": fused_why}}
+        return out
     return {op: eager for op in OPERATORS}
 
 
 # --- memory and fit -----------------------------------------------------------------------------
-def _lines(arch, c: dict, micro_batch: int, seq_len: int, rows: int):
-    return memory.lines(arch, r=c["lora"]["r"], modules=c["lora"]["target_modules"], dropout=c["lora"]["dropout"],
-                        dtype=c["precision"]["dtype"], micro_batch=micro_batch, seq_len=seq_len, dataset_rows=rows)
+def _lines(arch, c: dict, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True):
+    kw = dict(r=c["lora"]["r"], modules=c["lora"]["target_modules"], dropout=c["lora"]["dropout"],
+              dtype=c["precision"]["dtype"], micro_batch=micro_batch, seq_len=seq_len)
+    if loop == "compiled":  # memory per device: DDP replicates all but the data
+        return memory.lines_compiled(arch, padded=padded, devices=c["train"]["devices"], **kw)
+    return memory.lines(arch, dataset_rows=rows, **kw)
 
 
-def _nearest(arch, c: dict, rows: int, usable: int) -> dict:
+def _nearest(arch, c: dict, rows: int, usable: int, loop: str = "eager", padded: bool = True) -> dict:
     """The nearest configuration that fits: the largest micro-batch, else the longest sequence."""
     T = c["data"]["seq_len"]
 
     def fits(b, t):
-        return memory.total(_lines(arch, c, b, t, rows)) <= usable
+        return memory.total(_lines(arch, c, b, t, rows, loop, padded)) <= usable
 
     if fits(1, T):
         lo, hi = 1, c["data"]["micro_batch"]
@@ -125,9 +211,13 @@ def _nearest(arch, c: dict, rows: int, usable: int) -> dict:
     return {}
 
 
-def fit_check(arch, c: dict, target: Target, rows: int) -> tuple[list, dict]:
+def fit_check(arch, c: dict, target: Target, rows: int, loop: str | None = None,
+              padded: bool = True) -> tuple[list, dict]:
+    """The memory plan (per device) and its fit proof, or a rejection. `loop` picks the memory
+    model of the realization that runs (training_loop); `padded` whether batches carry padding."""
     B, T = c["data"]["micro_batch"], c["data"]["seq_len"]
-    ls = _lines(arch, c, B, T, rows)
+    loop = loop or training_loop(c, target)
+    ls = _lines(arch, c, B, T, rows, loop, padded)
     need = memory.total(ls)
     frac = c["budget"]["memory_fraction"]
     usable = int(target.memory_bytes * frac)
@@ -142,7 +232,7 @@ def fit_check(arch, c: dict, target: Target, rows: int) -> tuple[list, dict]:
     if not ok:
         by = {x.name: x.bytes for x in ls}
         biggest = max(ls, key=lambda x: x.bytes)
-        near = _nearest(arch, c, rows, usable)
+        near = _nearest(arch, c, rows, usable, loop, padded)
         if near.get("data.micro_batch") and "data.seq_len" not in near:
             tail = f"largest micro-batch that fits: {near['data.micro_batch']}"
         elif near:
@@ -155,7 +245,8 @@ def fit_check(arch, c: dict, target: Target, rows: int) -> tuple[list, dict]:
             "use the nearest configuration that fits, shown above",
             requirement="memory", needed_bytes=need, usable_bytes=usable, lines=by, nearest=near)
     fit = {"fits": True, "needed_bytes": need, "usable_bytes": usable, "target_bytes": target.memory_bytes,
-           "memory_fraction": frac, "headroom_bytes": usable - need, "checks": checks}
+           "memory_fraction": frac, "headroom_bytes": usable - need, "checks": checks,
+           "memory_model": loop, "devices": c["train"]["devices"], "per_device": True}
     return ls, fit
 
 

@@ -79,5 +79,64 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
     ]
 
 
+# cuBLAS workspaces on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for every training child) gives
+# 8 buffers of 4096 KiB, taken from torch's caching allocator on first use.
+CUBLAS_WORKSPACE = 8 * 4096 * 1024
+
+
+def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
+                   padded: bool = True, devices: int = 1) -> list[Line]:
+    """The memory plan of the `torch-compiled` CUDA realization (ledger.runners.child): each decoder
+    layer compiled with torch.compile, bf16 autocast when the base is bf16, fused AdamW, the
+    encoded dataset kept on the host and one micro-batch at a time moved to the device.
+
+    Per device (DDP replicates everything but the data). The compiled layers keep far less than
+    eager autograd: the partitioner saves each matmul's and attention's inputs and recomputes
+    the pointwise work in between (norms, RoPE, SiLU*up, casts). What the formulas assume it
+    saves is written beside each term; benchmarks/bench_train_gpu_ledger.py measures the sum
+    against torch.cuda.max_memory_allocated.
+    """
+    a, B, T = arch, micro_batch, seq_len
+    e = DTYPE_BYTES[dtype]
+    total_params = sum(a.params().values())
+    lora = a.lora_params(r, modules)
+    n_lora_tensors = 2 * a.layers * len(modules)
+    H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads
+    q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    BT = B * T
+    mods = set(modules)
+    # Saved per token per layer (elements of e bytes unless noted):
+    #   the layer input and the mid-layer residual, for the two RMSNorm backwards (2H) + rstd (2 x 4 B)
+    #   the normalised inputs LoRA A reads: attention's if q/k/v are adapted, the MLP's if gate/up are
+    #   SDPA's q and k after RoPE, v, its output (which o_proj reads) and log-sum-exp (nh x 4 B)
+    #   gate and up (SiLU*up's backward), and their product if down_proj is adapted (LoRA A's input)
+    #   each adapted module's A output (r)
+    per_token = (e * (2 * H + H * (bool(mods & {"q_proj", "k_proj", "v_proj"}) + bool(mods & {"gate_proj", "up_proj"}))
+                      + 2 * q_dim + 2 * kv_dim + 2 * I + (I if "down_proj" in mods else 0) + r * len(mods))
+                 + 4 * nh + 2 * 4)
+    # A padded batch carries an explicit mask: built once per forward (bool B x T x T) and kept by
+    # every layer's memory-efficient attention as a bias (B x T x T in e bytes).
+    mask = (B * T * T + L * B * T * T * e) if padded else 0
+    # Head (eager, under autocast): the final norm's input (H, e) and rstd, the fp32 log-softmax the
+    # loss keeps (V x 4 B) and the int64 labels.
+    head = BT * (H * e + 4 + V * 4 + INDEX_BYTES)
+    act = L * BT * per_token + mask + head
+    # Backward transients on top of the saved set: at its start the log-softmax and logits
+    # gradients (2 x V x 4 B per token); later one compiled layer's backward (the MLP's gradients
+    # and its recomputed product, 3I + 2H). Whichever is larger, plus cuBLAS's workspaces.
+    work = max(2 * BT * V * 4, BT * (3 * I + 2 * H) * e) + CUBLAS_WORKSPACE
+    return [
+        Line("weights", total_params * e, f"{total_params} params x {e} B"),
+        Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),
+        Line("gradients", lora * 4, f"{lora} LoRA grads x 4 B" + (" (DDP bucket views)" if devices > 1 else "")),
+        Line("optimizer_state", lora * 8 + n_lora_tensors * 4,
+             f"AdamW exp_avg + exp_avg_sq: {lora} x 8 B + {n_lora_tensors} step counters x 4 B"),
+        Line("data", BT * INDEX_BYTES * 3, f"one micro-batch on the device: {B} x {T} tokens x 3 int64 tensors", True),
+        Line("activations", act, f"saved for backward by the compiled layers at micro-batch {B} x {T} tokens "
+                                 f"({L} layers + head{' + padding mask' if padded else ''})", True),
+        Line("workspace", work, "backward transients: logits grads or one compiled layer's grads + cuBLAS workspace", True),
+    ]
+
+
 def total(ls: list[Line]) -> int:
     return sum(x.bytes for x in ls)

@@ -104,5 +104,33 @@ def load(store, ref: str) -> tuple[str, dict]:
     r = store.get_json(oid)
     if not isinstance(r, dict) or r.get("kind") != "receipt":
         raise BadInput(f"{oid} is not a receipt", "pass a receipt id from `ledger train` or `ledger log`")
+    check(oid, r)
     return oid, r
+
+
+_ID_FIELDS = ("plan", "spec", "base", "tokenizer", "dataset", "final_checkpoint", "optimizer_state", "rng_state")
+
+
+def check(oid: str, r: dict) -> None:
+    """A receipt read back is an input too: refuse one that lacks what reproduce relies on."""
+    from ledger.errors import BadInput
+    from ledger.store.ids import is_id
+
+    bad = [k for k in _ID_FIELDS if not is_id(r.get(k))]
+    if r.get("resumed_from") is not None and not is_id(r["resumed_from"]):
+        bad.append("resumed_from")
+    if r.get("adapter") is not None and not is_id(r["adapter"]):
+        bad.append("adapter")
+    losses = r.get("losses")
+    if not isinstance(losses, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
+        bad.append("losses")
+    cur = r.get("cursor")
+    if not isinstance(cur, dict) or not all(isinstance(cur.get(k), int) for k in ("start_step", "end_step", "next_step")):
+        bad.append("cursor")
+    for k in ("source", "versions", "target", "seeds"):
+        if not isinstance(r.get(k), dict):
+            bad.append(k)
+    if bad:
+        raise BadInput(f"receipt {oid} is malformed: bad or missing {', '.join(bad)}",
+                       "receipts are written by `ledger train`; this one was not, or was damaged")
 

@@ -73,3 +73,14 @@ def test_missing_inputs_names_the_ids(trained, tmp_path):
     assert set(gone) <= set(res.comparison["missing"]) and res.rerun_receipt is None
     assert store.state.seq == seq + 1  # only the comparison was recorded; nothing ran
     _record_ok(store, res)
+
+
+def test_malformed_receipt_is_refused_by_name(store):
+    from ledger.errors import BadInput
+
+    with store.transaction("add") as tx:
+        oid = tx.put_json({"kind": "receipt", "plan": "b3:" + "0" * 64, "losses": ["x"]})
+        tx.outputs.append(oid)
+    with pytest.raises(BadInput) as e:
+        rep.reproduce(store, oid)
+    assert "malformed" in e.value.message and "losses" in e.value.message

@@ -57,3 +57,32 @@ def test_overrides_are_validated_and_round_trip():
     assert spec.from_body(t.body()).id == t.id
     with pytest.raises(SpecError):
         spec.from_body({"kind": "spec", "config": {**t.config, "extra": {}}})
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                    st.text(max_size=8), st.lists(st.one_of(st.integers(), st.text(max_size=4)), max_size=3))
+_keys = st.sampled_from(sorted({k for f in spec.SCHEMA.values() for k in f} | {"zz", ""}))
+_sections = st.sampled_from(sorted(spec.SCHEMA) + ["extra"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_sections, st.one_of(st.dictionaries(_keys, _values, max_size=4), _values), max_size=4))
+def test_any_config_is_accepted_or_refused_with_a_spec_error(raw):
+    try:
+        s = spec.normalise(raw)
+    except SpecError as e:
+        assert e.exit_code == 2 and e.message
+        return
+    assert spec.from_body(s.body()).id == s.id
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_parses_or_raises_spec_error(text):
+    try:
+        spec.parse(text)
+    except SpecError:
+        pass
