@@ -267,6 +267,7 @@ def reproduce(
     loss_tol: Annotated[float, typer.Option("--loss-tol", help="Largest |loss difference| still WithinTolerance.")] = 1e-4,
     weight_tol: Annotated[float, typer.Option("--weight-tol", help="Largest |adapter weight difference| still WithinTolerance.")] = 1e-4,
     unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the child without Landlock (recorded).")] = False,
+    from_: Annotated[Optional[str], typer.Option("--from", help="First fetch the receipt's closure from a remote, bundle file, remote directory or s3:// URL (docs/sharing.md).")] = None,
     json_: JsonOpt = False,
 ):
     """Re-execute a receipt from its pinned inputs in a fresh process and compare (exit 3 unless it reproduced)."""
@@ -274,6 +275,11 @@ def reproduce(
     from ledger.runners import reproduce as rep
 
     store = open_store()
+    if from_:
+        from ledger.sharing import fetch_closure
+
+        fetched = fetch_closure(store, from_, [receipt])  # verified; ids it lacks → MissingInputs below
+        receipt = fetched.requested[0]
     ov = dict(_parse_override(o) for o in (override or []))
     with _Progress(not json_) as prog:
         res = rep.reproduce(store, receipt, overrides=ov, tolerance={"loss_abs": loss_tol, "weight_abs": weight_tol},

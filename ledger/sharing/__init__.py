@@ -5,15 +5,8 @@
     bundle.import_bundle(store, Path("gen3.bundle"), namespace="alice")
     be = remote.open_backend("/mnt/shared/ledger")          # or "s3://bucket/prefix"
     transfer.push(store, be, ["HEAD"]); transfer.pull(store, be, namespace="alice")
-    fetch_closure(store, "alice", [receipt_id])             # bring a receipt's closure here
-    reproduce_from(store, "alice", receipt_id)              # `reproduce --from`: fetch, then re-run
+    fetch_closure(store, "alice", [receipt_id])             # bring a receipt's closure here, then
+    ledger.runners.reproduce.reproduce(store, receipt_id)   # re-run it (`ledger reproduce ID --from alice`)
 """
 
 from ledger.sharing.transfer import fetch_closure  # noqa: F401
-
-
-def reproduce_from(*args, **kwargs):
-    """See ledger.sharing.reproduce (imported lazily: it pulls in the runners)."""
-    from ledger.sharing.reproduce import reproduce_from as impl
-
-    return impl(*args, **kwargs)

@@ -32,11 +32,11 @@ import os
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
-from ledger.errors import (BadInput, CorruptObject, LedgerError, Refused, RemoteError, StoreCorrupt,
+from ledger.errors import (BadInput, CorruptObject, LedgerError, Refused, StoreCorrupt,
                            UnknownRef)
 from ledger.sharing import durable, keys, manifest as mf, remote as rm, signing
 from ledger.store import canonical, faults, fsio

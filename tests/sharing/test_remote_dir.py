@@ -3,7 +3,6 @@ verify-on-arrival, and refusal of damaged or foreign remotes."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ from ledger import generations
 from ledger.errors import CorruptObject, StoreCorrupt, UnknownRef, UnsupportedFormat
 from ledger.sharing import remote as rm, transfer
 from ledger.store import Store, canonical
-from ledger.store.ids import hash_bytes
 from ledger.store.objects import hash_file
 
 from tests.conftest import ledger_cmd

@@ -10,7 +10,6 @@ from ledger.errors import CorruptObject, RemoteError
 from ledger.sharing import remote as rm, transfer
 from ledger.store import Store
 
-from tests.conftest import ledger_cmd
 from .conftest import assert_clean, snapshot
 
 
@@ -88,18 +87,20 @@ def test_s3_unreachable_endpoint_is_a_typed_error(alice, s3_server):
         transfer.push(alice, be, ["HEAD"])
 
 
-def test_s3_remote_through_the_cli(alice, bob, s3_server, s3_bucket):
+def test_s3_remote_through_the_cli(alice, bob, s3_server, s3_bucket, cli):
     bucket, _ = s3_bucket
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     url = f"s3://{bucket}/cli"
     for s in (alice, bob):
-        ledger_cmd("--store", s.root, "remote", "add", "team", url, "--endpoint-url", s3_server, check=True, env=env)
-    p = ledger_cmd("--store", alice.root, "push", "team", "HEAD", alice.history["receipt"], "--json", check=True, env=env)
+        assert cli(s, "remote", "add", "team", url, "--endpoint-url", s3_server).returncode == 0
+    p = cli(alice, "push", "team", "HEAD", alice.history["receipt"], "--json")
+    assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["objects_sent"] == res["objects_total"]
-    p = ledger_cmd("--store", bob.root, "pull", "team", "--json", check=True, env=env)
-    got = json.loads(p.stdout)
-    refs = {k: v for r in got for k, v in r["refs"].items()}
+    p = cli(bob, "pull", "team", "--json")
+    assert p.returncode == 0, p.stderr
+    refs = {k: v for r in json.loads(p.stdout) for k, v in r["refs"].items()}
     assert refs["team/HEAD"] == alice.history["gen"]
     assert refs["team/id/" + alice.history["receipt"][3:]] == alice.history["receipt"]
     assert_clean(bob.root)
+    p = cli(bob, "remote", "list", "--json")
+    assert json.loads(p.stdout)[0]["options"] == {"endpoint_url": s3_server}

@@ -97,10 +97,10 @@ checkpoint_every = 2
 @pytest.mark.slow
 def test_two_colleagues_reproduce_a_real_training_run(tmp_path):
     """alice compiles and trains the tiny model, pushes the receipt to a directory remote;
-    bob, in an independent store with nothing else, reproduces it bit-exactly."""
+    bob, in an independent store with nothing else, runs `ledger reproduce RECEIPT --from
+    REMOTE` and gets Reproduced (bit-exact)."""
     pytest.importorskip("torch")
     from ledger.runners import compile as comp, spec, targets, train as trainlib
-    from ledger.sharing import reproduce_from
 
     alice = Store.init(tmp_path / "alice")
     plan = comp.compile_spec(alice, spec.parse(TINY), targets.get("cpu")).plan
@@ -112,11 +112,15 @@ def test_two_colleagues_reproduce_a_real_training_run(tmp_path):
 
     bob = Store.init(tmp_path / "bob")
     assert not bob.has(receipt)
-    out = reproduce_from(bob, str(tmp_path / "shared"), receipt)
-    assert out.result.outcome == "Reproduced", out.result.to_json()
-    assert out.fetch.fetched_objects > 5
+    p = ledger_cmd("--store", bob.root, "reproduce", receipt, "--from", tmp_path / "shared", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["outcome"] == "Reproduced", out
     b = Store.open(bob.root)
-    cmp = b.get_json(out.result.comparison_id)
+    cmp = b.get_json(out["comparison"])
     assert cmp["receipt"] == receipt and cmp["outcome"] == "Reproduced"
-    # bob's re-run is his own receipt; alice's adapter bytes are what his run produced
-    assert b.get_json(out.result.rerun_receipt)["adapter"] == alice.get_json(receipt)["adapter"]
+    # bob's re-run is his own receipt; its adapter bytes are alice's
+    assert b.get_json(out["rerun_receipt"])["adapter"] == alice.get_json(receipt)["adapter"]
+    # what bob fetched is one verified import; his store is exactly as complete as alice's
+    kinds = [r["kind"] for r in b.journal.records()]
+    assert kinds.count("import") == 1 and kinds[-1] == "reproduce"
