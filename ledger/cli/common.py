@@ -40,7 +40,7 @@ def console():
     if _console is None:
         from rich.console import Console
 
-        _console = Console(highlight=False)
+        _console = Console(highlight=False, **_color())
     return _console
 
 
@@ -49,8 +49,14 @@ def err_console():
     if _err_console is None:
         from rich.console import Console
 
-        _err_console = Console(stderr=True, highlight=False)
+        _err_console = Console(stderr=True, highlight=False, **_color())
     return _err_console
+
+
+def _color() -> dict:
+    # NO_COLOR (no-color.org): rich alone drops only colours and still emits bold/dim escapes;
+    # no colour system means no escapes at all, even on a forced terminal.
+    return {"color_system": None} if os.environ.get("NO_COLOR") else {}
 
 
 def _default(o):

@@ -117,15 +117,19 @@ def gens(json_: JsonOpt = False):
     store = open_store()
     rows = generation_rows(store)
     def render():
+        from rich.markup import escape
         from rich.table import Table
 
-        t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", "note", box=None, header_style="bold")
+        from ledger.cli.render import loss_spark
+
+        t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", "loss", "note", box=None, header_style="bold")
         for r in rows:
             style = VERDICT_STYLE.get(r["verdict"] or "", "")
             delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
+            spark = loss_spark(store.get_json(r["receipt"]).get("losses"), 12) if r["receipt"] else ""
             t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
                       r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
-                      delta, r["note"])
+                      delta, spark or "-", escape(r["note"]))
         common.console().print(t)
     emit(json_, rows, render)
 

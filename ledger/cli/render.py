@@ -15,31 +15,88 @@ RENDERERS: dict[str, str] = {
     "generation": "ledger.cli.render:generation",
     "verdict": "ledger.cli.gate_cmds:render_verdict_obj",
     "dpo-receipt": "ledger.cli.gate_cmds:render_dpo_receipt_obj",
+    "plan": "ledger.cli.render:plan",
+    "receipt": "ledger.cli.render:receipt",
+    "comparison": "ledger.cli.render:comparison",
 }
 
 VERDICT_STYLE = {"Accept": "bold green", "Regressed": "red", "NoImprovement": "yellow",
-                 "GamedTheEvaluator": "bold magenta", "SuiteChanged": "bold red"}
+                 "GamedTheEvaluator": "bold magenta", "SuiteChanged": "bold red", "TrainingFailed": "red"}
+OUTCOME_STYLE = {"Reproduced": "bold green", "WithinTolerance": "green", "Diverged": "bold red", "MissingInputs": "bold red"}
+RUNG_STYLE = {"Learned": "green", "Judged": "bold green", "Ran": "yellow", "Emitted": "yellow", "Checked": "red"}
+RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receipt (loss sparkline in the log)
 
 
-def _summary(r: dict) -> str:
+def styled(name, styles: dict) -> str:
+    """`name` (data: escaped) in its colour; unknown names plain."""
+    from rich.markup import escape
+
+    text = escape(str(name))
+    style = styles.get(name)
+    return f"[{style}]{text}[/]" if style else text
+
+
+def loss_spark(losses, width: int = 16) -> str:
+    """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell."""
+    from ledger.report.sparkline import sparkline
+
+    vals = [v for v in (losses or []) if isinstance(v, (int, float))]
+    if not vals:
+        return ""
+    return f"[cyan]{sparkline(vals, width)}[/] {vals[0]:.3g}→{vals[-1]:.3g}"
+
+
+def _summary(r: dict, losses=None) -> str:
+    from rich.markup import escape  # payload strings are user data: never rich markup
+
     p = r["payload"]
     bits = []
     for name, target in sorted((p.get("refs") or {}).items()):
-        bits.append(f"{name}→{common.short(target, 8) if target else 'deleted'}")
-    for k in ("verdict_name", "name", "kind", "reason", "note"):
+        bits.append(escape(f"{name}→{common.short(target, 8) if target else 'deleted'}"))
+    if isinstance(p.get("verdict_name"), str) and p["verdict_name"]:
+        bits.append(styled(p["verdict_name"], VERDICT_STYLE))
+        codes = p.get("reasons") if r["kind"] == "refusal" else p.get("reason_codes")
+        if p["verdict_name"] != "Accept" and isinstance(codes, list) and codes:
+            bits.append(f"[dim]({escape(', '.join(map(str, codes)))})[/]")
+    if r["kind"] == "reproduce" and isinstance(p.get("outcome"), str):
+        bits.append(styled(p["outcome"], OUTCOME_STYLE))
+    if r["kind"] == "train" and isinstance(p.get("rung"), str):
+        bits.append(styled(p["rung"], RUNG_STYLE))
+    for k in ("name", "kind", "reason", "note"):
         if isinstance(p.get(k), str) and p[k]:
-            bits.append(f"{k}={p[k]}")
+            bits.append(escape(f"{k}={p[k]}"))
+    if losses:
+        bits.append(loss_spark(losses, 12))
     if not bits and r["outputs"]:
         bits.append("→ " + ", ".join(common.short(o, 8) for o in r["outputs"][:3]))
     return "  ".join(bits)
 
 
+def _receipt_losses(recs: list[dict]) -> dict[int, list]:
+    """Loss traces of the receipts the shown records name (only those: `log` stays fast on a
+    journal of millions of records). A missing or corrupt receipt raises, as any read does."""
+    wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
+    if not wanted:
+        return {}
+    from ledger.store.objects import ObjectStore
+    from ledger.store.paths import find_root
+
+    objects = ObjectStore(find_root(common.store_dir()))
+    out = {}
+    for r in wanted:
+        body = objects.get_json(r["payload"]["receipt"])
+        out[r["seq"]] = body.get("losses") if isinstance(body, dict) else None
+    return out
+
+
 def records(recs: list[dict]) -> None:
     from rich.table import Table
 
+    losses = _receipt_losses(recs)
     t = Table("seq", "time", "kind", "id", "what", box=None, header_style="bold")
     for r in recs:
-        t.add_row(str(r["seq"]), r["time"][:19].replace("T", " "), f"[cyan]{r['kind']}[/]", common.short(r["id"], 10), _summary(r))
+        t.add_row(str(r["seq"]), r["time"][:19].replace("T", " "), f"[cyan]{r['kind']}[/]", common.short(r["id"], 10),
+                  _summary(r, losses.get(r["seq"])))
     common.console().print(t)
 
 
@@ -75,5 +132,51 @@ def generation(oid: str, g: dict) -> None:
     t.add_row("capabilities", ", ".join(sorted(caps)) or "-")
     t.add_row("kernels", ", ".join(sorted(g.get("kernels") or {})) or "-")
     if g.get("note"):
-        t.add_row("note", g["note"])
+        from rich.markup import escape
+
+        t.add_row("note", escape(g["note"]))
     common.console().print(Panel(t, title=f"gen-{g.get('n')}  {common.short(oid)}"))
+
+
+def _boxed(title: str, border: str, draw, extra=()) -> None:
+    """Draw a renderer that prints line by line (shared with `train`, `compile`, `reproduce`)
+    inside a panel for `ledger show`: capture it 4 columns narrower (the panel's border and
+    padding), then box the captured text with any extra lines."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    c = common.console()
+    width = c.width
+    c.width = max(40, width - 4)
+    try:
+        with c.capture() as cap:
+            draw()
+    finally:
+        c.width = width
+    body = Text.from_ansi(cap.get().rstrip("\n"))
+    c.print(Panel(Group(body, *extra), title=title, title_align="left", border_style=border))
+
+
+def plan(oid: str, obj: dict) -> None:
+    from ledger.cli.train_cmds import render_plan
+
+    _boxed("plan", "cyan", lambda: render_plan(obj, oid))
+
+
+def receipt(oid: str, obj: dict) -> None:
+    from rich.text import Text
+
+    from ledger.cli.train_cmds import render_receipt
+
+    spark = loss_spark(obj.get("losses"), 40)
+    extra = [Text.from_markup(f"[dim]loss curve[/]  {spark}")] if spark else []
+    rung = obj.get("rung")
+    _boxed(f"receipt · {rung}", RUNG_STYLE.get(rung, "white").split()[-1], lambda: render_receipt(obj, oid), extra)
+
+
+def comparison(oid: str, obj: dict) -> None:
+    from ledger.cli.train_cmds import render_comparison
+
+    outcome = obj.get("outcome")
+    _boxed(f"comparison · {outcome}", OUTCOME_STYLE.get(outcome, "white").split()[-1], lambda: render_comparison(obj, oid))
