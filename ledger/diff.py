@@ -112,11 +112,25 @@ def diff(store, a_ref: str, b_ref: str) -> dict:
         if a.get("receipt") and b.get("receipt"):
             out["receipt"] = field_changes(store.get_json(a["receipt"]), store.get_json(b["receipt"]))
         out["verdicts"] = {side: _verdict_summary(store, g.get("verdict")) for side, g in (("a", a), ("b", b))}
+        out["data"] = {side: _data_range(store, g.get("receipt")) for side, g in (("a", a), ("b", b))}
         if a.get("adapter") or b.get("adapter"):
             out["adapter"] = adapter_norms(store, a.get("adapter"), b.get("adapter"))
     elif ka == "receipt" and a.get("adapter") and b.get("adapter"):
         out["adapter"] = adapter_norms(store, a["adapter"], b["adapter"])
     return out
+
+
+def _data_range(store, rid: str | None) -> dict | None:
+    """Which recorded turns the generation's adapter was trained on (from the export record)."""
+    if not rid:
+        return None
+    dataset = store.get_json(rid).get("dataset")
+    rec = next((r for r in store.journal.records() if r["kind"] == "export" and r["payload"].get("dataset") == dataset), None)
+    if rec is None:
+        return {"dataset": dataset, "turns": None}
+    p = rec["payload"]
+    return {"dataset": dataset, "turns": f"t{p['first']}–t{p['last']}", "count": p["last"] - p["first"] + 1,
+            "cycle": p.get("cycle")}
 
 
 def _verdict_summary(store, vid: str | None) -> dict | None:

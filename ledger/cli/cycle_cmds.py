@@ -167,6 +167,9 @@ def render_diff(d: dict) -> None:
             else:
                 t.add_row(an if side == "a" else bn, "-", "-", "-", "-")
         c.print(t)
+    if d.get("data"):
+        rng = {k: (v["turns"] + f" ({v['count']} turns)" if v and v.get("turns") else "-") for k, v in d["data"].items()}
+        c.print(f"[bold]training data[/]  {an}: {rng['a']}   {bn}: {rng['b']}")
     if d.get("adapter"):
         t = Table("module", f"|ΔW| {an}", f"|ΔW| {bn}", "|change|", title="adapter weight change per module",
                   box=None, title_justify="left", header_style="bold")

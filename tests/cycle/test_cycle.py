@@ -73,6 +73,7 @@ def test_cycle_accepts_then_checkout_loads_in_peft(seeded, tmp_path):
     d = json.loads(ledger_cmd("diff", "gen-0", "gen-1", "--json", cwd=w, check=True).stdout)
     assert {f["field"] for f in d["fields"]} >= {"adapter", "receipt", "verdict", "parent"}
     assert d["adapter"] and all(r["change"] > 0 for r in d["adapter"])
+    assert d["data"]["a"] is None and d["data"]["b"]["turns"] == "t1–t160"
 
     out = tmp_path / "co"
     ledger_cmd("checkout", "gen-1", out, cwd=w, check=True)
