@@ -71,11 +71,25 @@ def _tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def cat(ref: Annotated[str, typer.Argument(help="Object id, prefix or name.")]):
-    """Write an object's verified bytes to stdout."""
+def cat(ref: Annotated[str, typer.Argument(help="Object id, prefix or name.")], json_: JsonOpt = False):
+    """Write an object's verified bytes to stdout (--json: id, size, and text or base64)."""
     store = open_store()
     oid = store.resolve(ref)
     size = store.objects.size(oid)
+    if json_:
+        import base64
+
+        from ledger.errors import BadInput
+
+        if size > (64 << 20):
+            raise BadInput(f"{oid} is {human_bytes(size)}; --json carries objects up to 64 MiB", "use `ledger cat` without --json")
+        data = store.get_bytes(oid)
+        try:
+            body = {"text": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            body = {"base64": base64.b64encode(data).decode()}
+        emit(True, {"id": oid, "size": size, **body})
+        return
     if size > (64 << 20):
         # Stream large objects through a verified temporary copy, never whole in memory.
         import tempfile, shutil

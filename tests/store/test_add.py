@@ -92,3 +92,14 @@ def test_store_option_and_env(tmp_path):
     ledger_cmd("--store", tmp_path / "s", "add", "f", cwd=tmp_path, check=True)
     p = ledger_cmd("log", "--json", cwd="/", env={"LEDGER_DIR": str(tmp_path / "s")}, check=True)
     assert len(json.loads(p.stdout)) == 2
+
+
+def test_cat_json(tmp_path):
+    Store.init(tmp_path)
+    (tmp_path / "t").write_text("héllo")
+    (tmp_path / "b").write_bytes(b"\xff\x00")
+    ledger_cmd("add", "t", "--name", "t", cwd=tmp_path, check=True)
+    ledger_cmd("add", "b", "--name", "b", cwd=tmp_path, check=True)
+    assert json.loads(ledger_cmd("cat", "t", "--json", cwd=tmp_path, check=True).stdout)["text"] == "héllo"
+    assert json.loads(ledger_cmd("cat", "b", "--json", cwd=tmp_path, check=True).stdout)["base64"] == "/wA="
+    assert ledger_cmd("cat", "t", cwd=tmp_path, check=True).stdout == "héllo"
