@@ -190,13 +190,29 @@ def _child_argv(work: Path) -> list[str]:
     return [sys.executable, "-m", "ledger.runners.dpo", str(work)]
 
 
+_PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LEDGER_DEBUG", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def _child_env(work: Path, threads: int) -> dict:
+    """What the SFT child gets (ledger.runners.train.child_env), for a CPU-only child: nothing of
+    the caller's environment beyond locale and PATH, a private HOME, offline hub libraries."""
+    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    scratch = str(work / "scratch")
+    t = str(threads)
+    env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
 def _launch(store, work: Path, cfg: DpoConfig, *, unsandboxed: bool):
-    from ledger.runners.train import child_env
     from ledger.sandbox import SandboxPolicy, run_sandboxed
 
     policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
                            protected=(str(store.root / "sealed"),), gpu=False, network=False)
-    env = child_env(work, {"runtime": {"threads": cfg.threads}})
+    env = _child_env(work, cfg.threads)
     res = run_sandboxed(_child_argv(work), policy, env=env, cwd=str(work / "scratch"), unsandboxed=unsandboxed)
     return res, policy
 

@@ -106,8 +106,18 @@ def _training_datasets(store, cand: scorelib.ModelRef, export_dataset: str | Non
                       "dataset": rec.get("dataset")})
         if rec.get("dataset"):
             datasets.append(rec["dataset"])
-        adapter = rec.get("sft_adapter")  # DPO trains on top of an SFT adapter: check its data too
+        # The weights it started from carry their own training data into the candidate: DPO
+        # tunes an SFT adapter; an SFT run may continue from an adapter (plan input init_adapter).
+        adapter = rec.get("sft_adapter") or _init_adapter_of(store, rec)
     return list(dict.fromkeys(datasets)), chain
+
+
+def _init_adapter_of(store, receipt: dict) -> str | None:
+    plan = receipt.get("plan")
+    if not plan or not store.has(plan):
+        return None
+    body = store.get_json(plan)
+    return (body.get("inputs") or {}).get("init_adapter") if isinstance(body, dict) else None
 
 
 def export_rows(store, dataset_id: str) -> Iterator[tuple[str, str]]:

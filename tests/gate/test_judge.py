@@ -241,3 +241,68 @@ def test_default_incumbent_is_head_or_the_bare_base(world, wstore):
     assert inc.adapter == world.A and inc.generation == wstore.state.refs["HEAD"]
     v, vid, rec = judgelib.judge(wstore, world.G)  # against HEAD
     assert v.verdict == "GamedTheEvaluator" and rec["payload"]["incumbent"] == world.A
+
+
+def test_contamination_follows_the_init_adapter_of_a_plan(world, wstore, monkeypatch):
+    """An SFT run that continued from another adapter (plan input init_adapter) inherits that
+    adapter's training data: the gate checks it too."""
+    import pyarrow as pa
+
+    from ledger.runners import dataset as datalib
+
+    canary = seal.pinned(wstore).canary_string
+    table = pa.table({"situation": ["user: hello", "user: bye"], "action": ["call greet()", f"call bye() {canary}"]})
+    clean = pa.table({"situation": ["user: add 1 and 2"], "action": ["call adder.add(1, 2)"]})
+    with wstore.transaction("train") as tx:  # A was trained on the contaminated export
+        ds_a = tx.put_bytes(datalib.parquet_bytes(table), "dataset")
+        r_a = tx.put_json({"kind": "receipt", "adapter": world.A, "dataset": ds_a})
+        tx.payload.update({"receipt": r_a, "adapter": world.A})
+    with wstore.transaction("train") as tx:  # G continued from A on a clean export
+        ds_g = tx.put_bytes(datalib.parquet_bytes(clean), "dataset")
+        plan = tx.put_json({"kind": "plan", "inputs": {"init_adapter": world.A, "dataset": ds_g}})
+        r_g = tx.put_json({"kind": "receipt", "adapter": world.G, "dataset": ds_g, "plan": plan})
+        tx.payload.update({"receipt": r_g, "adapter": world.G})
+    _no_scoring(monkeypatch)
+    v, vid, rec = judgelib.judge(wstore, world.G, against=world.base)
+    assert v.verdict == "GamedTheEvaluator" and v.reason_codes == ("canary_string_in_export",)
+    ctx = wstore.get_json(vid)["context"]
+    assert [c["adapter"] for c in ctx["training"]["chain"]] == [world.G, world.A]
+    assert ctx["export"]["datasets"] == [ds_g, ds_a]
+
+
+def test_a_real_training_run_is_traced_to_its_export(tmp_path, monkeypatch):
+    """End to end with `ledger train`'s own records: a dataset with one row carrying the canary
+    string, compiled and trained (2 steps) in the sandboxed child; the gate finds the export
+    through the train record and the receipt, and refuses before scoring."""
+    import pyarrow as pa
+
+    from ledger.demo import task
+    from ledger.runners import compile as comp
+    from ledger.runners import dataset as datalib
+    from ledger.runners import spec, targets
+    from ledger.runners import train as trainlib
+    from ledger.store import Store
+
+    store = Store.init(tmp_path)
+    table = datalib.turns_table(task.turns("train", 24, seed=2))
+    with store.transaction("add") as tx:
+        clean = tx.put_bytes(datalib.parquet_bytes(table), "dataset")
+        tx.outputs.append(clean)
+    s = spec.parse(f'[data]\ndataset = "{clean}"\nsteps = 2\nmicro_batch = 4\n')
+    base = comp.compile_spec(store, s, targets.get("cpu")).plan.body["inputs"]["base"]  # builds the base
+    scored, canaries = seal.demo_docs(3, 1, 0)
+    canary = seal.seal(store, seal.write_suite_dir(tmp_path / "suite", scored, canaries), base=base).suite.canary_string
+    outcomes = table.column("outcome").to_pylist()
+    outcomes[7] = f"ok {canary}"  # one recorded turn carries the canary string
+    with store.transaction("add") as tx:
+        ds = tx.put_bytes(datalib.parquet_bytes(table.set_column(2, "outcome", pa.array(outcomes))), "dataset")
+        tx.outputs.append(ds)
+    plan = comp.compile_spec(store, s.with_overrides({"data.dataset": ds}), targets.get("cpu")).plan
+    tr = trainlib.train(store, plan.id)
+    assert tr.adapter
+    _no_scoring(monkeypatch)
+    v, vid, rec = judgelib.judge(store, tr.adapter)
+    assert v.verdict == "GamedTheEvaluator" and v.reason_codes == ("canary_string_in_export",)
+    ctx = store.get_json(vid)["context"]
+    assert ctx["training"]["receipt"] == tr.receipt_id and ctx["export"]["datasets"] == [ds]
+    assert ctx["training"]["sandboxed"] is True and ctx["training"]["protected_attempt_count"] == 0
