@@ -1,0 +1,161 @@
+"""The image: serve, act, outcome, image status|stop (docs/image.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ledger.cli import common
+from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, open_store, short
+
+image_app = typer.Typer(help="The running image: status, stop.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("act")(act)
+    app.command("outcome")(outcome)
+    image_app.command("status")(status)
+    image_app.command("stop")(stop)
+    app.add_typer(image_app, name="image")
+
+
+def serve(
+    learn: Annotated[bool, typer.Option("--learn", help="Run the learn cycle when the trigger policy says so.")] = False,
+    min_turns: Annotated[int, typer.Option("--min-turns", help="With --learn: new turns needed.")] = 150,
+    min_hours: Annotated[float, typer.Option("--min-hours", help="With --learn: hours since the last cycle.")] = 4.0,
+    spec: Annotated[Optional[Path], typer.Option("--spec", help="With --learn: training spec (default: the built-in one).")] = None,
+    target: Annotated[str, typer.Option("--target", help="With --learn: target profile.")] = "cpu",
+    detach: Annotated[bool, typer.Option("--detach", help="Serve in the background; return once serving.")] = False,
+    durability: Annotated[str, typer.Option("--durability", help="fsync (default): a turn is fsynced before its reply; "
+                                            "os: written to the OS only (survives a kill, not a power loss).")] = "fsync",
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for the model.")] = 1,
+    unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the image without Landlock (recorded).")] = False,
+    json_: JsonOpt = False,
+):
+    """Serve HEAD on .ledger/run/image.sock: act, record every turn, follow HEAD, stop for cycles."""
+    from ledger.image import server
+
+    store = open_store()
+    if detach:
+        args = ["--min-turns", str(min_turns), "--min-hours", str(min_hours), "--target", target,
+                "--durability", durability, "--threads", str(threads)]
+        args += (["--learn"] if learn else []) + (["--spec", str(spec.resolve())] if spec else []) \
+            + (["--unsandboxed"] if unsandboxed else [])
+        st = server.start_detached(store.root, args)
+        emit(json_, st, lambda: _render_status(st))
+        return
+    from ledger.cycle import Policy
+
+    def ready(k):
+        emit(json_, k.status(), lambda: common.err_console().print(
+            f"[green]serving[/] gen-{k.ctx.gen} on {k.status()['socket']}  (Ctrl-C or `ledger image stop` to stop)"))
+
+    server.serve(store, ready=ready, learn=Policy(min_turns, min_hours) if learn else None, spec=spec, target=target,
+                 unsandboxed=unsandboxed, threads=threads, durability=durability)
+    flush_warnings(store)
+
+
+def act(
+    situation: Annotated[str, typer.Argument(help="What the image is asked, e.g. \"user: what is 3 plus 4?\".")],
+    action: Annotated[Optional[str], typer.Option("--action", help="Execute and record this action instead of generating one.")] = None,
+    request_id: Annotated[Optional[str], typer.Option("--request-id", help="Idempotency key; resending it never records twice.")] = None,
+    max_new: Annotated[Optional[int], typer.Option("--max-new", help="Bytes the model may generate (1-48).")] = None,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Reply once the turn is durable, before the journal gives it an id.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait (the image may be paused by a cycle).")] = 120.0,
+    json_: JsonOpt = False,
+):
+    """Ask the running image to act on a situation; prints the action, its outcome and the turn id."""
+    from ledger.cli.common import store_dir
+    from ledger.image import protocol
+    from ledger.store.paths import find_root
+
+    root = find_root(store_dir())
+    reply = protocol.act(root, situation, action=action, request_id=request_id, max_new=max_new,
+                         wait_recorded=not no_wait, timeout=timeout)
+
+    def render():
+        t = reply["turn"]
+        c = common.console()
+        style = "yellow" if t["refusal"] else ("red" if (t.get("outcome") or "").startswith("error:") else "green")
+        c.print(f"[dim]gen-{t['gen']}[/]  [{style}]{t['action']}[/]" + (f"  →  {t['outcome']}" if t.get("outcome") is not None else ""))
+        c.print(f"[dim]{reply.get('turn_id') or 'buffered'} · request {reply['id']} · {t['latency_ms']:.1f} ms"
+                + (" · duplicate (recorded once)" if reply.get("duplicate") else "") + "[/]")
+    emit(json_, reply, render)
+
+
+def outcome(
+    turn: Annotated[str, typer.Argument(help="Turn id (t42) or the request id of an image turn.")],
+    value: Annotated[str, typer.Argument(help="The ground-truth outcome.")],
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a request's turn to be recorded.")] = 10.0,
+    wait: WaitOpt = 0.0,
+    json_: JsonOpt = False,
+):
+    """Attach the ground-truth outcome to a recorded turn (one `outcome` record; the latest wins)."""
+    import time
+
+    from ledger import experience
+    from ledger.errors import UnknownRef
+    from ledger.image import context
+
+    store = open_store()
+    tid, rid = turn, None
+    if not experience.TURN_ID_RE.match(turn):
+        from ledger.image.protocol import check_id
+
+        rid = check_id(turn)
+        deadline = time.monotonic() + timeout
+        while (tid := context.find_request(store, rid)) is None:
+            if time.monotonic() >= deadline:
+                raise UnknownRef(f"no recorded turn for request {rid!r}",
+                                 "check the id; a turn still in the image's buffer is recorded within a second")
+            time.sleep(0.1)
+    res = experience.attach_outcome(store, tid, value, wait=wait, request=rid)
+    flush_warnings(store)
+    emit(json_, res, lambda: common.console().print(f"{res['turn']}: outcome [green]{res['outcome']}[/]"))
+
+
+def status(json_: JsonOpt = False):
+    """Whether an image serves this store, which generation, and its context."""
+    from ledger.cli.common import store_dir
+    from ledger.image import server
+    from ledger.store.paths import find_root
+
+    st = server.status(find_root(store_dir()))
+    emit(json_, st, lambda: _render_status(st))
+
+
+def stop(json_: JsonOpt = False):
+    """Stop the image: it finishes the request in flight, its turns are committed, it exits."""
+    from ledger.cli.common import store_dir
+    from ledger.image import server
+    from ledger.store.paths import find_root
+
+    root = find_root(store_dir())
+    if not server.status(root).get("running"):
+        from ledger.errors import ImageUnavailable
+
+        raise ImageUnavailable(f"no image is serving {root}", "nothing to stop")
+    res = server.stop(root)
+    emit(json_, res, lambda: common.console().print("stopped"))
+
+
+def _render_status(st: dict) -> None:
+    c = common.console()
+    if not st.get("running"):
+        c.print("no image is serving this store")
+        return
+    ctx = st.get("context") or {}
+    n = ctx.get("counters") or {}
+    box = st.get("sandbox") or {}
+    c.print(f"[bold]{st['state']}[/] gen-{st.get('gen')} ({short(st.get('generation'))}) on {st['socket']}")
+    c.print(f"  keeper pid {st['pid']}, image pid {st.get('image_pid') or '-'}, decoder {st.get('decoder') or '-'}, "
+            + (f"Landlock ABI {box.get('landlock_abi')} ({box.get('grants')} grants)" if box.get("sandboxed")
+               else "[red]unsandboxed[/]" if box else "-"))
+    c.print(f"  turns {n.get('turns', 0)} (refusals {n.get('refusals', 0)}, calls {n.get('calls', 0)}, "
+            f"call errors {n.get('call_errors', 0)}), switches {n.get('switches', 0)}, starts {n.get('starts', 0)}; "
+            f"buffer cursor {short((ctx.get('cursor') or {}).get('session'))}:{(ctx.get('cursor') or {}).get('n')}")
+    if st.get("learn"):
+        c.print(f"  learning: a cycle after {st['learn']['min_turns']} new turns and {st['learn']['min_hours']:g} h")

@@ -1,0 +1,106 @@
+"""What the image process may touch: its Landlock policy, computed from the journal.
+
+"Read its store, write its buffer" -- and nothing that judges it. Landlock rights are inherited
+down a directory tree and cannot be carved out again, so the store itself (`.ledger`) can never
+be granted: that would include `.ledger/sealed/`. And the sealed suite's documents are also
+objects in `.ledger/objects/` (runners/seal.py), so even `objects/` cannot be granted whole. The
+image therefore gets:
+
+  read        the journal file (appended in place, so a rule on it stays valid) -- to see HEAD
+              move between requests; each object file a generation of this store serves from
+              (manifest, base manifest and files, adapter tree and files, capability modules and
+              manifests) for EVERY generation, so a rollback is served without a restart; the
+              compiled-capability cache folder (`.ledger/cache/wasm`, compiled code only)
+  read-write  its buffer folder `.ledger/run/image/` and a private scratch folder (HOME, TMPDIR,
+              the model files it unpacks)
+  the folders the generations grant to capabilities (`dir:` handles; ro or rw as granted)
+  no TCP at all; `.ledger/sealed/` is listed as protected, so a policy reaching it is refused
+
+Writing the journal, the lock, the refs cache and the index would need rights on `.ledger`
+itself, so the image never does: the keeper (`ledger serve`, not confined, small, no model, no
+wasm, no client input beyond control requests) commits the buffer for it. A generation committed
+while the image runs may need objects outside this set; the image then asks to be restarted
+(the client retries transparently, same request id).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ledger import generations
+from ledger.errors import BadInput
+from ledger.runners import model as modellib
+
+
+def serving_objects(store, g: generations.Generation) -> set[str]:
+    """The object ids the image reads to serve generation `g`."""
+    out = {g.id}
+    if g.base:
+        man = modellib.load_manifest(store, g.base)
+        out |= {g.base, man["files"]}
+        out |= {e["id"] for e in modellib.tree_entries(store, man["files"])}
+    if g.adapter:
+        out.add(g.adapter)
+        out |= {e["id"] for e in modellib.tree_entries(store, g.adapter)}
+    for entry in g.capabilities.values():
+        out |= {entry["module"], entry["manifest"]}
+    return out
+
+
+def all_generations(store) -> list[generations.Generation]:
+    return [generations.load(store, f"gen-{n}") for n in generations.numbers(store)]
+
+
+def capability_dirs(store, gens) -> tuple[set[Path], set[Path]]:
+    """Host folders the generations grant to capabilities: (read-only, read-write)."""
+    from ledger.capabilities import grants as grants_mod
+
+    ro, rw = set(), set()
+    for g in gens:
+        for entry in g.capabilities.values():
+            for h in grants_mod.from_json(entry.get("grants")):
+                if h.kind != "dir":
+                    continue
+                try:
+                    path = grants_mod.resolve_dir(store, h)
+                except BadInput:
+                    continue   # not there yet: calls fail with that message until it is
+                (rw if h.mode == "rw" else ro).add(path)
+    return ro, rw
+
+
+def policy(store, gens, scratch: Path, buffer_dir: Path):
+    """(SandboxPolicy, object ids granted) for an image serving any of `gens`."""
+    from ledger.sandbox import SandboxPolicy
+
+    objects: set[str] = set()
+    for g in gens:
+        objects |= serving_objects(store, g)
+    paths = [store.object_path(o) for o in sorted(objects)]
+    missing = [o for o, p in zip(sorted(objects), paths) if not p.is_file()]
+    if missing:
+        from ledger.errors import MissingObject
+
+        raise MissingObject(missing[0], f"object {missing[0]} that a generation serves from is missing "
+                                        f"({len(missing)} missing in all)")
+    read = [str(store.journal.path), *map(str, paths)]
+    wasm = store.root / "cache" / "wasm"
+    if wasm.is_dir():
+        read.append(str(wasm))
+    ro, rw = capability_dirs(store, gens)
+    read += sorted(map(str, ro - rw))
+    p = SandboxPolicy(read_only=tuple(read), read_write=(str(buffer_dir), str(scratch), *sorted(map(str, rw))),
+                      protected=(str(store.root / "sealed"),), network=False, shared_memory=False)
+    p.check()
+    return p, objects
+
+
+def rules(p) -> dict:
+    """The bootstrap's rules (python -m ledger.sandbox --rules-file): every grant of the policy."""
+    return {"grants": [[g.path, g.kind] for g in p.grants()], "network": p.network, "landlock": True}
+
+
+def scratch_dir() -> Path:
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="ledger-image-")).resolve()

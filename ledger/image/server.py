@@ -1,0 +1,738 @@
+"""`ledger serve`: the keeper, and the confined image process it runs.
+
+Two processes, because Landlock cannot express "write the journal, never read the sealed
+suite" for one process (ledger/image/confine.py says why):
+
+  the keeper   this module, not confined. It binds the sockets, computes the image's policy
+               from the journal, starts the image under it, commits the image's buffer to the
+               journal (one `record` transaction per batch, the image's context and buffer
+               cursor in the same transaction), writes the lifecycle records (kind `image`),
+               answers control requests, and with --learn runs the learn cycle itself. It never
+               loads a model, runs wasm, or parses a client's act request.
+  the image    ledger/image/worker.py, confined by Landlock: model, capabilities, requests.
+
+Lifecycle, as the journal shows it (each an `image` record carrying a new context):
+  start   the keeper started and its first image is serving HEAD
+  pause   a learn cycle (`ledger run`, or --learn) asked; the image finished the request in
+          flight, its buffer was committed, it exited
+  resume  a new image serves HEAD (the new generation after Accept, the old one after a refusal)
+  restart the image asked to be restarted (HEAD moved to a generation committed after it
+          started) or died; its buffer was committed first
+  stop    `ledger image stop`, SIGTERM or Ctrl-C
+
+Crash safety: the image's buffer is fsynced before any reply, and a keeper that starts commits
+what the last one left (only entries after the committed cursor) before anything else.
+Only one keeper serves a store (an flock on run/keeper.lock, released by the kernel on death).
+
+`paused(store)` is the hook the learn cycle uses: `with paused(store): run_cycle(...)`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from ledger.errors import BadInput, ImageUnavailable, InternalError, LedgerError, Locked, Refused, SandboxUnavailable
+from ledger.image import context as ctxlib
+from ledger.image import protocol
+
+LOCK_WAIT = 30.0           # seconds a commit waits for the store lock (a rollback, a cycle stage)
+READY_TIMEOUT = 600.0      # loading a large base can take a while
+DRAIN_TIMEOUT = 120.0      # the request in flight: at most 48 bytes plus a capability's time limit
+MAX_BATCH = 10_000
+CRASH_WINDOW, CRASH_LIMIT = 10.0, 3
+LEARN_EVERY = 5.0
+# fsync: a turn is fdatasynced in the image's buffer before its reply (one fdatasync per round
+# of requests). os: written to the OS before its reply -- survives the image or the keeper being
+# killed, not a power loss before the keeper's next commit (usually well under a second).
+DURABILITY = ("fsync", "os")
+
+
+def _log(msg: str) -> None:
+    print(f"[ledger serve {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _package_root() -> str:
+    import ledger
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(ledger.__file__)))
+
+
+def _fresh(store):
+    store._state = None   # another process may have committed since this Store last folded
+    return store.state
+
+
+def _journal_position(store):
+    st = _fresh(store)
+    return st, store._scan_end
+
+
+class _Worker:
+    """One image process and what the keeper knows about it."""
+
+    def __init__(self, proc, channel, session, scratch, info, sandbox):
+        self.proc, self.channel, self.session, self.scratch = proc, channel, session, scratch
+        self.reader = protocol.LineReader(channel)
+        self.info, self.sandbox = info, sandbox
+        self.started = time.monotonic()
+        self.dirty = False
+        self.drained: int | None = None
+
+
+class Keeper:
+    def __init__(self, store, *, learn=None, spec=None, target: str = "cpu", unsandboxed: bool = False,
+                 threads: int = 1, decoder: str | None = None, durability: str = "fsync", say=_log):
+        if durability not in DURABILITY:
+            raise BadInput(f"durability must be one of {', '.join(DURABILITY)}, got {durability!r}")
+        self.durability = durability
+        self.store, self.learn, self.spec, self.target = store, learn, spec, target
+        self.unsandboxed, self.threads, self.decoder, self.say = unsandboxed, threads, decoder, say
+        self.run = protocol.run_dir(store.root)
+        self.buffer = self.run / protocol.BUFFER_DIR
+        self.worker: _Worker | None = None
+        self.state = "starting"
+        self.pause_holder: socket.socket | None = None
+        self.stop_requested = False
+        self.stop_replies: list[socket.socket] = []
+        self.crashes: list[float] = []
+        self.readers: dict[str, object] = {}
+        self.unfolded: dict[str, list] = {}
+        self.next_learn = 0.0
+        self.ctx = None
+        self.lockfd = -1
+
+    # --- start and stop ---------------------------------------------------------------------------
+    def start(self) -> None:
+        from ledger import generations
+        from ledger.sandbox import landlock_abi
+
+        self.run.mkdir(exist_ok=True)
+        self.buffer.mkdir(exist_ok=True)
+        os.chmod(self.run, 0o700)
+        self.lockfd = os.open(self.run / "keeper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.lockfd, 64, 0).decode(errors="replace").strip()
+            os.close(self.lockfd)
+            raise Locked(f"an image is already serving this store (keeper pid {holder or '?'})",
+                         "see `ledger image status`; stop it with `ledger image stop`") from None
+        os.ftruncate(self.lockfd, 0)
+        os.pwrite(self.lockfd, str(os.getpid()).encode(), 0)
+        if not self.unsandboxed and landlock_abi() < 1:
+            raise SandboxUnavailable("Landlock is not available on this kernel, so the image cannot be confined; "
+                                     "nothing was started", "pass --unsandboxed to serve without it (recorded)")
+        _fresh(self.store)
+        if generations.head(self.store) is None:
+            raise Refused("there is no generation to serve",
+                          "commit one first: `ledger run`, `ledger demo` or `ledger capability add`")
+        self.ctx = ctxlib.load(self.store)
+        self.recover()
+        self.listen = self._bind(protocol.image_socket(self.store.root), backlog=128)
+        self.control = self._bind(protocol.control_socket(self.store.root), backlog=16)
+        self.sel = selectors.DefaultSelector()
+        self.control.setblocking(False)
+        self.sel.register(self.control, selectors.EVENT_READ, ("control-listen", None))
+        self.spawn("start")
+        self._write_state()
+
+    def _bind(self, path: Path, backlog: int) -> socket.socket:
+        if len(str(path).encode()) > protocol.SUN_PATH_MAX:
+            raise BadInput(f"socket path {path} is longer than the {protocol.SUN_PATH_MAX} bytes a Unix socket allows",
+                           "use a store at a shorter path")
+        path.unlink(missing_ok=True)   # a dead keeper's socket: we hold the keeper lock
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            s.bind(str(path))
+        finally:
+            os.umask(old)
+        s.listen(backlog)
+        return s
+
+    def _write_state(self) -> None:
+        w = self.worker
+        data = {"pid": os.getpid(), "state": self.state, "store": str(self.store.root),
+                "socket": str(protocol.image_socket(self.store.root)), "control": str(protocol.control_socket(self.store.root)),
+                "image_pid": w.proc.pid if w else None, "generation": self.ctx.generation if self.ctx else None}
+        tmp = self.run / f".{protocol.STATE_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+        os.replace(tmp, self.run / protocol.STATE_FILE)
+
+    def close(self) -> None:
+        for p in (protocol.image_socket(self.store.root), protocol.control_socket(self.store.root),
+                  self.run / protocol.STATE_FILE):
+            p.unlink(missing_ok=True)
+        for s in (getattr(self, "listen", None), getattr(self, "control", None)):
+            if s is not None:
+                s.close()
+        if self.lockfd >= 0:
+            os.close(self.lockfd)
+            self.lockfd = -1
+
+    # --- the image's buffer -> the journal ------------------------------------------------------
+    def recover(self) -> None:
+        """Commit what earlier images left in the buffer (entries after the committed cursor)."""
+        from ledger.image import spool
+
+        for session, parts in spool.sessions(self.buffer).items():
+            self._fold(session, final=True)
+            for p in parts:
+                p.unlink(missing_ok=True)
+            self.readers.pop(session, None)
+        for marker in self.buffer.glob("held-*"):
+            marker.unlink()
+
+    def _fold(self, session: str, final: bool = False) -> None:
+        from ledger import experience
+        from ledger.image import spool
+
+        reader = self.readers.get(session)
+        if reader is None:
+            reader = self.readers[session] = spool.SpoolReader(self.buffer, session)
+            cur = self.ctx.cursor
+            skip = cur.get("n", 0) if cur.get("session") == session else 0
+            pending = [e for e in reader.read(final) if e.n > skip]
+        else:
+            pending = reader.read(final)
+        if reader.torn:
+            self.say(f"dropped an unfinished last entry of image session {session} ({len(reader.torn)} bytes): "
+                     "it was never acknowledged")
+            reader.torn = b""
+        queue = self.unfolded.setdefault(session, [])
+        queue.extend(pending)
+        while queue:
+            batch = queue[:MAX_BATCH]
+            rows = "\n".join(json.dumps(e.turn) for e in batch)
+            turns = experience.parse_turns(rows, f"image buffer {session}")
+            new = {}
+
+            def extra(tx, first, batch=batch):
+                ctx = self.ctx.after(batch, first, self._generation)
+                new["ctx"] = ctxlib.write(tx, ctx)
+                tx.payload["requests"] = [e.turn.get("request") for e in batch]
+                tx.payload["image"] = {"session": session, "from": batch[0].n, "upto": batch[-1].n}
+
+            res = experience.record(self.store, turns, actor="image", wait=LOCK_WAIT, extra=extra)
+            self.ctx = new["ctx"]
+            del queue[:len(batch)]
+            w = self.worker
+            if w is not None and w.session == session:
+                self._tell(w, op="folded", session=session, first=res["first"], **{"from": batch[0].n, "upto": batch[-1].n})
+        for p in reader.done_parts:       # parts read to the end and committed
+            p.unlink(missing_ok=True)
+        reader.done_parts.clear()
+
+    def _generation(self, gid: str):
+        from ledger import generations
+
+        return generations.from_manifest(gid, self.store.get_json(gid))
+
+    def _lifecycle(self, event: str, **payload) -> None:
+        """One `image` record with a new context: the timeline `ledger log` shows."""
+        from ledger import generations
+
+        with self.store.transaction("image", actor="image", wait=LOCK_WAIT) as tx:
+            ctx = self.ctx
+            if event in ("start", "resume", "restart"):
+                head = generations.head(self.store)
+                ctx = ctx.serving(head).bump(sessions=1, starts=int(event == "start"))
+            self.ctx = ctxlib.write(tx, ctx)
+            tx.payload.update({"event": event, "generation": self.ctx.generation, "gen": self.ctx.gen,
+                               "restored": ctx.id if event == "start" else None, **payload})
+
+    # --- the image process --------------------------------------------------------------------------
+    def spawn(self, event: str) -> None:
+        """Start an image on HEAD, wait until it serves, and record `event`."""
+        import uuid
+
+        from ledger import generations
+        from ledger.image import confine
+
+        st, offset = _journal_position(self.store)
+        head = generations.head(self.store)
+        if head is None:
+            raise Refused("there is no generation to serve")
+        gens = confine.all_generations(self.store)
+        self._warm_capabilities(gens)
+        scratch = confine.scratch_dir()
+        try:
+            policy, objects = confine.policy(self.store, gens, scratch, self.buffer)
+            session = uuid.uuid4().hex[:16]
+            recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
+            cfg = {"store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
+                   "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
+                   "buffer": str(self.buffer), "scratch": str(scratch), "session": session, "recent": recent,
+                   "threads": self.threads, "decoder": self.decoder, "keeper_pid": os.getpid(),
+                   "durability": self.durability,
+                   "probe": os.environ.get("LEDGER_IMAGE_PROBE") == "1", "hold": os.environ.get("LEDGER_IMAGE_HOLD")}
+            (scratch / "config.json").write_text(json.dumps(cfg))
+            (scratch / "rules.json").write_text(json.dumps({**confine.rules(policy), "landlock": not self.unsandboxed}))
+            ours, theirs = socket.socketpair()
+            status_r, status_w = os.pipe()
+            cmd = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox", "--rules-file", str(scratch / "rules.json"),
+                   "--status-fd", str(status_w), "--cwd", str(scratch), "--",
+                   sys.executable, "-m", "ledger.image.worker", "--config", str(scratch / "config.json"),
+                   "--listen-fd", str(self.listen.fileno()), "--channel-fd", str(theirs.fileno())]
+            try:
+                proc = subprocess.Popen(cmd, cwd=_package_root(), env=self._env(scratch), stdin=subprocess.DEVNULL,
+                                        pass_fds=(self.listen.fileno(), theirs.fileno(), status_w))
+            finally:
+                os.close(status_w)
+                theirs.close()
+            status = _read_all(status_r, 30.0)
+            if not status.startswith("ok "):
+                proc.kill()
+                proc.wait()
+                raise SandboxUnavailable(f"could not confine the image: {status.strip() or 'no status'}; nothing was served")
+            sandbox = {"sandboxed": not self.unsandboxed, "landlock_abi": int(status.split()[1]), "grants": len(policy.grants()),
+                       "objects": len(objects), "read_write": list(policy.read_write), "network": policy.network,
+                       "protected": list(policy.protected)}
+            info = self._await_ready(proc, ours)
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        self.worker = _Worker(proc, ours, session, scratch, info, sandbox)
+        self.sel.register(ours, selectors.EVENT_READ, ("worker", None))
+        self.state = "serving"
+        self._lifecycle(event, session=session, decoder=info.get("decoder"), sandbox=sandbox, image_pid=proc.pid)
+        self.say(f"serving {self.ctx and f'gen-{self.ctx.gen}'} ({head.id[:15]}…) on {protocol.image_socket(self.store.root)}"
+                 f" [{event}; decoder {info.get('decoder')}; "
+                 + (f"Landlock ABI {sandbox['landlock_abi']}, {sandbox['grants']} grants]" if sandbox["sandboxed"] else "UNSANDBOXED]"))
+
+    def _env(self, scratch: Path) -> dict:
+        keep = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "PYTHONHASHSEED",
+                "LD_LIBRARY_PATH", "LEDGER_DEBUG")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
+                    "OMP_NUM_THREADS": str(self.threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        return env
+
+    def _warm_capabilities(self, gens) -> None:
+        """Compile each capability module into the store's cache now: the image can read the
+        cache but not write it (compiled code it wrote would later run outside its sandbox)."""
+        mods = {e["module"] for g in gens for e in g.capabilities.values()}
+        (self.store.root / "cache" / "wasm").mkdir(parents=True, exist_ok=True)
+        if mods:
+            from ledger.capabilities import cache
+
+            for m in sorted(mods):
+                cache.load(self.store, m)
+
+    def _await_ready(self, proc, chan: socket.socket) -> dict:
+        reader = protocol.LineReader(chan)
+        chan.settimeout(READY_TIMEOUT)
+        try:
+            line = reader.read_line()
+        except socket.timeout:
+            line = None
+        finally:
+            chan.settimeout(None)
+        if line is None:
+            proc.kill()
+            code = proc.wait()
+            raise InternalError(f"the image process exited ({code}) before it was ready",
+                                f"see its output above (or {self.run / protocol.LOG_FILE} when detached)")
+        msg = protocol.decode(line)
+        if msg.get("event") == "failed":
+            proc.wait()
+            raise protocol.to_error({"error": msg.get("error")})
+        if msg.get("event") != "ready":
+            proc.kill()
+            proc.wait()
+            raise InternalError(f"the image sent {msg.get('event')!r} before it was ready")
+        return msg
+
+    def _tell(self, w: _Worker, **msg) -> None:
+        try:
+            w.channel.sendall(protocol.encode(msg))
+        except OSError:
+            pass   # it exited; the exit is handled by the loop
+
+    def _on_worker(self, w: _Worker) -> bool:
+        """Read the image's messages; False once it has exited (channel closed)."""
+        try:
+            data = w.channel.recv(1 << 20)
+        except socket.timeout:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        for line in w.reader.feed(data):
+            msg = protocol.decode(line)
+            if msg.get("event") == "spooled":
+                w.dirty = True
+            elif msg.get("event") == "drained":
+                w.drained = int(msg.get("upto", 0))
+                w.dirty = True
+        return True
+
+    def _reap(self, w: _Worker, why: str) -> int:
+        """The image exited: commit the rest of its buffer, drop its files, forget it."""
+        from ledger.image import spool
+
+        self.sel.unregister(w.channel)
+        w.channel.close()
+        try:
+            code = w.proc.wait(timeout=DRAIN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+            code = w.proc.wait()
+        self.worker = None
+        self._fold(w.session, final=True)
+        for p in spool.sessions(self.buffer).get(w.session, []):
+            p.unlink(missing_ok=True)
+        self.readers.pop(w.session, None)
+        self.unfolded.pop(w.session, None)
+        import shutil
+
+        shutil.rmtree(w.scratch, ignore_errors=True)
+        self.say(f"image (pid {w.proc.pid}) exited with {code}: {why}")
+        return code
+
+    def stop_worker(self, why: str) -> None:
+        """Ask the image to finish the request in flight and exit; commit its buffer."""
+        w = self.worker
+        if w is None:
+            return
+        self._tell(w, op="stop")
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        w.channel.settimeout(1.0)
+        while time.monotonic() < deadline:
+            alive = self._on_worker(w)
+            if w.dirty:
+                w.dirty = False
+                self._fold(w.session)
+            if not alive:
+                break
+        else:
+            self.say("the image did not stop in time; killing it")
+            w.proc.kill()
+        w.channel.settimeout(None)
+        self._reap(w, why)
+
+    # --- control ------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        w = self.worker
+        return {"running": True, "pid": os.getpid(), "state": self.state, "socket": str(protocol.image_socket(self.store.root)),
+                "image_pid": w.proc.pid if w else None, "session": w.session if w else None,
+                "decoder": w.info.get("decoder") if w else None, "sandbox": w.sandbox if w else None,
+                "generation": self.ctx.generation, "gen": self.ctx.gen, "context": {**self.ctx.to_json(), "id": self.ctx.id},
+                "unrecorded": sum(len(q) for q in self.unfolded.values()),
+                "learn": self.learn.to_json() if self.learn else None}
+
+    def _control(self, conn: socket.socket, msg: dict) -> dict | None:
+        op = msg.get("op")
+        if op == "status":
+            return protocol.ok(msg.get("id"), **self.status())
+        if op == "stop":
+            self.stop_requested = True
+            self.stop_replies.append(conn)
+            return None
+        if op == "pause":
+            if self.pause_holder is not None:
+                raise Locked("the image is already paused by another client (a learn cycle is running)",
+                             "wait for it to finish; `ledger image status` shows the state")
+            self.pause_holder = conn
+            self.stop_worker("paused for a learn cycle")
+            self.state = "paused"
+            self._lifecycle("pause")
+            self._write_state()
+            return protocol.ok(msg.get("id"), paused=True, generation=self.ctx.generation, gen=self.ctx.gen)
+        if op == "resume":
+            if self.pause_holder is not conn:
+                raise BadInput("resume comes from the client that paused the image")
+            self._resume()
+            return protocol.ok(msg.get("id"), resumed=True, generation=self.ctx.generation, gen=self.ctx.gen)
+        raise BadInput(f"unknown control op {op!r}", "ops: status, stop, pause, resume")
+
+    def _resume(self) -> None:
+        self.pause_holder = None
+        self.spawn("resume")
+        self._write_state()
+
+    def _on_control(self, conn: socket.socket, reader) -> bool:
+        try:
+            data = conn.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        for line in reader.feed(data):
+            rid = None
+            try:
+                msg = protocol.decode(line)
+                rid = msg.get("id")
+                reply = self._control(conn, msg)
+            except LedgerError as e:
+                reply = protocol.error(rid, e)
+            if reply is not None:
+                try:
+                    conn.sendall(protocol.encode(reply))
+                except OSError:
+                    return False
+        return True
+
+    # --- learning --------------------------------------------------------------------------------
+    def maybe_learn(self) -> None:
+        from ledger import experience
+        from ledger.cycle import due, run_cycle
+
+        if self.learn is None or self.state != "serving" or time.monotonic() < self.next_learn:
+            return
+        self.next_learn = time.monotonic() + LEARN_EVERY
+        _fresh(self.store)
+        if experience.pending(self.store) < self.learn.min_turns or due(self.store, self.learn):
+            return
+        self.say("learn: the trigger policy says a cycle is due; pausing the image")
+        self.stop_worker("paused for a learn cycle (--learn)")
+        self.state = "paused"
+        self._lifecycle("pause", learn=True)
+        try:
+            res = run_cycle(self.store, policy=self.learn, spec_path=self.spec, target=self.target,
+                            progress=lambda stage, m: self.say(f"learn: {stage}: {m}"))
+            self.say(f"learn: cycle {res.cycle}: {res.verdict} -> {res.generation}")
+        except LedgerError as e:
+            self.say(f"learn: the cycle failed: {e.message} ({e.hint}); serving on")
+            self.next_learn = time.monotonic() + 600
+        self.spawn("resume")
+
+    # --- the loop ----------------------------------------------------------------------------------
+    def loop(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_requested", True))
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stop_requested", True))
+        controls: dict[socket.socket, object] = {}
+        while not self.stop_requested:
+            for key, _ in self.sel.select(timeout=0.2):
+                kind, _ = key.data
+                if kind == "control-listen":
+                    try:
+                        c, _ = self.control.accept()
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    c.setblocking(True)
+                    c.settimeout(10.0)
+                    controls[c] = protocol.LineReader(c)
+                    self.sel.register(c, selectors.EVENT_READ, ("control", None))
+                elif kind == "control":
+                    c = key.fileobj
+                    if not self._on_control(c, controls[c]):
+                        self.sel.unregister(c)
+                        controls.pop(c, None)
+                        if c in self.stop_replies:
+                            self.stop_replies.remove(c)
+                        c.close()
+                        if c is self.pause_holder:   # the cycle's client went away: resume anyway
+                            self.say("the client that paused the image is gone; resuming")
+                            self._resume()
+                elif kind == "worker" and self.worker is not None:
+                    w = self.worker
+                    if not self._on_worker(w):
+                        self._after_exit(w)
+            w = self.worker
+            if w is not None and w.dirty:
+                w.dirty = False
+                self._fold(w.session)
+            self.maybe_learn()
+        self.shutdown()
+
+    def _after_exit(self, w: _Worker) -> None:
+        from ledger.image.worker import RESTART_EXIT
+
+        code = self._reap(w, "restart requested" if w.drained is not None else "exited unexpectedly")
+        if self.stop_requested or self.pause_holder is not None:
+            return
+        if code != RESTART_EXIT:
+            now = time.monotonic()
+            self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW] + [now]
+            if len(self.crashes) >= CRASH_LIMIT:
+                self.say(f"the image failed {CRASH_LIMIT} times within {CRASH_WINDOW:g} s; stopping")
+                self.stop_requested = True
+                return
+        self.spawn("restart")
+        self._write_state()
+
+    def shutdown(self) -> None:
+        self.state = "stopping"
+        self.stop_worker("stopping")
+        self._lifecycle("stop")
+        for c in self.stop_replies:
+            try:
+                c.sendall(protocol.encode(protocol.ok(None, stopped=True)))
+            except OSError:
+                pass
+        self.say("stopped")
+
+
+def _shown(t: dict) -> dict:
+    """A recorded turn as an act reply shows it (for duplicates of requests already committed)."""
+    from ledger.image import act as actlib
+
+    try:
+        kind = "refusal" if t.get("refusal") else ("call" if actlib.parse(t.get("action", "")) else "text")
+    except BadInput:
+        kind = "call"
+    return {**{k: v for k, v in t.items() if k != "id"}, "kind": kind}
+
+
+def _read_all(fd: int, timeout: float) -> str:
+    import select
+
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not r:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(fd)
+    return out.decode("utf-8", "replace")
+
+
+def serve(store, *, ready=None, **options) -> None:
+    """Run a keeper in this process until it is stopped. `ready()` is called once serving."""
+    k = Keeper(store, **options)
+    try:
+        k.start()
+        if ready is not None:
+            ready(k)
+        k.loop()
+    finally:
+        if k.worker is not None:   # an exception on the way: never leave the image running
+            k.worker.proc.kill()
+            k.worker.proc.wait()
+        k.close()
+
+
+# --- from other processes ----------------------------------------------------------------------------
+def control(store_root, op: str, *, timeout: float = 30.0) -> dict:
+    reply = protocol.request(protocol.control_socket(store_root), {"op": op}, timeout=timeout, retry=False)
+    if not reply.get("ok"):
+        raise protocol.to_error(reply)
+    return reply
+
+
+def status(store_root) -> dict:
+    try:
+        return control(store_root, "status", timeout=10.0)
+    except ImageUnavailable:
+        return {"running": False}
+
+
+def stop(store_root, timeout: float = 300.0) -> dict:
+    return control(store_root, "stop", timeout=timeout)
+
+
+@contextmanager
+def paused(store, *, timeout: float = 3600.0):
+    """Stop the image serving `store` (if any) for the duration of the block -- it finishes the
+    request in flight and its turns are committed -- and start it again on HEAD afterwards.
+
+    The pause lasts while this process holds its control connection open: if it dies, the
+    keeper resumes by itself. Yields the keeper's pause reply, or None when no image runs."""
+    path = protocol.control_socket(store.root)
+    try:
+        sock = protocol._connect(path, timeout)
+    except (FileNotFoundError, ConnectionRefusedError):
+        yield None
+        return
+    reader = protocol.LineReader(sock)
+
+    def call(op: str) -> dict:
+        sock.sendall(protocol.encode({"op": op}))
+        line = reader.read_line()
+        if line is None:
+            raise ImageUnavailable("the image's keeper went away during the learn cycle")
+        reply = protocol.decode(line)
+        if not reply.get("ok"):
+            raise protocol.to_error(reply)
+        return reply
+
+    try:
+        info = call("pause")
+        try:
+            yield info
+        finally:
+            try:
+                call("resume")
+            except (LedgerError, OSError) as e:
+                msg = getattr(e, "message", None) or str(e)
+                store.warnings.append(f"the image could not be resumed after the cycle: {msg}; "
+                                      "see `ledger image status`")
+    finally:
+        sock.close()
+
+
+def start_detached(store_root, args: list[str] = (), *, timeout: float = READY_TIMEOUT, env=None) -> dict:
+    """Start `python -m ledger.image.server` in its own session, logging to run/image.log, and
+    return its status once it serves (or raise, with the log's tail)."""
+    root = Path(store_root)
+    run = protocol.run_dir(root)
+    run.mkdir(exist_ok=True)
+    log = open(run / protocol.LOG_FILE, "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ledger.image", "--store", str(root), *args],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                cwd=str(root.parent), env=env)
+    finally:
+        log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            tail = (run / protocol.LOG_FILE).read_bytes()[-2000:].decode("utf-8", "replace")
+            raise InternalError(f"`ledger serve` exited with {code} before serving", tail.strip().splitlines()[-1] if tail.strip() else "")
+        st = status(root)
+        if st.get("running") and st.get("state") == "serving" and st.get("pid") == proc.pid:
+            return st
+        time.sleep(0.1)
+    raise InternalError(f"`ledger serve` did not start serving within {timeout:g} s",
+                        f"see {run / protocol.LOG_FILE}")
+
+
+def main(argv=None) -> int:
+    """`python -m ledger.image --store DIR [--learn ...]`: what `ledger serve --detach` runs."""
+    import argparse
+
+    from ledger.cycle import Policy
+    from ledger.store import Store
+
+    ap = argparse.ArgumentParser(prog="python -m ledger.image")
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--learn", action="store_true")
+    ap.add_argument("--min-turns", type=int, default=150)
+    ap.add_argument("--min-hours", type=float, default=4.0)
+    ap.add_argument("--spec", default=None)
+    ap.add_argument("--target", default="cpu")
+    ap.add_argument("--unsandboxed", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--decoder", default=None)
+    ap.add_argument("--durability", default="fsync", choices=DURABILITY)
+    ns = ap.parse_args(argv)
+    try:
+        store = Store.open(ns.store)
+        serve(store, learn=Policy(ns.min_turns, ns.min_hours) if ns.learn else None, spec=ns.spec, target=ns.target,
+              unsandboxed=ns.unsandboxed, threads=ns.threads, decoder=ns.decoder, durability=ns.durability)
+    except LedgerError as e:
+        _log(f"error: {e.message} (hint: {e.hint})")
+        return e.exit_code
+    return 0
