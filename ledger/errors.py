@@ -89,6 +89,12 @@ class CapabilityTrapped(Refused):
     default_hint = "the capability ran out of a limit or trapped; see its manifest's [limits] and tests"
 
 
+class ImageUnavailable(Refused):
+    """No image (`ledger serve`) answers for this store: not started, stopped, or still paused by a
+    learn cycle when the client's timeout ran out."""
+    default_hint = "start one with `ledger serve` (or `ledger serve --detach`); see `ledger image status`"
+
+
 # --- 4: store corrupt or tampered --------------------------------------------------------
 class StoreCorrupt(LedgerError):
     exit_code = 4

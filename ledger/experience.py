@@ -10,13 +10,19 @@ once: a refused cycle does not hand the same turns to the same policy again.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
-from ledger.errors import BadInput, Refused
+from ledger.errors import BadInput, Refused, UnknownRef
 from ledger.store.journal import now
 
 FIELDS = {"situation": str, "action": str, "outcome": (str, type(None)), "refusal": bool, "time": str,
-          "generation": (str, type(None)), "latency_ms": (int, float, type(None))}
+          "generation": (str, type(None)), "latency_ms": (int, float, type(None)),
+          # Written by the image (ledger/image): the client's idempotency key, and whether the
+          # action came from the model or was given by the client. Kept only when present, so
+          # turns recorded without them keep their exact bytes (and object ids).
+          "request": (str, type(None)), "source": (str, type(None))}
+OPTIONAL = ("request", "source")
 REQUIRED = ("situation", "action")
 MAX_TEXT = 1 << 16
 
@@ -48,21 +54,54 @@ def parse_turns(text: str, source: str = "input") -> list[dict]:
                 raise BadInput(f"{where}: field {f!r} is longer than {MAX_TEXT} characters")
         turns.append({"situation": row["situation"], "action": row["action"], "outcome": row.get("outcome"),
                       "refusal": bool(row.get("refusal", False)), "time": row.get("time") or now(),
-                      "generation": row.get("generation"), "latency_ms": row.get("latency_ms")})
+                      "generation": row.get("generation"), "latency_ms": row.get("latency_ms"),
+                      **{f: row[f] for f in OPTIONAL if row.get(f) is not None}})
     if not turns:
         raise BadInput(f"{source}: no turns", "give JSONL rows with situation and action")
     return turns
 
 
-def record(store, turns: list[dict], actor: str | None = None, wait: float | None = None) -> dict:
-    """Append a batch of validated turns as one transaction."""
+def record(store, turns: list[dict], actor: str | None = None, wait: float | None = None, extra=None) -> dict:
+    """Append a batch of validated turns as one transaction.
+
+    `extra(tx, first)`, if given, runs inside the same transaction after the batch is written, so
+    a caller's own bookkeeping (the image's context and buffer cursor) commits with the turns or
+    not at all."""
     with store.transaction("record", actor=actor, wait=wait) as tx:
         first = store.state.counters.get("turns", 0) + 1
         batch = [dict(t, id=f"t{first + i}") for i, t in enumerate(turns)]
         oid = tx.put_json({"kind": "turns", "first": first, "turns": batch})
         tx.outputs.append(oid)
         tx.payload.update({"turns": oid, "first": first, "count": len(batch), "counters": {"turns": len(batch)}})
+        if extra is not None:
+            extra(tx, first)
     return {"turns": oid, "first": first, "last": first + len(batch) - 1, "count": len(batch), "seq": tx.record["seq"]}
+
+
+TURN_ID_RE = re.compile(r"^t([1-9][0-9]*)$")
+
+
+def attach_outcome(store, turn: str, outcome: str, *, actor: str | None = None, wait: float | None = None,
+                   **note) -> dict:
+    """Attach the ground-truth outcome of turn `turn` (tN), learned after it was recorded: one
+    `outcome` record. The turn's batch object is never rewritten; the latest outcome record for a
+    turn wins in `export` and in the index's `outcomes` table."""
+    m = TURN_ID_RE.match(turn) if isinstance(turn, str) else None
+    if m is None:
+        raise BadInput(f"{turn!r} is not a turn id", "turn ids look like t42 (see the turns table)")
+    if not isinstance(outcome, str) or not outcome.strip() or len(outcome) > MAX_TEXT:
+        raise BadInput(f"an outcome must be a non-empty string of at most {MAX_TEXT} characters")
+    with store.transaction("outcome", actor=actor, wait=wait) as tx:
+        total = store.state.counters.get("turns", 0)
+        if int(m.group(1)) > total:
+            raise UnknownRef(f"no turn {turn}: {total} turns are recorded", "see `ledger query 'select id from turns'`")
+        tx.payload.update({"turn": turn, "outcome": outcome, "time": now(), **{k: v for k, v in note.items() if v}})
+    return {"turn": turn, "outcome": outcome, "seq": tx.record["seq"]}
+
+
+def outcomes(store) -> dict[str, str]:
+    """The latest attached outcome of every turn that has one (journal order: later wins)."""
+    return {r["payload"]["turn"]: r["payload"]["outcome"] for r in store.journal.records() if r["kind"] == "outcome"}
 
 
 def pending(store) -> int:
@@ -108,6 +147,8 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
         if last < first:
             raise Refused("no new turns to export", "record experience first (`ledger record FILE`)")
         rows = turns_between(store, first, last)
+        later = outcomes(store)   # ground truth attached after recording (`ledger outcome`)
+        rows = [dict(t, outcome=later[t["id"]]) if t["id"] in later else t for t in rows]
         table = pa.table({"situation": [t["situation"] for t in rows], "action": [t["action"] for t in rows],
                           "outcome": [t.get("outcome") or "" for t in rows], "refusal": [bool(t["refusal"]) for t in rows],
                           "turn": [t["id"] for t in rows]})

@@ -65,8 +65,17 @@ def run(
     from ledger.errors import Refused
 
     store = open_store()
-    res = _run_with_progress(store, json_, force=force, policy=Policy(min_turns, min_hours), spec_path=spec,
-                             target=target, unsandboxed=unsandboxed)
+    # A running image is stopped for a cycle that will run (it finishes its request in flight,
+    # its turns are committed) and started again on HEAD afterwards -- ledger/image/server.py.
+    import contextlib
+
+    from ledger import image
+    from ledger.cycle import due, open_cycle
+
+    runs = force or open_cycle(store) is not None or not due(store, Policy(min_turns, min_hours))
+    with image.paused(store) if runs else contextlib.nullcontext():
+        res = _run_with_progress(store, json_, force=force, policy=Policy(min_turns, min_hours), spec_path=spec,
+                                 target=target, unsandboxed=unsandboxed)
     flush_warnings(store)
     emit(json_, res.to_json(), lambda: render_cycle(res))
     if res.outcome == "not-due":

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "ledger.cli.gate_cmds",
     "ledger.cli.report_cmds",
     "ledger.cli.kernel_cmds",
+    "ledger.cli.image_cmds",
 ]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ledger.errors import BadInput, LedgerError
 from ledger.store import faults
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: the outcomes table
 GEN_RE = re.compile(r"^gen-(\d+)$")
 
 SCHEMA = {
@@ -35,6 +35,8 @@ SCHEMA = {
     "metrics": "receipt VARCHAR, step BIGINT, name VARCHAR, value DOUBLE",
     "verdicts": "id VARCHAR, seq BIGINT, verdict VARCHAR, reasons VARCHAR[], candidate VARCHAR, incumbent VARCHAR, suite VARCHAR, mean_delta DOUBLE, p_value DOUBLE",
     "turns": "id VARCHAR, seq BIGINT, n BIGINT, situation VARCHAR, action VARCHAR, outcome VARCHAR, refusal BOOLEAN, time VARCHAR, generation VARCHAR",
+    # ground truth attached after a turn was recorded (`ledger outcome`); the latest seq wins
+    "outcomes": "turn VARCHAR, seq BIGINT, outcome VARCHAR, time VARCHAR",
 }
 COLUMNS = {t: [c.strip().split(" ")[0] for c in cols.split(",") if c.strip() and "PRIMARY" not in c.split(" ")[0]]
            for t, cols in SCHEMA.items()}
@@ -80,6 +82,8 @@ def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
         first = int(p.get("first", 1))
         out["turns"] = [(t.get("id"), rec["seq"], first + i, t.get("situation"), t.get("action"), t.get("outcome"),
                          bool(t.get("refusal")), t.get("time"), t.get("generation")) for i, t in enumerate(batch.get("turns", []))]
+    if rec["kind"] == "outcome" and p.get("turn"):
+        out["outcomes"] = [(p["turn"], rec["seq"], p.get("outcome"), p.get("time"))]
     return out
 
 
