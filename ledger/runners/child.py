@@ -84,17 +84,28 @@ def lr_at(step: int, c: dict) -> float:
 
 def check_realizations(plan: dict) -> None:
     """Selection is not fallback: a realization that cannot run here stops the run."""
+    import importlib.util
+
     import torch
 
     for op, r in sorted(plan["realizations"].items()):
-        if r["name"] == "cupy-fused":
-            raise RealizationUnavailable(f"operator {op} was compiled for realization cupy-fused, which this trainer cannot run",
-                                         "recompile with compile.realization = \"torch-eager\"")
         if r["device"] == "cuda" and not torch.cuda.is_available():
             raise RealizationUnavailable(
                 f"the plan selected {r['name']} on cuda for operator {op} (target {plan['target']['name']}), "
                 "but no CUDA device is available here; nothing was trained",
                 "run it on a machine with the target's GPU, or compile for --target cpu")
+        if r["name"] == "torch-compiled" and importlib.util.find_spec("triton") is None:
+            raise RealizationUnavailable(f"the plan selected torch-compiled for operator {op}, which needs triton; "
+                                         "it is not installed here", "install torch's triton, or compile with "
+                                         "compile.realization = \"torch-eager\"")
+        if r["name"] == "cupy-fused":
+            from ledger.kernels import runtime
+
+            runtime.device_info()  # RealizationUnavailable: no cupy / no device
+    n = plan["config"]["train"].get("devices", 1)
+    if plan["target"]["device"] == "cuda" and torch.cuda.device_count() < n:
+        raise RealizationUnavailable(f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) are visible",
+                                     "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
 def read_rows(path: Path) -> list[tuple[str, str]]:
@@ -211,7 +222,8 @@ def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("torch", "transformers", "peft", "safetensors", "pyarrow", "numpy", "cupy-cuda12x", "wasmtime"):
+    for pkg in ("torch", "transformers", "peft", "safetensors", "pyarrow", "numpy", "cupy-cuda12x", "cupy-cuda13x",
+                "triton", "wasmtime"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -234,11 +246,77 @@ def device_info() -> dict:
     info = {"cpu": cpu, "machine": platform.machine(), "kernel": platform.release(),
             "torch_threads": torch.get_num_threads(), "cuda": None}
     if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
         info["cuda"] = {"device": props.name, "capability": f"{props.major}.{props.minor}",
+                        "visible_devices": torch.cuda.device_count(),
                         "memory_bytes": props.total_memory, "cuda_runtime": torch.version.cuda,
                         "driver": getattr(torch.cuda, "driver_version", lambda: None)() if hasattr(torch.cuda, "driver_version") else None}
     return info
+
+
+class _Dist:
+    """This process's place in a data-parallel run (torchrun sets the variables; one process
+    per device). World size 1 is the plain single-process run."""
+
+    def __init__(self, plan: dict):
+        import torch
+
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local = int(os.environ.get("LOCAL_RANK", "0"))
+        want = plan["config"]["train"].get("devices", 1)
+        if self.world != want:
+            raise RealizationUnavailable(f"the plan runs on {want} device(s) but this run has {self.world} process(es)",
+                                         "launch it with `ledger train`, which starts torchrun for plans with devices > 1")
+        self.cuda = plan["target"]["device"] == "cuda"
+        self.device = torch.device("cuda", self.local) if self.cuda else torch.device("cpu")
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+        self.backend = None
+        if self.world > 1:
+            import torch.distributed as dist
+
+            self.backend = "nccl" if self.cuda else "gloo"
+            dist.init_process_group(self.backend)
+            self.dist = dist
+
+    @property
+    def writer(self) -> bool:
+        return self.rank == 0
+
+    def mean(self, value: float) -> float:
+        """The mean over processes (every process gets the same number, so all of them take
+        the same decisions -- stopping on a non-finite loss included)."""
+        if self.world == 1:
+            return value
+        import torch
+
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        self.dist.all_reduce(t)
+        return float(t.item()) / self.world
+
+    def gather(self, obj):
+        if self.world == 1:
+            return [obj]
+        out = [None] * self.world
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.world > 1:
+            self.dist.barrier()
+            self.dist.destroy_process_group()
+
+
+def _cpu(tensors: dict) -> dict:
+    return {k: v.detach().cpu() for k, v in tensors.items()}
+
+
+def _optimizer_to(opt, fused: bool) -> None:
+    """Restored optimizer state lives where the parameters do (fused AdamW keeps `step` there too)."""
+    for p, st in opt.state.items():
+        for k, v in list(st.items()):
+            st[k] = v.to(p.device) if (k != "step" or fused) else v.cpu()
 
 
 def run(work: Path) -> dict:
@@ -247,18 +325,25 @@ def run(work: Path) -> dict:
     plan = job["plan"]
     c = plan["config"]
     out = work / "out"
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
 
     import torch
 
     threads = plan["runtime"]["threads"]
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    cuda = plan["target"]["device"] == "cuda"
+    # Bit-exactness is promised on the CPU; CUDA runs the fast (non-deterministic) kernels.
+    torch.use_deterministic_algorithms(not cuda)
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     check_realizations(plan)
+    dist = _Dist(plan)
+    if dist.writer:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    loop_kind = plan["runtime"].get("loop", "eager")
+    autocast = plan["runtime"].get("autocast")
+    fused_lora = plan["realizations"]["linear_lora"]["name"] == "cupy-fused"
 
     from ledger.runners import checkpoint as ck
 
@@ -272,26 +357,63 @@ def run(work: Path) -> dict:
     # the baseline. The encoded tensors the run holds are the plan's `data` line, after it.
     rows = read_rows(work / job["dataset"])
     mem0 = memory_baseline()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     ids, mask, labels = encode_rows(rows, c["data"]["seq_len"])
     del rows
     model, named = build(plan, work / job["base_dir"])
+    peft_model = model
+    kernel_op = None
+    if cuda:
+        model.to(dist.device)
+    if fused_lora:
+        from ledger.kernels import lora_train
+
+        kernel_op = lora_train.KernelOp(lora_train.load_build(work / job["kernels"][lora_train.KERNEL]))
+        want = plan["realizations"]["linear_lora"]["code_object"]
+        if kernel_op.code_object != want:
+            raise RealizationUnavailable(f"the kernel build handed to this run is {kernel_op.code_object}, "
+                                         f"the plan names {want}")
+        lora_train.install(model, kernel_op)
+    if loop_kind == "compiled":
+        # One compiled graph, reused by every decoder layer (same shapes).
+        for layer in model.base_model.model.model.layers:
+            layer.compile()
     model.train()
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[dist.local] if cuda else None, gradient_as_bucket_view=True)
     d = c["optimizer"]
+    fused_adam = loop_kind == "compiled"
     opt = torch.optim.AdamW([p for _, p in named], lr=d["lr"], betas=tuple(d["betas"]), eps=d["eps"],
-                            weight_decay=d["weight_decay"], foreach=False)
+                            weight_decay=d["weight_decay"], **({"fused": True} if fused_adam else {"foreach": False}))
     losses: list[float] = []
     start_step = 0
     if job.get("resume"):
         a, o, r, state = ck.read_dir(work / job["resume"])
         if state["plan"] != job["plan_id"]:
             raise BadInput("the checkpoint belongs to another plan")
-        restore(model, opt, named, a, o, r)
+        restore(peft_model, opt, named, a, o, r)
+        if cuda:
+            _optimizer_to(opt, fused_adam)
+            if "torch_cuda" in r:
+                torch.cuda.set_rng_state(r["torch_cuda"])
         start_step, losses = state["step"], [float(x) for x in state["losses"]]
     else:
         if job.get("init_adapter"):
-            load_init_adapter(model, work / job["init_adapter"])
+            load_init_adapter(peft_model, work / job["init_adapter"])
         torch.manual_seed(c["seeds"]["dropout"])
+    if cuda:
+        torch.cuda.synchronize()
+        mem_setup = torch.cuda.memory_allocated()
     t_ready = time.perf_counter()
+
+    def rng_state() -> dict:
+        st = {"torch_cpu": torch.get_rng_state()}
+        if cuda:
+            st["torch_cuda"] = torch.cuda.get_rng_state()
+        return st
 
     B, accum, steps, n = c["data"]["micro_batch"], c["data"]["grad_accum"], c["data"]["steps"], ids.shape[0]
     perm_cache: dict = {}
@@ -299,7 +421,9 @@ def run(work: Path) -> dict:
     tokens = 0
     stopped = None
     step_times = []
-    prog = open(out / "progress.jsonl", "a", buffering=1)
+    step_tokens = []
+    fwd_peak = 0
+    prog = open(out / "progress.jsonl", "a", buffering=1) if dist.writer else None
     t_loop = time.perf_counter()
     step = start_step
     for step in range(start_step + 1, steps + 1):
@@ -308,14 +432,30 @@ def run(work: Path) -> dict:
         for g in opt.param_groups:
             g["lr"] = lr
         total = 0.0
+        step_tok = 0
         for k in range(accum):
-            rows = batch_indices((step - 1) * accum + k, B, n, c["seeds"]["data"], perm_cache)
+            m_index = (step - 1) * accum + k
+            if dist.world == 1:
+                rows = batch_indices(m_index, B, n, c["seeds"]["data"], perm_cache)
+            else:  # one global micro-batch of world x B rows; this process takes its slice
+                rows = batch_indices(m_index, B * dist.world, n, c["seeds"]["data"], perm_cache)
+                rows = rows[dist.rank * B:(dist.rank + 1) * B]
             x, m, y = ids[rows], mask[rows], labels[rows]
-            loss = model(input_ids=x, attention_mask=m, labels=y).loss
-            (loss / accum).backward()
+            step_tok += int(m.sum())
+            if cuda:
+                x, m, y = (t.to(dist.device, non_blocking=True) for t in (x, m, y))
+            sync_off = dist.world > 1 and k < accum - 1  # all-reduce gradients once per step
+            with model.no_sync() if sync_off else _null():
+                with torch.autocast("cuda", dtype=torch.bfloat16) if autocast == "bf16" else _null():
+                    loss = model(input_ids=x, attention_mask=m, labels=y).loss
+                if cuda:
+                    fwd_peak = max(fwd_peak, torch.cuda.memory_allocated())
+                (loss / accum).backward()
             total += loss.item()
-            tokens += int(m.sum())
-        step_loss = total / accum
+        step_loss = dist.mean(total / accum)
+        if dist.world > 1:
+            step_tok = int(round(dist.mean(float(step_tok)) * dist.world))
+        tokens += step_tok
         if not math.isfinite(step_loss):
             stopped = {"reason": "non-finite loss", "step": step, "loss": repr(step_loss)}
             opt.zero_grad(set_to_none=True)
@@ -324,44 +464,80 @@ def run(work: Path) -> dict:
         opt.zero_grad(set_to_none=True)
         losses.append(step_loss)
         el = time.perf_counter() - t_loop
-        prog.write(json.dumps({"step": step, "steps": steps, "loss": step_loss, "lr": lr,
-                               "tokens_per_s": tokens / el if el > 0 else 0.0}) + "\n")
-        if step % every == 0 and step < steps:
-            ck.write_dir(out / "checkpoints" / f"step-{step:08d}", adapter=adapter_tensors(model),
-                         optimizer=optimizer_tensors(opt, named), rng={"torch_cpu": torch.get_rng_state()},
-                         state={"plan": job["plan_id"], "step": step, "cursor": {"next_step": step + 1, "micro_batch": step * accum},
-                                "losses": losses})
+        if dist.writer:
+            prog.write(json.dumps({"step": step, "steps": steps, "loss": step_loss, "lr": lr,
+                                   "tokens_per_s": tokens / el if el > 0 else 0.0}) + "\n")
+            if step % every == 0 and step < steps:
+                ck.write_dir(out / "checkpoints" / f"step-{step:08d}", adapter=_cpu(adapter_tensors(peft_model)),
+                             optimizer=_cpu(optimizer_tensors(opt, named)), rng=rng_state(),
+                             state={"plan": job["plan_id"], "step": step, "cursor": {"next_step": step + 1, "micro_batch": step * accum},
+                                    "losses": losses})
+        if cuda:
+            torch.cuda.synchronize()  # the step's optimizer kernels belong to its time
         step_times.append(time.perf_counter() - t0)  # the whole step: progress and checkpoints too
+        step_tokens.append(step_tok)
     t_end = time.perf_counter()
-    prog.close()
+    if prog is not None:
+        prog.close()
     loop_s = t_end - t_loop
     mem = memory_observed(mem0)
+    if cuda:
+        mine = {"device": dist.local, "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "after_setup_bytes": mem_setup,
+                "forward_peak_bytes": fwd_peak}
+        per = dist.gather(mine)
+        peak = max(x["peak_allocated_bytes"] for x in per)
+        predicted = plan["memory"]["total_bytes"]
+        mem["cuda"] = {"method": "torch.cuda.max_memory_allocated over the whole child (per device; the plan is per device)",
+                       "peak_allocated_bytes": peak, "predicted_bytes": predicted,
+                       "prediction_error": predicted / peak - 1 if peak else None, "per_device": per}
     done = step if stopped is None else step - 1
-    if stopped is None:
-        (out / "adapter").mkdir()
-        from safetensors.torch import save_file
-
-        save_file(adapter_tensors(model), str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
-        (out / "adapter" / "adapter_config.json").write_text(
-            json.dumps(adapter_config(model, plan["inputs"]["base"]), sort_keys=True, indent=2) + "\n")
-    ck.write_dir(out / "final", adapter=adapter_tensors(model), optimizer=optimizer_tensors(opt, named),
-                 rng={"torch_cpu": torch.get_rng_state()},
-                 state={"plan": job["plan_id"], "step": done, "cursor": {"next_step": done + 1, "micro_batch": done * accum},
-                        "losses": losses})
-    step_times.sort()
+    # Steady state: without the first steps, which compile the layers (torch-compiled) and
+    # allocate the optimizer state.
+    warm = min(2, max(0, len(step_times) - 1))
+    steady_s, steady_tok = sum(step_times[warm:]), sum(step_tokens[warm:])
+    timing_list = sorted(step_times)
     result = {
         "steps_done": done, "start_step": start_step, "losses": losses, "stopped": stopped,
         "counters": {"optimizer_steps": done - start_step, "micro_batches": (done - start_step) * accum, "tokens": tokens},
         "timings": {"total_s": time.perf_counter() - t_start, "setup_s": t_ready - t_start, "train_s": loop_s,
-                    "step_median_s": step_times[len(step_times) // 2] if step_times else None,
-                    "tokens_per_s": tokens / loop_s if loop_s > 0 else None},
+                    "step_median_s": timing_list[len(timing_list) // 2] if timing_list else None,
+                    "tokens_per_s": tokens / loop_s if loop_s > 0 else None,
+                    "steady_tokens_per_s": steady_tok / steady_s if steady_s > 0 else None,
+                    "steady_steps": len(step_times) - warm, "first_step_s": step_times[0] if step_times else None},
         "memory": mem, "versions": versions(), "device": device_info(),
         "determinism": {"threads": threads, "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
                         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
                         "allocator_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")}},
     }
-    (out / "result.json").write_text(json.dumps(result, sort_keys=True))
+    result["device"]["distributed"] = {"world_size": dist.world, "backend": dist.backend,
+                                       "loss": "mean over processes (all-reduced)" if dist.world > 1 else "single process"}
+    if kernel_op is not None:
+        result["device"]["kernel"] = {"code_object": kernel_op.code_object, "fused_calls": kernel_op.calls}
+    if dist.writer:
+        if stopped is None:
+            (out / "adapter").mkdir()
+            from safetensors.torch import save_file
+
+            save_file(_cpu(adapter_tensors(peft_model)), str(out / "adapter" / "adapter_model.safetensors"),
+                      metadata={"format": "pt"})
+            (out / "adapter" / "adapter_config.json").write_text(
+                json.dumps(adapter_config(peft_model, plan["inputs"]["base"]), sort_keys=True, indent=2) + "\n")
+        ck.write_dir(out / "final", adapter=_cpu(adapter_tensors(peft_model)), optimizer=_cpu(optimizer_tensors(opt, named)),
+                     rng=rng_state(),
+                     state={"plan": job["plan_id"], "step": done, "cursor": {"next_step": done + 1, "micro_batch": done * accum},
+                            "losses": losses})
+        (out / "result.json").write_text(json.dumps(result, sort_keys=True))
+    dist.close()
     return result
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _die_with_parent() -> None:

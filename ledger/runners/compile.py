@@ -278,10 +278,20 @@ def _check_lengths(store, dataset_id: str, seq_len: int) -> int:
     return longest
 
 
-def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None) -> dict:
+def _padded(store, dataset_id: str, seq_len: int) -> bool:
+    """Whether any batch can carry padding (some turn is shorter than seq_len): then attention
+    gets an explicit mask, which the compiled memory model counts."""
+    tok = toklib.ByteTokenizer()
+    return min(len(toklib.encode_turn(tok, s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id))) < seq_len
+
+
+def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None, store=None,
+             padded: bool = True) -> dict:
     c = spec.config
-    ls, fit = fit_check(arch, c, target, rows)
-    real = select_realizations(spec, target)
+    real = select_realizations(spec, target, store, arch)
+    loop = training_loop(c, target, real)
+    ls, fit = fit_check(arch, c, target, rows, loop, padded)
+    n_dev = c["train"]["devices"]
     params = arch.params()
     lora = arch.lora_params(c["lora"]["r"], c["lora"]["target_modules"])
     d = c["data"]
@@ -291,15 +301,20 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
         "inputs": inputs,
         "shapes": {"arch": arch.to_json(), "micro_batch": d["micro_batch"], "seq_len": d["seq_len"],
                    "grad_accum": d["grad_accum"], "steps": d["steps"], "dataset_rows": rows,
-                   "longest_turn": longest, "tokens_per_step": d["micro_batch"] * d["seq_len"] * d["grad_accum"],
+                   "longest_turn": longest, "padded": padded, "devices": n_dev,
+                   "tokens_per_step": d["micro_batch"] * d["seq_len"] * d["grad_accum"] * n_dev,
                    "lora_modules": {m: list(model.MODULE_SHAPES[m](arch)) for m in c["lora"]["target_modules"]}},
         "parameters": {"total": sum(params.values()) + lora, "base": sum(params.values()), "trainable": lora,
                        "by_group": params},
         "memory": {"lines": [x.to_json() for x in ls], "total_bytes": memory.total(ls)},
         "realizations": real,
         "fit": fit,
-        "runtime": {"threads": c["train"]["threads"], "deterministic": True,
-                    "checkpoint_every": c["train"]["checkpoint_every"], "loss": "action span only"},
+        "runtime": {"threads": c["train"]["threads"], "deterministic": target.device == "cpu",
+                    "checkpoint_every": c["train"]["checkpoint_every"], "loss": "action span only",
+                    "loop": loop, "devices": n_dev,
+                    "autocast": "bf16" if loop == "compiled" and c["precision"]["dtype"] == "bf16" else None,
+                    # one process per device under torchrun (DDP); rank 0 writes every output
+                    "launcher": "torchrun" if n_dev > 1 else "python"},
     }
 
 
@@ -342,8 +357,9 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
     c = spec.config
     arch, base_id = _arch_for(store, c)
     rows, data_id = _dataset_rows(store, c)
-    fit_check(arch, c, target, rows)       # reject before writing anything
-    select_realizations(spec, target)
+    padded = True if data_id is None else _padded(store, data_id, c["data"]["seq_len"])
+    real = select_realizations(spec, target, store, arch)   # reject before writing anything
+    fit_check(arch, c, target, rows, training_loop(c, target, real), padded)
     plan = None
     try:
         with store.transaction("compile") as tx:
@@ -356,7 +372,7 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
             inputs = {"base": base_id, "tokenizer": man["tokenizer"], "dataset": data_id}
             if c["lora"]["init_adapter"]:
                 inputs["init_adapter"] = _init_adapter(store, c)
-            plan = Plan(body_for(spec, target, arch, inputs, rows, longest))
+            plan = Plan(body_for(spec, target, arch, inputs, rows, longest, store, padded))
             if store.has(plan.id):
                 raise _Exists
             tok_id = tx.put_json(toklib.ByteTokenizer().definition())

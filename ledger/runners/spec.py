@@ -23,7 +23,7 @@ LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_pro
 BUILTIN_BASE = "builtin:tiny-llama"
 BUILTIN_DATASET = "builtin:tiny-task"
 DTYPES = ("fp32", "bf16", "fp16")
-REALIZATIONS = ("auto", "torch-eager", "cupy-fused")
+REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused")
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,9 @@ SCHEMA: dict[str, dict[str, F]] = {
     "compile": {
         "target": F("str", "cpu"), "realization": F("str", "auto", choices=REALIZATIONS),
     },
-    "train": {"threads": F("int", 1, _pos), "checkpoint_every": F("int", 25, _pos)},
+    # devices: data-parallel processes, one per GPU (torchrun + DDP; gloo on a CPU target); the
+    # memory plan is per device and data.micro_batch is per device.
+    "train": {"threads": F("int", 1, _pos), "checkpoint_every": F("int", 25, _pos), "devices": F("int", 1, _pos)},
     "budget": {"memory_fraction": F("float", 0.9, _frac), "max_steps": F("int", None, _pos)},
 }
 

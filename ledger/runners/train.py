@@ -81,10 +81,16 @@ def check_runnable_here(plan: dict) -> None:
     if any(r["device"] == "cuda" for r in plan["realizations"].values()):
         import torch
 
+        names = ", ".join(sorted({r["name"] for r in plan["realizations"].values()}))
         if not torch.cuda.is_available():
             raise errors.RealizationUnavailable(
-                f"the plan selected torch-eager on cuda (target {plan['target']['name']}), but no CUDA device is "
+                f"the plan selected {names} on cuda (target {plan['target']['name']}), but no CUDA device is "
                 "available here; nothing was trained", "run it on a machine with the target's GPU, or compile for --target cpu")
+        n = plan["config"]["train"].get("devices", 1)
+        if torch.cuda.device_count() < n:
+            raise errors.RealizationUnavailable(
+                f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) are visible here",
+                "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
 def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
@@ -100,6 +106,17 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
     if plan.body["inputs"].get("init_adapter"):
         modellib.materialise_tree(store, plan.body["inputs"]["init_adapter"], inputs / "init_adapter")
         job["init_adapter"] = "inputs/init_adapter"
+    fused = plan.body["realizations"].get("linear_lora", {})
+    if fused.get("name") == "cupy-fused":
+        # The child cannot read the store: it gets the exact build the plan names (body, source,
+        # PTX, cubin), and checks the cubin against the plan's code object before loading it.
+        kdir = inputs / "kernels" / fused["kernel"]
+        kdir.mkdir(parents=True)
+        body = store.get_json(fused["build"])
+        (kdir / "body.json").write_text(json.dumps(body, sort_keys=True))
+        for name, key in (("source", "source_id"), ("ptx", "ptx"), ("cubin", "cubin")):
+            store.export_file(body[key], kdir / name)
+        job["kernels"] = {fused["kernel"]: f"inputs/kernels/{fused['kernel']}"}
     if resume is not None:
         cid, cman = resume
         if cman["plan"] != plan.id:
@@ -120,6 +137,14 @@ def child_env(work: Path, plan: dict) -> dict:
                 "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                 "OPENBLAS_NUM_THREADS": threads, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"})
+    if plan["config"]["train"].get("devices", 1) > 1:
+        # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
+        # multicast stays off unless asked for: a LoRA's gradients are small, and on shared
+        # hosts multicast can take GPUs out of service.
+        env.update({k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_"))})
+        env.setdefault("NCCL_NVLS_ENABLE", "0")
+        env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     return env
 
 
@@ -127,9 +152,16 @@ def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), 
     """The one place the child is started. Returns ledger.sandbox.SandboxResult."""
     from ledger.sandbox import SandboxPolicy, run_sandboxed
 
+    n = plan["config"]["train"].get("devices", 1)
+    # Several devices: one process per device under torchrun (DDP). Its rendezvous store and
+    # NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
+    # receipt's sandbox policy); the filesystem grants are the same as for one process.
     policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
-                           protected=protected, gpu=plan["target"]["device"] == "cuda", network=False)
+                           protected=protected, gpu=plan["target"]["device"] == "cuda", network=n > 1)
     argv = [sys.executable, "-m", "ledger.runners.child", str(work)]
+    if n > 1:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                "-m", "ledger.runners.child", str(work)]
     return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
                          unsandboxed=unsandboxed), policy
 
