@@ -64,8 +64,15 @@ def test_adapter_is_a_peft_directory_and_indexed(trained, tmp_path):
     assert rec["kind"] == "train" and rec["payload"]["receipt"] == res.receipt_id
     cols, rows = store.query(f"SELECT rung, steps, adapter FROM receipts WHERE id = '{res.receipt_id}'")
     assert rows == [("Learned", 12, res.adapter)]
-    kinds = [r["kind"] for r in store.journal.records()]
-    assert kinds.count("checkpoint") == 2  # steps 4 and 8 (12 is the end: the final state is in the receipt)
+    # checkpoints at steps 4 and 8, each its own record before the train record (12 is the end:
+    # the final state is in the receipt)
+    ck_recs = {}
+    for r in store.journal.records():  # identical later runs record the same checkpoint ids again
+        if r["kind"] == "checkpoint":
+            ck_recs.setdefault(r["payload"]["checkpoint"], r)
+    ids = res.receipt["checkpoints"]
+    assert [store.get_json(c)["step"] for c in ids] == [4, 8]
+    assert all(ck_recs[c]["seq"] < rec["seq"] for c in ids)
 
 
 def test_two_processes_give_byte_identical_adapters(trained):

@@ -1,0 +1,264 @@
+"""The GPU side of compile and train, checked on the CPU: which realization a plan selects for a
+CUDA target (the GPU probe is monkeypatched), the rejections, the compiled memory model, the
+fused LoRA's backward, and data-parallel training through torchrun (gloo on the CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from ledger.errors import CompileRejected, RealizationUnavailable
+from ledger.runners import compile as comp
+from ledger.runners import memory, spec, targets
+
+H200 = targets.get("h200")
+CPU = targets.get("cpu")
+# decode-shaped: 1 x 8 rows per LoRA linear, bf16, every in_features a multiple of 32
+DECODE = ('[model]\nintermediate = 192\n[precision]\ndtype = "bf16"\n[data]\nmicro_batch = 1\nseq_len = 8\nsteps = 2\n'
+          '[lora]\nr = 8\n')
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def gate_for(store, monkeypatch, target="h200"):
+    """Record a build, test, bench and an Accepted gate of the fused kernel in `store`, with the
+    harness stand-ins of tests/kernels/test_cli_store.py (shaped exactly like the real records)."""
+    from ledger.kernels import harness
+    from ledger.kernels import store_records as sr
+    from tests.kernels.test_cli_store import Fakes
+
+    f = Fakes()
+    monkeypatch.setattr(harness, "build", f.build)
+    monkeypatch.setattr(harness, "test", f.test)
+    monkeypatch.setattr(harness, "bench", f.bench)
+    monkeypatch.setattr(sr, "probe_device", lambda: {"name": "FakeGPU", "cc": [9, 0]})
+    sr.record_build(store, comp.FUSED_KERNEL, target)
+    sr.record_test(store, comp.FUSED_KERNEL, target)
+    sr.record_bench(store, comp.FUSED_KERNEL, target, launches=20)
+    return sr.record_gate(store, comp.FUSED_KERNEL, target)
+
+
+@pytest.fixture
+def gpu_here(monkeypatch):
+    """Pretend cupy and a GPU are present where compiling."""
+    monkeypatch.setattr(comp, "_cupy_here", lambda: None)
+
+
+def test_cpu_target_selects_torch_eager_and_refuses_gpu_realizations(store):
+    real = comp.select_realizations(spec.parse(""), CPU, store)
+    assert {r["name"] for r in real.values()} == {"torch-eager"}
+    for want in ("cupy-fused", "torch-compiled"):
+        with pytest.raises(CompileRejected) as e:
+            comp.select_realizations(spec.parse(f'[compile]\nrealization = "{want}"\n'), CPU, store)
+        assert e.value.exit_code == 3 and e.value.details["requirement"] == f"realization.{want}.device"
+
+
+def test_cuda_auto_is_torch_compiled_and_says_why_not_fused(store, monkeypatch):
+    monkeypatch.setattr(comp, "_cupy_here", lambda: "cupy is not installed")
+    real = comp.select_realizations(spec.parse(DECODE), H200, store)
+    assert {r["name"] for r in real.values()} == {"torch-compiled"}
+    assert real["linear_lora"]["not_selected"]["cupy-fused"] == "cupy is not installed"
+    monkeypatch.setattr(comp, "_cupy_here", lambda: None)   # GPU present, but nothing gated here
+    real = comp.select_realizations(spec.parse(DECODE), H200, store)
+    assert real["linear_lora"]["name"] == "torch-compiled"
+    assert "not built and gated for target h200" in real["linear_lora"]["not_selected"]["cupy-fused"]
+
+
+def test_auto_selects_cupy_fused_only_when_gated_here_and_decode_shaped(store, monkeypatch, gpu_here):
+    g = gate_for(store, monkeypatch)
+    real = comp.select_realizations(spec.parse(DECODE), H200, store)
+    fused = real["linear_lora"]
+    assert fused["name"] == "cupy-fused" and fused["gate"] == g.record_id
+    assert fused["build"] == store.state.refs[f"kernel-build/{comp.FUSED_KERNEL}/h200"]
+    assert fused["code_object"] == store.get_json(fused["build"])["cubin"]
+    assert all(r["name"] == "torch-eager" for op, r in real.items() if op != "linear_lora")
+    # training shapes (16 x 96 rows per linear): torch's GEMM, and the plan says why
+    real = comp.select_realizations(spec.parse('[precision]\ndtype = "bf16"\n'), H200, store)
+    assert real["linear_lora"]["name"] == "torch-compiled"
+    assert "at most 8 rows" in real["linear_lora"]["not_selected"]["cupy-fused"]
+    # fp32, or a gate for another target, does not count
+    assert comp.select_realizations(spec.parse(DECODE.replace("bf16", "fp32")), H200, store)["linear_lora"]["name"] == "torch-compiled"
+    assert comp.select_realizations(spec.parse(DECODE), targets.get("a100-40gb"), store)["linear_lora"]["name"] == "torch-compiled"
+    # without the probe (no GPU where compiling) it is never selected
+    monkeypatch.setattr(comp, "_cupy_here", lambda: "no CUDA device is visible")
+    assert comp.select_realizations(spec.parse(DECODE), H200, store)["linear_lora"]["name"] == "torch-compiled"
+
+
+def test_explicit_cupy_fused_names_the_unmet_requirement(store, monkeypatch):
+    fused = DECODE + '[compile]\nrealization = "cupy-fused"\n'
+    monkeypatch.setattr(comp, "_cupy_here", lambda: "cupy is not installed")
+    with pytest.raises(CompileRejected) as e:
+        comp.select_realizations(spec.parse(fused), H200, store)
+    assert e.value.details["requirement"] == "realization.cupy-fused.available" and "cupy is not installed" in e.value.message
+    monkeypatch.setattr(comp, "_cupy_here", lambda: None)
+    with pytest.raises(CompileRejected) as e:
+        comp.select_realizations(spec.parse(fused), H200, store)
+    assert e.value.details["requirement"] == "realization.cupy-fused.gated"
+    gate_for(store, monkeypatch)
+    assert comp.select_realizations(spec.parse(fused), H200, store)["linear_lora"]["name"] == "cupy-fused"
+    with pytest.raises(CompileRejected) as e:
+        comp.select_realizations(spec.parse(fused.replace("micro_batch = 1", "micro_batch = 2")), H200, store)
+    assert e.value.details["requirement"] == "realization.cupy-fused.shapes" and "16 rows" in e.value.message
+    with pytest.raises(CompileRejected) as e:
+        comp.select_realizations(spec.parse(fused), targets.get("rtx3070-8gb"), store)
+    assert e.value.details["requirement"] == "realization.cupy-fused.gated"   # gated for h200 only
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="cupy is installed here")
+def test_explicit_cupy_fused_without_cupy_is_a_cli_rejection(tmp_path):
+    from tests.conftest import ledger_cmd
+
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    (tmp_path / "s.toml").write_text(DECODE + '[compile]\nrealization = "cupy-fused"\n')
+    p = ledger_cmd("compile", "s.toml", "--target", "h200", cwd=tmp_path)
+    assert p.returncode == 3 and "cupy-fused cannot be selected: cupy is not installed" in p.stderr
+
+
+def _tiny_turn_dataset(store) -> str:
+    from ledger.runners import dataset as datalib
+
+    class T:
+        def __init__(self, s, a):
+            self.situation, self.action, self.outcome, self.refusal = s, a, "", False
+
+    table = datalib.turns_table([T("ab", "cd"), T("x", "yz"), T("q", "r"), T("hi", "ok")])
+    with store.transaction("add") as tx:
+        oid = tx.put_bytes(datalib.parquet_bytes(table), "dataset")
+        tx.outputs.append(oid)
+    return oid
+
+
+def test_a_plan_that_selected_cupy_fused_fails_loudly_without_a_gpu(store, monkeypatch, gpu_here):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from ledger.runners import child
+    from ledger.runners import train as trainlib
+
+    gate_for(store, monkeypatch)
+    data = _tiny_turn_dataset(store)
+    s = spec.parse(DECODE.replace("[data]\n", f'[data]\ndataset = "{data}"\n'))
+    plan = comp.compile_spec(store, s, H200).plan
+    assert plan.body["realizations"]["linear_lora"]["name"] == "cupy-fused"
+    assert plan.body["runtime"]["loop"] == "eager"
+    seq = store.state.seq
+    with pytest.raises(RealizationUnavailable) as e:
+        trainlib.train(store, plan.id)
+    assert e.value.exit_code == 3 and "cupy-fused" in e.value.message and "no CUDA device" in e.value.message
+    assert store.state.seq == seq                       # nothing ran, nothing recorded
+    with pytest.raises(RealizationUnavailable):        # and the child refuses on its own
+        child.check_realizations(plan.body)
+
+
+def test_compiled_memory_model_is_per_device_and_scales(store):
+    arch = comp.model.arch_of(comp.model.builtin_config(spec.parse("").config["model"]))
+    kw = dict(r=8, modules=spec.LLAMA_MODULES, dropout=0.0, dtype="bf16", seq_len=64)
+    one = {x.name: x.bytes for x in memory.lines_compiled(arch, micro_batch=1, padded=False, **kw)}
+    four = {x.name: x.bytes for x in memory.lines_compiled(arch, micro_batch=4, padded=False, **kw)}
+    assert four["activations"] == 4 * one["activations"] and four["data"] == 4 * one["data"]
+    assert four["weights"] == one["weights"] and four["optimizer_state"] == one["optimizer_state"]
+    padded = {x.name: x.bytes for x in memory.lines_compiled(arch, micro_batch=4, padded=True, **kw)}
+    assert padded["activations"] - four["activations"] == 4 * 64 * 64 * (1 + arch.layers * 2)
+    eager = {x.name: x.bytes for x in memory.lines(arch, micro_batch=4, dataset_rows=0, **kw)}
+    assert four["activations"] < eager["activations"]   # compiled layers keep less than eager autograd
+    s1 = spec.parse('[precision]\ndtype = "bf16"\n')
+    s2 = s1.with_overrides({"train.devices": 2})
+    p1 = comp.body_for(s1, H200, arch, {}, 100, None, store, True)
+    p2 = comp.body_for(s2, H200, arch, {}, 100, None, store, True)
+    assert p1["memory"]["total_bytes"] == p2["memory"]["total_bytes"]        # per device
+    assert p2["shapes"]["tokens_per_step"] == 2 * p1["shapes"]["tokens_per_step"]
+    assert p2["runtime"]["launcher"] == "torchrun" and p2["fit"]["devices"] == 2 and p2["fit"]["memory_model"] == "compiled"
+    assert p1["runtime"]["autocast"] == "bf16" and not p1["runtime"]["deterministic"]
+
+
+def test_cuda_plan_for_two_devices_fails_before_anything_without_gpus(store):
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs")
+    from ledger.runners import train as trainlib
+
+    plan = comp.compile_spec(store, spec.parse("[data]\nsteps = 2\n[train]\ndevices = 2\n"), H200).plan
+    seq = store.state.seq
+    with pytest.raises(RealizationUnavailable):
+        trainlib.train(store, plan.id)
+    assert store.state.seq == seq
+
+
+def test_fused_lora_backward_matches_float64_autograd():
+    """The cupy-fused realization's backward (torch), with the torch reference in place of the
+    kernel: gradients of x, A and B against float64 autograd of y = x W^T + s (x A^T) B^T."""
+    import torch
+
+    from ledger.kernels import lora_train, reference
+
+    g = torch.Generator().manual_seed(0)
+    M, N, K, r, s = 5, 48, 64, 8, 2.0
+    x = torch.randn(M, K, generator=g).bfloat16()
+    w = (torch.randn(N, K, generator=g) / K ** 0.5).bfloat16()
+    a = torch.randn(r, K, generator=g) / K ** 0.5
+    b = torch.randn(N, r, generator=g) / r ** 0.5
+    gy = torch.randn(M, N, generator=g).bfloat16()
+    xs, as_, bs = x.clone().requires_grad_(), a.clone().requires_grad_(), b.clone().requires_grad_()
+    y = lora_train.fused_lora(xs, w, as_, bs, s, reference.lora_linear_bf16)
+    y.backward(gy)
+    x64, a64, b64 = (t.double().requires_grad_() for t in (x, a.bfloat16().float(), b.bfloat16().float()))
+    y64 = x64 @ w.double().t() + s * (x64 @ a64.t()) @ b64.t()
+    y64.backward(gy.double())
+
+    def rel(u, v):
+        return float((u.double() - v).norm() / v.norm())
+
+    assert rel(y.detach(), y64.detach()) < 1e-2
+    assert rel(xs.grad, x64.grad) < 2e-2 and rel(as_.grad, a64.grad) < 2e-2 and rel(bs.grad, b64.grad) < 2e-2
+    assert as_.grad.dtype == torch.float32 and bs.grad.dtype == torch.float32
+
+
+def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
+    import torch
+
+    from ledger.kernels import lora_train, reference
+    from ledger.runners import child, model
+
+    s = spec.parse('[model]\nhidden = 64\nlayers = 2\nintermediate = 96\n[precision]\ndtype = "bf16"\n[lora]\nr = 8\n')
+    model.build_builtin_files(s.config["model"], tmp_path)
+    m, named = child.build({"config": s.config}, tmp_path)
+    calls = []
+
+    def op(x, w, a, b, s):
+        if x.shape[0] > 8:
+            raise RealizationUnavailable(f"kernel lora-linear-bf16 cannot run M={x.shape[0]}")
+        calls.append(x.shape)
+        return reference.lora_linear_bf16(x, w, a, b, s)
+
+    assert lora_train.install(m, op) == 2 * 7
+    ids = torch.randint(0, 256, (1, 6))
+    loss = m(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert len(calls) == 14 and all(c[0] == 6 for c in calls)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for _, p in named)
+    with pytest.raises(RealizationUnavailable):
+        m(input_ids=torch.randint(0, 256, (2, 6)))        # 12 rows: loud, no torch path
+
+
+@pytest.mark.slow
+def test_two_process_ddp_writes_one_receipt(store):
+    """devices = 2 on a CPU target: torchrun starts two gloo processes; rank 0 writes every
+    output, the losses are the all-reduced means, and one train record names one receipt."""
+    from ledger.runners import train as trainlib
+
+    s = spec.parse("[data]\nsteps = 3\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
+    plan = comp.compile_spec(store, s, CPU).plan
+    assert plan.body["runtime"]["launcher"] == "torchrun"
+    seq = store.state.seq
+    res = trainlib.train(store, plan.id)
+    r = res.receipt
+    assert r["device"]["distributed"] == {"world_size": 2, "backend": "gloo", "loss": "mean over processes (all-reduced)"}
+    assert len(r["losses"]) == 3 and r["counters"]["optimizer_steps"] == 3
+    assert r["sandbox"]["policy"]["network"] is True and r["sandbox"]["sandboxed"]
+    recs = list(store.journal.records())[seq:]
+    assert [x["kind"] for x in recs] == ["checkpoint", "train"]     # one checkpoint (step 2), one receipt
+    assert recs[-1]["payload"]["receipt"] == res.receipt_id and store.has(res.adapter)
+    # both processes trained on distinct rows: 2 x 4 rows per step
+    assert r["counters"]["tokens"] > 0
