@@ -56,7 +56,7 @@ svg .v.base{fill:#78909c}
 svg .vt{font-weight:600}svg .vt.Accept{fill:var(--accept)}svg .vt.NoImprovement{fill:var(--noimp)}svg .vt.Regressed{fill:var(--regr)}
 svg .vt.GamedTheEvaluator{fill:var(--gamed)}svg .vt.SuiteChanged{fill:var(--suite)}svg .vt.TrainingFailed{fill:var(--fail)}
 svg .unscored{stroke:#37474f;stroke-width:1.5}
-svg .curve{fill:none;stroke-width:1.6}
+svg .curve{fill:none;stroke-width:1.6}svg .curve.old{stroke:#cfd6dc;stroke-width:1}
 svg .c0{stroke:#1f77b4}svg .c1{stroke:#d62728}svg .c2{stroke:#2ca02c}svg .c3{stroke:#9467bd}
 svg .c4{stroke:#ff7f0e}svg .c5{stroke:#17becf}svg .c6{stroke:#8c564b}svg .c7{stroke:#e377c2}
 svg .bar-s{fill:#1f77b4}svg .bar-k{fill:#ff7f0e}
@@ -110,6 +110,23 @@ def _kv(rows) -> str:
     return '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
+RECENT_ROWS = 12  # a long history shows its latest rows, with every row one click away
+
+
+def _table(head: list[str], rows: list[str], noun: str, klass: str = "") -> str:
+    """A table of `rows` (each one or more <tr>); past RECENT_ROWS, the latest rows and the
+    whole table in a collapsed <details>."""
+    k = f' class="{esc(klass)}"' if klass else ""
+
+    def t(rs):
+        return (f"<table{k}><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                + "".join(rs) + "</tbody></table>")
+    if len(rows) <= RECENT_ROWS:
+        return t(rows)
+    return (f'<p class="caption">The latest {RECENT_ROWS} of {len(rows)} {esc(noun)}:</p>' + t(rows[-RECENT_ROWS:])
+            + f"<details><summary>all {len(rows)} {esc(noun)}</summary>{t(rows)}</details>")
+
+
 def _section(anchor: str, title: str, lede: str, body: str) -> str:
     return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2><p class="lede">{esc(lede)}</p>{body}</section>'
 
@@ -147,22 +164,22 @@ def _cycles_table(m: Report) -> str:
             rows.append(f"<tr><td>judge</td><td class=t>{_when(j.time)}</td><td>{_badge(j.verdict)}</td><td>{reasons}</td>"
                         f"<td>gate run outside a cycle</td><td class=num>-</td><td>{_id(j.candidate)}</td>"
                         f"<td>{_id(j.verdict_id)}</td></tr>")
-    return ("<table><thead><tr><th>cycle</th><th>time</th><th>verdict</th><th>reasons</th><th>result</th>"
-            "<th>turns</th><th>receipt / candidate</th><th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    return _table(["cycle", "time", "verdict", "reasons", "result", "turns", "receipt / candidate", "verdict"], rows,
+                  "cycle ends and gate runs")
 
 
 def _score_table(m: Report) -> str:
     js = [j for j in m.judges if j.scored]
     if not js:
         return ""
-    rows = "".join(
+    rows = [
         f"<tr><td>{esc(f'cycle {j.cycle}' if j.cycle is not None else 'judge')}</td><td>{_badge(j.verdict)}</td>"
         f"<td class=num>{fmt(j.incumbent_loss)}</td><td class=num>{fmt(j.candidate_loss)}</td>"
         f"<td class=num>{fmt(j.mean_delta)}</td><td class=num>{fmt(j.eta)}</td><td class=num>{fmt(j.p_better, 3)}</td>"
         f"<td class=num>{esc(j.wins)}/{esc(j.n)}</td><td class=num>{fmt(j.canary_delta)}</td><td>{esc(j.budget or '-')}</td></tr>"
-        for j in js)
-    return ("<table><thead><tr><th>run</th><th>verdict</th><th>incumbent</th><th>candidate</th><th>mean Δ</th><th>η</th>"
-            "<th>p (better)</th><th>wins</th><th>canary Δ</th><th>budget</th></tr></thead><tbody>" + rows + "</tbody></table>")
+        for j in js]
+    return _table(["run", "verdict", "incumbent", "candidate", "mean Δ", "η", "p (better)", "wins", "canary Δ", "budget"],
+                  rows, "scored gate runs")
 
 
 def _moves_table(m: Report) -> str:
@@ -170,23 +187,22 @@ def _moves_table(m: Report) -> str:
         return ""
     def gen(n):
         return f"gen-{n}" if n is not None else "-"
-    rows = "".join(f"<tr><td class=num>{esc(h.seq)}</td><td class=t>{_when(h.time)}</td><td>{esc(h.kind)}</td>"
-                   f"<td>{esc(gen(h.frm))} → <b>{esc(gen(h.to))}</b></td><td>{esc(h.reason) or '-'}</td></tr>"
-                   for h in m.head_moves)
-    return ("<table><thead><tr><th>record</th><th>time</th><th>kind</th><th>HEAD</th><th>reason / note</th></tr></thead>"
-            "<tbody>" + rows + "</tbody></table>")
+    rows = [f"<tr><td class=num>{esc(h.seq)}</td><td class=t>{_when(h.time)}</td><td>{esc(h.kind)}</td>"
+            f"<td>{esc(gen(h.frm))} → <b>{esc(gen(h.to))}</b></td><td>{esc(h.reason) or '-'}</td></tr>"
+            for h in m.head_moves]
+    return _table(["record", "time", "kind", "HEAD", "reason / note"], rows, "HEAD moves")
 
 
 def _generations_table(m: Report) -> str:
     if not m.generations:
         return ""
-    rows = "".join(
+    rows = [
         f"<tr><td>{'<b>HEAD →</b> ' if g.n == m.head else ''}gen-{esc(g.n)}</td><td>{_id(g.id)}</td>"
         f"<td>{esc(f'gen-{g.parent}' if g.parent is not None else '-')}</td><td>{_id(g.adapter)}</td>"
         f"<td>{_id(g.receipt)}</td><td>{_id(g.verdict)}</td><td>{esc(', '.join(g.capabilities) or '-')}</td>"
-        f"<td>{esc(g.note) or '-'}</td></tr>" for g in m.generations)
-    return ("<table><thead><tr><th>generation</th><th>id</th><th>parent</th><th>adapter</th><th>receipt</th>"
-            "<th>verdict</th><th>capabilities</th><th>note</th></tr></thead><tbody>" + rows + "</tbody></table>")
+        f"<td>{esc(g.note) or '-'}</td></tr>" for g in m.generations]
+    return _table(["generation", "id", "parent", "adapter", "receipt", "verdict", "capabilities", "note"], rows,
+                  "generations")
 
 
 def _receipt_detail(r: Receipt) -> str:
@@ -232,9 +248,8 @@ def _receipts_table(m: Report) -> str:
             f"<td class=num>{_rate(r.tokens_per_s)}</td></tr>"
             f'<tr class="detail"><td colspan="9"><details><summary>identities, versions, memory, rung of {esc(_short(r.id))}'
             f"</summary>{_receipt_detail(r)}</details></td></tr>")
-    return ("<table class=receipts><thead><tr><th>receipt</th><th>where</th><th>rung</th><th>trainer</th><th>steps</th>"
-            "<th>loss</th><th>first → last</th><th>memory pred. / obs.</th><th>tokens/s</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+    return _table(["receipt", "where", "rung", "trainer", "steps", "loss", "first → last", "memory pred. / obs.", "tokens/s"],
+                  rows, "receipts", "receipts")
 
 
 def _experience(m: Report) -> str:

@@ -8,6 +8,8 @@ the time of each event is in its tooltip.
 
 from __future__ import annotations
 
+import math
+
 from ledger.report import svg
 from ledger.report.model import Cycle, Generation, HeadMove, Judge, Receipt
 from ledger.report.svg import Linear, circle, cls, esc, fmt, line, path, polygon, rect, text
@@ -23,6 +25,11 @@ def empty(message: str) -> str:
 
 def _when(t: str) -> str:
     return t[:19].replace("T", " ") if t else ""
+
+
+def _every(n: int, span_px: float, label_px: float) -> int:
+    """Label every k-th of n equally spaced slots so that labels `label_px` wide never overlap."""
+    return max(1, math.ceil(n * label_px / max(1.0, span_px)))
 
 
 def _slot_label(j: Judge, k: int) -> str:
@@ -44,12 +51,13 @@ def score_history(judges: tuple[Judge, ...]) -> str:
     half = min(22.0, slot * 0.3)
     out = [svg.y_axis(ys, LEFT, W - RIGHT, "nats/token (lower is better)"), line(LEFT, H - bottom, W - RIGHT, H - bottom, "axisline")]
     head_path = []
+    label_every = _every(len(judges), W - LEFT - RIGHT, 64)
     for k, j in enumerate(judges):
         x = xs(k)
-        label_every = max(1, len(judges) // 16)
         if k % label_every == 0:
             out.append(text(x, H - bottom + 16, _slot_label(j, k), "tick", "middle"))
-            out.append(text(x, H - bottom + 30, j.verdict, f"tick vt {cls(j.verdict)}", "middle"))
+            if slot >= 110:  # room for the verdict's name; otherwise its colour says it
+                out.append(text(x, H - bottom + 30, j.verdict, f"tick vt {cls(j.verdict)}", "middle"))
         if not (j.scored and j.incumbent_loss is not None and j.candidate_loss is not None):
             out.append(circle(x, top + 6, 5, f"unscored v {cls(j.verdict)}",
                               f"{_slot_label(j, k)} ({_when(j.time)}): {j.verdict}, decided before scoring"))
@@ -83,8 +91,10 @@ def verdict_timeline(cycles: tuple[Cycle, ...], judges: tuple[Judge, ...]) -> st
     events.sort(key=lambda e: e[1])
     if not events:
         return empty("No learn cycle has ended yet.")
-    dense = len(events) > 14
+    slot = (W - RIGHT - LEFT + 30) / len(events)
+    dense = slot < 110  # reasons and verdict names need room; tooltips and the table keep them
     max_reasons = 0 if dense else max(len(e[2].reasons) for e in events)
+    label_every = _every(len(events), W - RIGHT - LEFT + 30, 64)
     axis_y = 44
     H = axis_y + 44 + 14 * max_reasons + 8
     xs = Linear(-0.5, len(events) - 0.5, LEFT - 30, W - RIGHT)
@@ -104,9 +114,10 @@ def verdict_timeline(cycles: tuple[Cycle, ...], judges: tuple[Judge, ...]) -> st
             tip = f"gate run ({_when(e.time)}): {e.verdict} ({', '.join(codes)})"
             shape = rect(x - 7, axis_y - 7, 14, 14, f"v {cls(e.verdict)}", tip)
         out.append(shape)
-        if not dense or k % max(1, len(events) // 14) == 0:
+        if k % label_every == 0:
             out.append(text(x, axis_y - 16, head, "tick", "middle"))
-            out.append(text(x, axis_y + 26, e.verdict, f"vt {cls(e.verdict)}", "middle"))
+            if not dense:
+                out.append(text(x, axis_y + 26, e.verdict, f"vt {cls(e.verdict)}", "middle"))
         if not dense:
             for i, code in enumerate(codes):
                 out.append(text(x, axis_y + 42 + 14 * i, code, "reason", "middle"))
@@ -124,7 +135,7 @@ def loss_curves(receipts: tuple[Receipt, ...]) -> str:
     rs = [r for r in receipts if r.losses]
     if not rs:
         return empty("No training receipts with losses yet.")
-    legend_rows = min(len(rs), 12)
+    legend_rows = min(len(rs), PALETTE)
     H = 320 + 16 * ((legend_rows + 2) // 3)
     plot_bottom = 260
     top = 16
@@ -132,9 +143,10 @@ def loss_curves(receipts: tuple[Receipt, ...]) -> str:
     xs = Linear(1, max(2, steps), LEFT, W - RIGHT)
     ys = Linear(*svg.padded([v for r in rs for v in r.losses]), plot_bottom, top)
     out = [svg.y_axis(ys, LEFT, W - RIGHT, "loss"), svg.x_axis(xs, plot_bottom, "optimizer step", integer=True)]
+    recent = len(rs) - PALETTE  # the last PALETTE runs in colour; older ones faint, behind them
     for i, r in enumerate(rs):
         pts = [(xs(s + 1), ys(v)) for s, v in enumerate(r.losses)]
-        out.append(path(pts, f"curve c{i % PALETTE}",
+        out.append(path(pts, f"curve c{i % PALETTE}" + (" old" if i < recent else ""),
                         f"{receipt_label(r)}: {len(r.losses)} steps, {fmt(r.losses[0])} → {fmt(r.losses[-1])}, rung {r.rung}"))
     shown = rs[-legend_rows:]
     for k, r in enumerate(shown):
@@ -144,7 +156,7 @@ def loss_curves(receipts: tuple[Receipt, ...]) -> str:
         out.append(line(x, y - 4, x + 18, y - 4, f"curve c{i % PALETTE}"))
         out.append(text(x + 24, y, f"{receipt_label(r)}  {fmt(r.losses[0], 3)}→{fmt(r.losses[-1], 3)}", "legend"))
     if len(rs) > legend_rows:
-        out.append(text(W - RIGHT, plot_bottom + 36, f"legend: the last {legend_rows} of {len(rs)} runs", "tick", "end"))
+        out.append(text(W - RIGHT, plot_bottom + 36, f"in colour: the last {legend_rows} of {len(rs)} runs; older runs grey", "tick", "end"))
     return svg.svg(W, H, "".join(out), "training loss curves per receipt", "plot losses")
 
 
@@ -163,7 +175,7 @@ def deltas(judges: tuple[Judge, ...]) -> str:
     slot = (W - LEFT - RIGHT) / len(js)
     bw = min(28.0, slot * 0.3)
     out = [svg.y_axis(ys, LEFT, W - RIGHT, "mean Δ nats/token"), line(LEFT, ys(0), W - RIGHT, ys(0), "zero")]
-    every = max(1, len(js) // 16)
+    every = _every(len(js), W - LEFT - RIGHT, 64)
     for k, j in enumerate(js):
         x = xs(k)
         out.append(rect(x - bw, ys(0), bw, ys(j.mean_delta) - ys(0), "bar-s",
@@ -178,7 +190,8 @@ def deltas(judges: tuple[Judge, ...]) -> str:
                 out.append(line(x - 2, ys(j.divergence_threshold), x + bw + 4, ys(j.divergence_threshold), "div"))
         if k % every == 0:
             out.append(text(x, H - bottom + 16, _slot_label(j, k), "tick", "middle"))
-            out.append(text(x, H - bottom + 30, j.verdict, f"tick vt {cls(j.verdict)}", "middle"))
+            if slot >= 110:
+                out.append(text(x, H - bottom + 30, j.verdict, f"tick vt {cls(j.verdict)}", "middle"))
     lx = LEFT + 8
     out.append(f'<g class="legend">{rect(lx, 4, 12, 10, "bar-s")}{text(lx + 18, 13, "scored mean Δ")}'
                f'{rect(lx + 130, 4, 12, 10, "bar-k")}{text(lx + 148, 13, "canary mean Δ")}'
@@ -210,7 +223,7 @@ def lineage(generations: tuple[Generation, ...], moves: tuple[HeadMove, ...], he
         return xs(k)
 
     out = []
-    label_every = max(1, len(lanes) // 24)
+    label_every = _every(len(lanes), lane_h * len(lanes), 12)
     for i, n in enumerate(lanes):
         out.append(line(left, y(n), W - RIGHT, y(n), "lane"))
         if i % label_every == 0 or n == head:
@@ -237,7 +250,7 @@ def lineage(generations: tuple[Generation, ...], moves: tuple[HeadMove, ...], he
         out.append(circle(born[g.n], y(g.n), 7, f"node v {cls(verdict)}",
                           f"gen-{g.n} {g.id[:15]} ({_when(g.time)}, {g.kind}); adapter {(g.adapter or 'none')[:15]}; "
                           f"parent {'gen-' + str(g.parent) if g.parent is not None else '-'}; {g.note}"))
-    every = max(1, len(events) // 24)
+    every = _every(len(events), W - RIGHT - left, 56)
     for k, e in enumerate(events):
         x = xs(k)
         if e.kind == "rollback" and e.to in lane_of:

@@ -33,8 +33,14 @@ def sparkline(values, width: int = 16) -> str:
     b = buckets(values, width)
     if not b:
         return ""
+    # scaled by the largest magnitude first: no overflow for huge values, and flatness is
+    # relative (a trace that varies by one part in 10^12 is flat at any magnitude)
+    scale = max(abs(min(b)), abs(max(b)))
+    if scale == 0:
+        return BARS[3] * len(b)
+    b = [v / scale for v in b]
     lo, hi = min(b), max(b)
-    if hi - lo <= 1e-12 * max(1.0, abs(hi)):
+    if hi - lo <= 1e-12:
         return BARS[3] * len(b)
     top = len(BARS) - 1
     return "".join(BARS[min(top, int(round((v - lo) / (hi - lo) * top)))] for v in b)
