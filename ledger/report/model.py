@@ -249,6 +249,7 @@ def gather(store) -> Report:
     counts: dict[str, int] = {}
     exported: dict[int, int] = {}
     turn_batches: list[tuple[int, str]] = []
+    outcomes: dict[str, str] = {}  # turn id -> the latest attached outcome (`outcome` records)
     turns_total = 0
     head_id: str | None = None
     open_cycle: int | None = None  # train/judge records between a cycle's export and its end belong to it
@@ -264,6 +265,8 @@ def gather(store) -> Report:
         elif kind == "record" and p.get("turns"):
             turn_batches.append((int(p.get("first") or 1), p["turns"]))
             turns_total += int(p.get("count") or 0)
+        elif kind == "outcome" and isinstance(p.get("turn"), str):
+            outcomes[p["turn"]] = _s(p.get("outcome"))
         elif kind == "seal":
             suites.append(Suite(rec["seq"], rec["time"], _s(p.get("suite_hash")), _i(p.get("scored")),
                                 _i(p.get("canaries")), bool(p.get("repin")), _s(p.get("reason"))))
@@ -325,7 +328,7 @@ def gather(store) -> Report:
         as_of=last["time"] if last else "", head=gen_of_id.get(head_id) if head_id else None, counts=counts,
         generations=tuple(sorted(gens, key=lambda g: g.n)), head_moves=tuple(head_moves), cycles=tuple(cycles),
         judges=tuple(judges), receipts=rs, suites=tuple(suites), turns_total=turns_total,
-        recent_turns=_recent_turns(store, turn_batches), ref_names=tuple(sorted(names)))
+        recent_turns=_recent_turns(store, turn_batches, outcomes), ref_names=tuple(sorted(names)))
 
 
 def _with(r: Receipt, **kw) -> Receipt:
@@ -334,12 +337,14 @@ def _with(r: Receipt, **kw) -> Receipt:
     return replace(r, **kw)
 
 
-def _recent_turns(store, batches: list[tuple[int, str]]) -> tuple[Turn, ...]:
-    """The last few recorded turns: reads batch objects from the newest back, only as many as needed."""
+def _recent_turns(store, batches: list[tuple[int, str]], outcomes: dict[str, str]) -> tuple[Turn, ...]:
+    """The last few recorded turns, with outcomes attached later (the latest wins, as in export):
+    reads batch objects from the newest back, only as many as needed."""
     out: list[Turn] = []
     for first, oid in reversed(batches):
         rows = _d(store.get_json(oid)).get("turns") or []
-        batch = [Turn(first + i, _s(t.get("situation")), _s(t.get("action")), _s(t.get("outcome")), bool(t.get("refusal")))
+        batch = [Turn(first + i, _s(t.get("situation")), _s(t.get("action")),
+                      outcomes.get(f"t{first + i}", _s(t.get("outcome"))), bool(t.get("refusal")))
                  for i, t in enumerate(rows) if isinstance(t, dict)]
         out = batch[-(RECENT_TURNS - len(out)):] + out
         if len(out) >= RECENT_TURNS:

@@ -3,13 +3,14 @@ index (an independent projection of the same records)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from ledger import experience
 from ledger.report import gather
 from ledger.report.model import RECENT_TURNS
 from ledger.store import Store
-
-pytestmark = pytest.mark.slow
 
 
 def _q(s, sql):
@@ -17,6 +18,7 @@ def _q(s, sql):
     return [dict(zip(cols, r)) for r in rows]
 
 
+@pytest.mark.slow
 def test_model_agrees_with_journal_objects_and_index(demo_store):
     s = Store.open(demo_store)
     m = gather(s)
@@ -51,6 +53,7 @@ def test_model_agrees_with_journal_objects_and_index(demo_store):
         assert j.incumbent_loss == st["scored"]["incumbent_mean_loss"]
 
 
+@pytest.mark.slow
 def test_cycles_head_moves_and_turns(demo_store):
     s = Store.open(demo_store)
     m = gather(s)
@@ -81,6 +84,7 @@ def test_cycles_head_moves_and_turns(demo_store):
     assert [t.action for t in m.recent_turns] == [t["action"] for t in last[-RECENT_TURNS:]]
 
 
+@pytest.mark.slow
 def test_reproductions_are_attached_to_their_receipt(reproduced):
     """A reproduce whose inputs are gone answers MissingInputs; the report shows it on the receipt."""
     root, rid, out = reproduced
@@ -88,3 +92,18 @@ def test_reproductions_are_attached_to_their_receipt(reproduced):
     r = next(r for r in m.receipts if r.id == rid)
     assert out["outcome"] == "MissingInputs"
     assert r.comparisons == ((out["comparison"], "MissingInputs"),)
+
+
+def test_recent_turns_show_outcomes_attached_later(tmp_path):
+    s = Store.init(tmp_path)
+    rows = [{"situation": f"s{i}", "action": f"a{i}", "outcome": "first"} for i in range(RECENT_TURNS + 3)]
+    for part in (rows[:5], rows[5:]):
+        experience.record(s, experience.parse_turns("\n".join(json.dumps(r) for r in part)))
+    experience.attach_outcome(s, f"t{len(rows)}", "later")
+    experience.attach_outcome(s, f"t{len(rows)}", "latest")
+    experience.attach_outcome(s, "t1", "too old to be shown")
+    m = gather(s)
+    assert m.turns_total == len(rows) and len(m.recent_turns) == RECENT_TURNS
+    assert [t.n for t in m.recent_turns] == list(range(len(rows) - RECENT_TURNS + 1, len(rows) + 1))
+    assert [t.situation for t in m.recent_turns] == [r["situation"] for r in rows[-RECENT_TURNS:]]
+    assert [t.outcome for t in m.recent_turns] == ["first"] * (RECENT_TURNS - 1) + ["latest"]
