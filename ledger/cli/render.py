@@ -36,14 +36,14 @@ def styled(name, styles: dict) -> str:
     return f"[{style}]{text}[/]" if style else text
 
 
-def loss_spark(losses, width: int = 16) -> str:
-    """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell."""
+def loss_spark(losses, width: int = 16, numbers: bool = True) -> str:
+    """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell (first→last loss with `numbers`)."""
     from ledger.report.sparkline import sparkline
 
     vals = [v for v in (losses or []) if isinstance(v, (int, float))]
     if not vals:
         return ""
-    return f"[cyan]{sparkline(vals, width)}[/] {vals[0]:.3g}→{vals[-1]:.3g}"
+    return f"[cyan]{sparkline(vals, width)}[/]" + (f" {vals[0]:.3g}→{vals[-1]:.3g}" if numbers else "")
 
 
 def _summary(r: dict, losses=None) -> str:

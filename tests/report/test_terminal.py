@@ -41,11 +41,11 @@ def test_gens_colours_verdicts_and_shows_the_receipt_sparkline(demo_store):
     committed = [g for g in (s.get_json(s.state.refs[f"gen-{n}"]) for n in generations.numbers(s)) if g["receipt"]]
     assert committed
     for g in committed:
-        spark = sparkline(s.get_json(g["receipt"])["losses"], 12)
+        spark = sparkline(s.get_json(g["receipt"])["losses"], 10)
         assert spark and spark in p.stdout
     plain = ledger_cmd("gens", cwd=demo_store, env=NO_COLOUR, check=True).stdout
     assert ESC not in plain and "Accept" in plain and "HEAD →" in plain
-    assert all(sparkline(s.get_json(g["receipt"])["losses"], 12) in plain for g in committed)
+    assert all(sparkline(s.get_json(g["receipt"])["losses"], 10) in plain for g in committed)
 
 
 @pytest.mark.slow
