@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 def _report(message: str, hint: str, code: int, data) -> None:
     from rich.markup import escape
 
-    common.err_console().print(f"[bold red]error:[/] {escape(message)}\n[dim]hint: {escape(hint)}[/]")
+    # soft_wrap: the message stays one line whatever the terminal width (scripts grep it)
+    common.err_console().print(f"[bold red]error:[/] {escape(message)}\n[dim]hint: {escape(hint)}[/]", soft_wrap=True)
 
 
 def entry() -> None:

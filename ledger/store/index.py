@@ -189,6 +189,9 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
             con.execute("BEGIN")
             _write(con, journal_records_after(seq), state, get_json)
             con.execute("COMMIT")
+            # Fold the WAL into the file now: the index file alone is then always a whole,
+            # consistent snapshot (copies, backups and a crash never pair it with a stale WAL).
+            con.execute("CHECKPOINT")
     finally:
         if con is not None:
             con.close()

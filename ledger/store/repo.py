@@ -217,6 +217,9 @@ class Store:
             raise JournalCorrupt(f"journal is tampered or damaged at {scan.problem}; appends are refused",
                                  "run `ledger verify`; restore the journal from a bundle or backup")
         st = fold(scan.records, start)
+        if c and offset == 0 and c["seq"] >= 1 and c["seq"] <= st.seq and scan.records[c["seq"] - 1]["id"] != c["head"]:
+            raise JournalCorrupt(f"record {c['seq']} differs from the one committed earlier: history was rewritten",
+                                 "restore the journal from a bundle or backup")
         if c and st.seq < c["seq"]:
             raise JournalCorrupt(f"journal ends at record {st.seq} but record {c['seq']} was seen before: records were removed",
                                  "restore the journal from a bundle or backup")

@@ -456,5 +456,6 @@ def test_a_spinning_call_does_not_stall_the_host(live, tmp_path):
         host_ok(live)
         served += 1
     th.join(5)
-    assert box["trap"] == "INTERRUPT" and 0.35 < box["elapsed"] < 2.0
+    # 400 ms limit; the upper bound leaves room for a loaded 2-core CI machine
+    assert box["trap"] == "INTERRUPT" and 0.35 < box["elapsed"] < 4.0
     assert served >= 10, served

@@ -59,6 +59,7 @@ def test_stale_index_caught_up_by_query(tmp_path):
         G.new_generation(tx, s, note="late")
     fresh = index.dump(s.root)
     shutil.copy(tmp_path / "old.duckdb", s.root / "index.duckdb")
+    (s.root / "index.duckdb.wal").unlink(missing_ok=True)
     assert index.indexed_seq(s.root) == old_seq
     ledger_cmd("query", "select 1", cwd=tmp_path, check=True)
     assert index.indexed_seq(s.root) == old_seq + 1
