@@ -55,21 +55,23 @@ def _screenshot(chrome: str, page: Path, out: Path, size: str) -> tuple[int, int
     return png.read(out)
 
 
+def _pixels(px: bytes, ch: int):
+    import numpy as np
+
+    return np.frombuffer(px, dtype=np.uint8).reshape(-1, ch)[:, :3].astype(np.int32)
+
+
 def _near(px: bytes, ch: int, rgb: tuple[int, int, int], tol: int = 14) -> int:
-    n = 0
-    r0, g0, b0 = rgb
-    for i in range(0, len(px), ch):
-        if abs(px[i] - r0) <= tol and abs(px[i + 1] - g0) <= tol and abs(px[i + 2] - b0) <= tol:
-            n += 1
-    return n
+    import numpy as np
+
+    return int((np.abs(_pixels(px, ch) - np.array(rgb, dtype=np.int32)) <= tol).all(axis=1).sum())
 
 
 def _stats(px: bytes, ch: int) -> tuple[float, float]:
     """(standard deviation of luminance, fraction of non-white pixels)."""
-    lum = [(px[i] * 299 + px[i + 1] * 587 + px[i + 2] * 114) // 1000 for i in range(0, len(px), ch * 7)]
-    mean = sum(lum) / len(lum)
-    sd = (sum((v - mean) ** 2 for v in lum) / len(lum)) ** 0.5
-    return sd, sum(1 for v in lum if v < 245) / len(lum)
+    p = _pixels(px, ch)
+    lum = (p[:, 0] * 299 + p[:, 1] * 587 + p[:, 2] * 114) / 1000
+    return float(lum.std()), float((lum < 245).mean())
 
 
 def test_report_renders_in_headless_chromium(demo_store, tmp_path):
@@ -89,7 +91,7 @@ def test_report_renders_in_headless_chromium(demo_store, tmp_path):
     w, h, ch, px = _screenshot(chrome, html, tmp_path / "demo.png", "1100,2400")
     assert (w, h) == (1100, 2400)
     sd, ink = _stats(px, ch)
-    assert sd > 15 and ink > 0.03, f"the page looks blank (luminance sd {sd:.1f}, {ink:.1%} non-white)"
+    assert sd > 15 and ink > 0.02, f"the page looks blank (luminance sd {sd:.1f}, {ink:.1%} non-white)"
     blue, orange = _near(px, ch, PLOT_BLUE), _near(px, ch, CANARY_ORANGE)
     assert blue > 400, f"loss curves / scored bars not painted ({blue} blue pixels)"
     assert orange > 200, f"canary bars not painted ({orange} orange pixels)"
