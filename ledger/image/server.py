@@ -110,6 +110,7 @@ class Keeper:
         self.next_learn = 0.0
         self.ctx = None
         self.lockfd = -1
+        self.owner = False
 
     # --- start and stop ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,8 +126,10 @@ class Keeper:
         except BlockingIOError:
             holder = os.pread(self.lockfd, 64, 0).decode(errors="replace").strip()
             os.close(self.lockfd)
+            self.lockfd = -1
             raise Locked(f"an image is already serving this store (keeper pid {holder or '?'})",
                          "see `ledger image status`; stop it with `ledger image stop`") from None
+        self.owner = True    # from here on the run folder's sockets and state file are ours
         os.ftruncate(self.lockfd, 0)
         os.pwrite(self.lockfd, str(os.getpid()).encode(), 0)
         if not self.unsandboxed and landlock_abi() < 1:
@@ -170,9 +173,10 @@ class Keeper:
         os.replace(tmp, self.run / protocol.STATE_FILE)
 
     def close(self) -> None:
-        for p in (protocol.image_socket(self.store.root), protocol.control_socket(self.store.root),
-                  self.run / protocol.STATE_FILE):
-            p.unlink(missing_ok=True)
+        if self.owner:
+            for p in (protocol.image_socket(self.store.root), protocol.control_socket(self.store.root),
+                      self.run / protocol.STATE_FILE):
+                p.unlink(missing_ok=True)
         for s in (getattr(self, "listen", None), getattr(self, "control", None)):
             if s is not None:
                 s.close()

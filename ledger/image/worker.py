@@ -171,7 +171,7 @@ class Image:
             if op == "ping":
                 return protocol.ok(rid, pong=True)
             if op == "probe" and self.cfg.get("probe"):
-                return protocol.ok(rid, **_probe(msg.get("path")))
+                return protocol.ok(rid, **_probe(msg.get("path"), bool(msg.get("write"))))
             raise protocol.BadInput(f"unknown op {op!r}", "ops: act, status, ping")
         except _Restart as e:
             self.stopping, self.exit_code = True, RESTART_EXIT
@@ -348,14 +348,16 @@ class _Restart(Exception):
     pass
 
 
-def _probe(path) -> dict:
+def _probe(path, write=False) -> dict:
     """Debug op (only when the keeper was started with LEDGER_IMAGE_PROBE=1): can this process
-    open `path` for reading? The sandbox test uses it to show the sealed suite is out of reach."""
+    open `path` for reading (or, with write, for appending -- nothing is written)? The sandbox
+    test uses it to show that the sealed suite and the store's own files are out of reach."""
     if not isinstance(path, str) or not path:
         raise protocol.BadInput("probe needs a path")
     try:
-        with open(path, "rb") as f:
-            f.read(1)
+        with open(path, "ab" if write else "rb") as f:
+            if not write:
+                f.read(1)
         return {"opened": True, "errno": 0}
     except OSError as e:
         return {"opened": False, "errno": e.errno, "error": e.strerror}

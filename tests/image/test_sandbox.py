@@ -1,0 +1,56 @@
+"""No ambient authority: the image process cannot read the sealed suite -- neither its sealed copy
+nor its documents among the objects -- nor write the journal, while it reads what it serves.
+The same probes succeed when the image runs --unsandboxed, so the denials are Landlock's."""
+
+import errno
+
+import pytest
+
+from ledger.image import protocol
+from ledger.runners import seal as seallib
+from ledger.sandbox import landlock_abi
+from ledger.store import Store
+
+pytestmark = pytest.mark.skipif(landlock_abi() < 1, reason="needs Landlock")
+
+
+def _targets(project):
+    s = Store.open(project)
+    suite = seallib.pinned(s)
+    doc = sorted((seallib.sealed_dir(s, suite.id) / "eval").iterdir())[0]
+    doc_object = s.object_path(next(iter(s.get_json(suite.id)["scored"].values())))
+    head = s.object_path(s.state.refs["HEAD"])
+    return {"sealed": (doc, False), "suite-doc-object": (doc_object, False), "suite-manifest": (s.object_path(suite.id), False),
+            "refs": (s.root / "refs.json", False), "index": (s.root / "index.duckdb", False),
+            "project-file": (project / "README", False), "journal-append": (s.journal.path, True),
+            "served-object": (head, False), "journal": (s.journal.path, False)}
+
+
+def _probe(served, path, write):
+    r = protocol.request(protocol.image_socket(served.root), {"op": "probe", "path": str(path), "write": write})
+    assert r["ok"], r
+    return r
+
+
+def test_image_cannot_read_the_suite(served):
+    (served.project / "README").write_text("a file beside the store\n")
+    targets = _targets(served.project)
+    st = served.start(LEDGER_IMAGE_PROBE="1")
+    assert st["sandbox"]["sandboxed"] and str(served.root / "sealed") in st["sandbox"]["protected"]
+    for name, (path, write) in targets.items():
+        r = _probe(served, path, write)
+        if name in ("served-object", "journal"):
+            assert r["opened"], (name, r)
+        else:
+            assert not r["opened"] and r["errno"] == errno.EACCES, (name, r)
+    # and it still serves
+    assert served.act("user: what is 1 plus 2?", action="call adder.add(1, 2)")["turn"]["outcome"] == "3"
+    served.stop()
+
+    st = served.start("--unsandboxed", LEDGER_IMAGE_PROBE="1")
+    assert not st["sandbox"]["sandboxed"]
+    for name in ("sealed", "suite-doc-object", "refs"):
+        path, write = targets[name]
+        assert _probe(served, path, write)["opened"], name
+    recs = [r["payload"] for r in Store.open(served.project).journal.records() if r["kind"] == "image"]
+    assert [p["sandbox"]["sandboxed"] for p in recs if p["event"] == "start"] == [True, False]   # recorded
