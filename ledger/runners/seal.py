@@ -45,6 +45,7 @@ from ledger import generations
 from ledger.errors import BadInput, Refused, StoreCorrupt
 from ledger.runners import model as modellib
 from ledger.runners import score as scorelib
+from ledger.runners import tokenizer as toklib
 from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes, hex_of
 from ledger.verdicts import GateSettings, suite_hash, suite_hash_payload
@@ -385,6 +386,9 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
     settings = src.settings
     changes = _changes(current.hash_payload if current else None, payload)
     with store.transaction("seal") as tx:
+        if tokenizer == toklib.ByteTokenizer().id:
+            # The pin names the tokenizer; make sure what it names is in the store.
+            tx.put_json(toklib.ByteTokenizer().definition())
         ids = {}
         for d in scored + canaries:
             ids[d.id] = tx.put_bytes(d.data(), "suite-doc")

@@ -59,6 +59,11 @@ def test_genuinely_better_adapter_is_accepted(world, wstore):
     cols, rows = wstore.query("SELECT verdict, reasons, candidate, incumbent, suite, mean_delta, p_value FROM verdicts")
     assert rows == [("Accept", ["significant_improvement"], world.A, world.base, body["suite"]["pinned_hash"],
                      st["mean"], st["p_better"])]
+    # Every id the records name is in the store, every object hashes to its name.
+    from ledger.store.verify import verify
+
+    rep = verify(wstore, read_data=True)
+    assert rep.ok, rep.errors
 
 
 def test_worse_adapter_is_regressed(world, wstore):
