@@ -420,14 +420,14 @@ def run(work: Path) -> dict:
     every = plan["runtime"]["checkpoint_every"]
     tokens = 0
     stopped = None
-    step_times = []
+    step_times, step_cpu = [], []
     step_tokens = []
     fwd_peak = 0
     prog = open(out / "progress.jsonl", "a", buffering=1) if dist.writer else None
     t_loop = time.perf_counter()
     step = start_step
     for step in range(start_step + 1, steps + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         lr = lr_at(step, c)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -475,6 +475,8 @@ def run(work: Path) -> dict:
         if cuda:
             torch.cuda.synchronize()  # the step's optimizer kernels belong to its time
         step_times.append(time.perf_counter() - t0)  # the whole step: progress and checkpoints too
+        # CPU time of the compute thread: unlike wall time, not moved by other processes' load
+        step_cpu.append(time.thread_time() - c0)
         step_tokens.append(step_tok)
     t_end = time.perf_counter()
     if prog is not None:
@@ -502,6 +504,7 @@ def run(work: Path) -> dict:
         "counters": {"optimizer_steps": done - start_step, "micro_batches": (done - start_step) * accum, "tokens": tokens},
         "timings": {"total_s": time.perf_counter() - t_start, "setup_s": t_ready - t_start, "train_s": loop_s,
                     "step_median_s": timing_list[len(timing_list) // 2] if timing_list else None,
+                    "step_cpu_median_s": sorted(step_cpu)[len(step_cpu) // 2] if step_cpu else None,
                     "tokens_per_s": tokens / loop_s if loop_s > 0 else None,
                     "steady_tokens_per_s": steady_tok / steady_s if steady_s > 0 else None,
                     "steady_steps": len(step_times) - warm, "first_step_s": step_times[0] if step_times else None},
