@@ -413,6 +413,10 @@ def system_allowances(policy: SandboxPolicy | None = None) -> tuple[Grant, ...]:
               "/sys/devices/system/node"):
         cand.append(Grant(p, "r", "CPU and memory topology (torch, OpenMP)"))
     cand.append(Grant("/proc/sys/kernel/random/boot_id", "r", "boot id (torch inductor cache key)"))
+    if policy.network:  # world-readable, no secrets: `localhost`, and the interfaces and PCI
+        # devices gloo/NCCL scan when they bootstrap (torchrun rendezvous, DDP on loopback)
+        for p in ("/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/sys/class/net", "/sys/bus/pci", "/sys/devices"):
+            cand.append(Grant(p, "r", "loopback name, network interfaces and PCI topology (torchrun, gloo/NCCL)"))
     if policy.gpu:
         for name in sorted(os.listdir("/dev")) if os.path.isdir("/dev") else ():
             if name.startswith("nvidia"):

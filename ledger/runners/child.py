@@ -255,8 +255,8 @@ def device_info() -> dict:
 
 
 class _Dist:
-    """This process's place in a data-parallel run (torchrun sets the variables; one process
-    per device). World size 1 is the plain single-process run."""
+    """This process's place in a data-parallel run: one process per device, started by
+    ledger.runners.train._launch_ranks with torchrun's variables. World size 1 is the plain run."""
 
     def __init__(self, plan: dict):
         import torch
@@ -267,7 +267,7 @@ class _Dist:
         want = plan["config"]["train"].get("devices", 1)
         if self.world != want:
             raise RealizationUnavailable(f"the plan runs on {want} device(s) but this run has {self.world} process(es)",
-                                         "launch it with `ledger train`, which starts torchrun for plans with devices > 1")
+                                         "launch it with `ledger train`, which starts one process per device")
         self.cuda = plan["target"]["device"] == "cuda"
         self.device = torch.device("cuda", self.local) if self.cuda else torch.device("cpu")
         if self.cuda:
@@ -276,6 +276,7 @@ class _Dist:
         if self.world > 1:
             import torch.distributed as dist
 
+            _watch_abort(Path(os.environ.get("LEDGER_OUT", ".")))
             self.backend = "nccl" if self.cuda else "gloo"
             dist.init_process_group(self.backend)
             self.dist = dist
@@ -306,6 +307,19 @@ class _Dist:
         if self.world > 1:
             self.dist.barrier()
             self.dist.destroy_process_group()
+
+
+def _watch_abort(out: Path) -> None:
+    """A data-parallel rank stops when any rank has failed (the parent or the failing rank writes
+    out/abort): otherwise it would wait in its next collective for a peer that is gone."""
+    import threading
+
+    def watch():
+        while not (out / "abort").exists():
+            time.sleep(0.5)
+        os._exit(CHILD_ERROR_EXIT)
+
+    threading.Thread(target=watch, name="ledger-abort-watch", daemon=True).start()
 
 
 def _cpu(tensors: dict) -> dict:
@@ -562,12 +576,24 @@ def main(argv: list[str]) -> int:
         return 2
     _die_with_parent()
     work = Path(argv[0])
+    os.environ["LEDGER_OUT"] = str(work / "out")
+    ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1
     try:
         run(work)
     except LedgerError as e:
-        (work / "out" / "error.json").write_text(json.dumps(e.to_json(), sort_keys=True, default=str))
+        try:  # the first rank to fail names the error
+            with open(work / "out" / "error.json", "x") as f:
+                f.write(json.dumps(e.to_json(), sort_keys=True, default=str))
+        except FileExistsError:
+            pass
         print(f"error: {e.message}", file=sys.stderr)
+        if ranks:
+            (work / "out" / "abort").write_text("a rank stopped with an error\n")
         return CHILD_ERROR_EXIT
+    except BaseException:
+        if ranks:
+            (work / "out" / "abort").write_text("a rank stopped with an error\n")
+        raise
     return 0
 
 

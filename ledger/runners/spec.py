@@ -97,7 +97,7 @@ SCHEMA: dict[str, dict[str, F]] = {
     "compile": {
         "target": F("str", "cpu"), "realization": F("str", "auto", choices=REALIZATIONS),
     },
-    # devices: data-parallel processes, one per GPU (torchrun + DDP; gloo on a CPU target); the
+    # devices: data-parallel processes, one per GPU (DDP over NCCL; gloo on a CPU target); the
     # memory plan is per device and data.micro_batch is per device.
     "train": {"threads": F("int", 1, _pos), "checkpoint_every": F("int", 25, _pos), "devices": F("int", 1, _pos)},
     "budget": {"memory_fraction": F("float", 0.9, _frac), "max_steps": F("int", None, _pos)},

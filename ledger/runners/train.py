@@ -153,17 +153,75 @@ def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), 
     from ledger.sandbox import SandboxPolicy, run_sandboxed
 
     n = plan["config"]["train"].get("devices", 1)
-    # Several devices: one process per device under torchrun (DDP). Its rendezvous store and
-    # NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
+    # Several devices: data-parallel (DDP), one process per device. Their rendezvous store and
+    # the NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
     # receipt's sandbox policy); the filesystem grants are the same as for one process.
     policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
                            protected=protected, gpu=plan["target"]["device"] == "cuda", network=n > 1)
     argv = [sys.executable, "-m", "ledger.runners.child", str(work)]
-    if n > 1:
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                "-m", "ledger.runners.child", str(work)]
-    return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
-                         unsandboxed=unsandboxed), policy
+    env = child_env(work, plan)
+    if n == 1:
+        return run_sandboxed(argv, policy, env=env, cwd=str(work / "scratch"), timeout=timeout,
+                             unsandboxed=unsandboxed), policy
+    return _launch_ranks(n, argv, policy, env, work, timeout, unsandboxed), policy
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch_ranks(n: int, argv, policy, env: dict, work: Path, timeout, unsandboxed: bool):
+    """Start `n` ranks, each its OWN sandboxed process, with torchrun's environment contract
+    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT; torch.distributed's env:// rendezvous).
+
+    Not torchrun itself: its workers would be children of one confined process, and Landlock
+    grants /proc/self only to the process it confines -- a worker could then neither initialise
+    CUDA (the driver names its threads through /proc/self/task) nor measure its memory. When a
+    rank fails, the others are told through out/abort (they watch it) instead of hanging in a
+    collective."""
+    import dataclasses
+
+    from ledger.sandbox import run_sandboxed
+
+    port = _free_port()
+    results: list = [None] * n
+    errors_: list = [None] * n
+
+    def one(rank: int) -> None:
+        e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
+                 GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        try:
+            res = results[rank] = run_sandboxed(argv, policy, env=e, cwd=str(work / "scratch"), timeout=timeout,
+                                                unsandboxed=unsandboxed)
+            failed = res.returncode != 0
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the peers stop
+            errors_[rank], failed = exc, True
+        if failed:
+            try:
+                (work / "out" / "abort").write_text(f"rank {rank} stopped\n")
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=one, args=(r,), name=f"ledger-rank-{r}", daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for exc in errors_:
+        if exc is not None:
+            raise exc
+    first_bad = next((r for r in results if r.returncode != 0), None)
+    lead = first_bad or results[0]
+    return dataclasses.replace(
+        lead, sandboxed=all(r.sandboxed for r in results), abi=min(r.abi for r in results),
+        denied_attempts=tuple(a for r in results for a in r.denied_attempts),
+        protected_attempts=tuple(a for r in results for a in r.protected_attempts),
+        wall_s=max(r.wall_s for r in results), timed_out=any(r.timed_out for r in results),
+        audit_truncated=any(r.audit_truncated for r in results))
 
 
 def _raise_child_error(out: Path) -> None:

@@ -1,6 +1,6 @@
 """The GPU side of compile and train, checked on the CPU: which realization a plan selects for a
 CUDA target (the GPU probe is monkeypatched), the rejections, the compiled memory model, the
-fused LoRA's backward, and data-parallel training through torchrun (gloo on the CPU)."""
+fused LoRA's backward, and data-parallel training (two sandboxed ranks, gloo on the CPU)."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def test_compiled_memory_model_is_per_device_and_scales(store):
     p2 = comp.body_for(s2, H200, arch, {}, 100, None, store, True)
     assert p1["memory"]["total_bytes"] == p2["memory"]["total_bytes"]        # per device
     assert p2["shapes"]["tokens_per_step"] == 2 * p1["shapes"]["tokens_per_step"]
-    assert p2["runtime"]["launcher"] == "torchrun" and p2["fit"]["devices"] == 2 and p2["fit"]["memory_model"] == "compiled"
+    assert p2["runtime"]["launcher"] == "ddp" and p2["fit"]["devices"] == 2 and p2["fit"]["memory_model"] == "compiled"
     assert p1["runtime"]["autocast"] == "bf16" and not p1["runtime"]["deterministic"]
 
 
@@ -244,13 +244,13 @@ def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_ddp_writes_one_receipt(store):
-    """devices = 2 on a CPU target: torchrun starts two gloo processes; rank 0 writes every
+    """devices = 2 on a CPU target: two sandboxed gloo ranks; rank 0 writes every
     output, the losses are the all-reduced means, and one train record names one receipt."""
     from ledger.runners import train as trainlib
 
     s = spec.parse("[data]\nsteps = 3\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
     plan = comp.compile_spec(store, s, CPU).plan
-    assert plan.body["runtime"]["launcher"] == "torchrun"
+    assert plan.body["runtime"]["launcher"] == "ddp"
     seq = store.state.seq
     res = trainlib.train(store, plan.id)
     r = res.receipt
