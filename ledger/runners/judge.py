@@ -23,6 +23,7 @@ ever meant to read, so it is its own small object named in the record's payload.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from collections.abc import Callable, Iterator
@@ -235,8 +236,10 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
                     incumbent_canary={d: li[d] for d in K}, candidate_canary={d: lc[d] for d in K},
                     incumbent_recorded=recorded)
     dpo = _dpo_summary(store, chain)
-    v = decide(GateInputs(**base_inputs, scores=scores, contamination=report, runs_used=used, dpo=dpo))
-    return _record(store, v, suite, cand, inc, context, run, scored=True)
+    inputs = GateInputs(**base_inputs, scores=scores, contamination=report, runs_used=used, dpo=dpo)
+    v = decide(inputs)
+    return _record(store, v, suite, cand, inc, context, run, scored=True,
+                   recount=(used, lambda n: decide(dataclasses.replace(inputs, runs_used=n))))
 
 
 def _training_context(store, chain: list[dict]) -> dict:
@@ -267,10 +270,18 @@ def _dpo_summary(store, chain: list[dict]) -> dict | None:
 
 
 def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: dict, run: _Run,
-            *, scored: bool) -> JudgeOutcome:
-    body = {"kind": VERDICT_KIND, **v.to_json(), "context": context}
-    view = {"kind": LEARNER_VIEW_KIND, **v.learner_view()}
+            *, scored: bool, recount: tuple[int, Callable[[int], Verdict]] | None = None) -> JudgeOutcome:
     with store.transaction(JUDGE_KIND) as tx:
+        if recount is not None:
+            # Scoring ran without the lock; a concurrent gate run may have been recorded since
+            # the budget was read. Under the lock the count is exact: decide again with it
+            # (pure and cheap), which refuses if that run spent the last of the budget.
+            used, redecide = recount
+            now = runs_used(store, v.pinned_hash)
+            if now != used:
+                v = redecide(now)
+        body = {"kind": VERDICT_KIND, **v.to_json(), "context": context}
+        view = {"kind": LEARNER_VIEW_KIND, **v.learner_view()}
         vid = tx.put_json(body)
         lid = tx.put_json(view)
         tx.inputs.extend(dict.fromkeys(x for x in (cand.id, inc.id, suite.id) if x))

@@ -311,3 +311,28 @@ def test_a_real_training_run_is_traced_to_its_export(tmp_path, monkeypatch):
     ctx = store.get_json(vid)["context"]
     assert ctx["training"]["receipt"] == tr.receipt_id and ctx["export"]["datasets"] == [ds]
     assert ctx["training"]["sandboxed"] is True and ctx["training"]["protected_attempt_count"] == 0
+
+
+def test_a_concurrent_run_that_spends_the_budget_refuses_the_slower_one(world, wstore, tmp_path, monkeypatch):
+    """Scoring runs without the lock. If another gate run is recorded meanwhile and spends the
+    last run of the budget, the slower one is refused when it takes the lock to record."""
+    scored, canaries = seal.demo_docs(1, 1, 0)
+    d = seal.write_suite_dir(tmp_path / "one", scored, canaries, settings={"budget_multiplier": 1})
+    seal.seal(wstore, d, base=world.base, repin=True, reason="budget of one run")
+    real = scorelib.score_models
+    calls = []
+
+    def racing(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:  # the outer run is scoring: another process records its run now
+            monkeypatch.setattr(scorelib, "score_models", real)
+            judgelib.judge(wstore, world.G, against=world.base)
+        return real(*a, **k)
+
+    monkeypatch.setattr(scorelib, "score_models", racing)
+    seq = wstore.state.seq
+    with pytest.raises(Refused, match="budget is spent"):
+        judgelib.judge(wstore, world.A, against=world.base)
+    recs = [r for r in wstore.journal.records() if r["seq"] > seq]
+    assert [r["payload"]["candidate"] for r in recs] == [world.G]  # only the run that got there first
+    assert recs[0]["payload"]["budget"] == {"used": 1, "of": 1}
