@@ -67,7 +67,6 @@ def main() -> None:
     from ledger.runners import dataset as datalib
     from ledger.runners import judge as judgelib
     from ledger.runners import model as modellib
-    from ledger.runners import score as scorelib
     from ledger.runners import seal, spec
     from ledger.store import Store
     from tests.gate.world import MODULES, store_adapter
