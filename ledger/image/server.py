@@ -109,6 +109,8 @@ class Keeper:
         self.unfolded: dict[str, list] = {}
         self.next_learn = 0.0
         self.ctx = None
+        self.learning = None
+        self.learned = None
         self.lockfd = -1
         self.owner = False
 
@@ -448,6 +450,9 @@ class Keeper:
             self.stop_replies.append(conn)
             return None
         if op == "pause":
+            if self.learning is not None:
+                raise Locked("the image is running a learn cycle of its own (--learn)",
+                             "wait for it to finish; `ledger image status` shows the state")
             if self.pause_holder is not None:
                 raise Locked("the image is already paused by another client (a learn cycle is running)",
                              "wait for it to finish; `ledger image status` shows the state")
@@ -493,9 +498,29 @@ class Keeper:
 
     # --- learning --------------------------------------------------------------------------------
     def maybe_learn(self) -> None:
-        from ledger import experience
-        from ledger.cycle import due, run_cycle
+        """--learn: when the trigger policy says a cycle is due, stop the image, run the cycle on a
+        thread (the keeper keeps answering control requests meanwhile), then serve HEAD again."""
+        import threading
 
+        from ledger import experience
+        from ledger.cycle import due
+
+        if self.learning is not None:
+            if self.learning.is_alive():
+                return
+            self.learning = None
+            out = self.learned
+            if isinstance(out, LedgerError):
+                self.say(f"learn: the cycle failed: {out.message} ({out.hint}); serving on")
+                self.next_learn = time.monotonic() + 600
+            elif isinstance(out, BaseException):
+                self.say(f"learn: the cycle failed: {type(out).__name__}: {out}; serving on")
+                self.next_learn = time.monotonic() + 600
+            else:
+                self.say(f"learn: cycle {out.cycle}: {out.verdict} -> {out.generation}")
+            self.spawn("resume")
+            self._write_state()
+            return
         if self.learn is None or self.state != "serving" or time.monotonic() < self.next_learn:
             return
         self.next_learn = time.monotonic() + LEARN_EVERY
@@ -504,16 +529,22 @@ class Keeper:
             return
         self.say("learn: the trigger policy says a cycle is due; pausing the image")
         self.stop_worker("paused for a learn cycle (--learn)")
-        self.state = "paused"
+        self.state = "learning"
         self._lifecycle("pause", learn=True)
-        try:
-            res = run_cycle(self.store, policy=self.learn, spec_path=self.spec, target=self.target,
-                            progress=lambda stage, m: self.say(f"learn: {stage}: {m}"))
-            self.say(f"learn: cycle {res.cycle}: {res.verdict} -> {res.generation}")
-        except LedgerError as e:
-            self.say(f"learn: the cycle failed: {e.message} ({e.hint}); serving on")
-            self.next_learn = time.monotonic() + 600
-        self.spawn("resume")
+        self._write_state()
+        self.learned = None
+        self.learning = threading.Thread(target=self._learn, name="ledger-learn", daemon=True)
+        self.learning.start()
+
+    def _learn(self) -> None:
+        from ledger.cycle import run_cycle
+        from ledger.store import Store
+
+        try:   # its own Store object: the keeper's thread keeps using its own
+            self.learned = run_cycle(Store.open(self.store.root), policy=self.learn, spec_path=self.spec,
+                                     target=self.target, progress=lambda stage, m: self.say(f"learn: {stage}: {m}"))
+        except BaseException as e:  # noqa: BLE001 - reported by the keeper's thread, which serves on
+            self.learned = e
 
     # --- the loop ----------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -571,6 +602,10 @@ class Keeper:
         self._write_state()
 
     def shutdown(self) -> None:
+        if self.learning is not None:
+            self.say("waiting for the learn cycle to finish before stopping")
+            self.learning.join()
+            self.learning = None
         self.state = "stopping"
         self.stop_worker("stopping")
         self._lifecycle("stop")
