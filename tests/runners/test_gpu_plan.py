@@ -262,3 +262,32 @@ def test_two_process_ddp_writes_one_receipt(store):
     assert recs[-1]["payload"]["receipt"] == res.receipt_id and store.has(res.adapter)
     # both processes trained on distinct rows: 2 x 4 rows per step
     assert r["counters"]["tokens"] > 0
+
+
+@pytest.mark.gpu
+def test_fused_lora_on_the_gpu_matches_the_torch_reference():
+    """The real kernel through KernelOp (DLPack views, torch's stream): forward against torch's
+    eager LoRA and gradients against the same backward fed by the torch forward."""
+    import torch
+
+    from ledger import kernels as K
+    from ledger.kernels import lora_train, reference
+
+    op = lora_train.KernelOp(K.build(lora_train.KERNEL, "local"))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    M, N, K_, r, s = 8, 1000, 1024, 16, 2.0
+    x = torch.randn(M, K_, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(N, K_, device="cuda", generator=g) / K_ ** 0.5).bfloat16()
+    a = (torch.randn(r, K_, device="cuda", generator=g) / K_ ** 0.5).requires_grad_()
+    b = (torch.randn(N, r, device="cuda", generator=g) / r ** 0.5).requires_grad_()
+    y = lora_train.fused_lora(x, w, a, b, s, op)
+    ref = reference.lora_linear_bf16(x.float(), w.float(), a.bfloat16().float(), b.bfloat16().float(), s)
+    assert float((y.float() - ref).norm() / ref.norm()) < 5e-3 and op.calls == 1
+    y.float().square().sum().backward()
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    y2 = lora_train.fused_lora(x, w, a, b, s, reference.lora_linear_bf16)
+    y2.float().square().sum().backward()
+    assert float((ga - a.grad).norm() / a.grad.norm()) < 2e-2 and float((gb - b.grad).norm() / b.grad.norm()) < 2e-2
+    with pytest.raises(RealizationUnavailable):
+        lora_train.fused_lora(torch.cat([x, x]), w, a, b, s, op)     # 16 rows: loud, never torch

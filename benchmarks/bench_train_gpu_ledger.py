@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""ledger's GPU training path, measured THROUGH `ledger compile` + `ledger train`, beside a plain
+transformers + peft loop on the same model, batch and sequence length, in the same run.
+
+    python benchmarks/bench_train_gpu_ledger.py [--parts kernels,bench,ddp,memory] [--out DIR]
+    python benchmarks/bench_train_gpu_ledger.py --tiny      # the same code paths on a CPU, tiny shapes
+
+Parts (each writes its figures into OUT/bench_train_gpu_ledger.json as soon as it is done):
+  kernels  `ledger kernel build|test|bench|gate lora-linear-bf16 --target h200` in a fresh store,
+           then a decode-shaped plan (1 x 8 rows per linear) that `auto` compiles to cupy-fused,
+           trained through `ledger train`, beside the same plan with realization torch-eager.
+  bench    ~1B Llama (22 layers, hidden 2048, intermediate 5632, 32 heads, 4 kv heads; byte
+           vocabulary; random init built in process), bf16, micro-batch 8 x 2048 tokens of
+           full-length rows, LoRA r 16 / alpha 32 on all seven projections, AdamW lr 1e-4:
+           `ledger train` (realization auto -> torch-compiled on a CUDA target) vs plain peft
+           (fp32 adapter math, foreach AdamW, eager), steady-state tokens/s (compile/warm-up
+           steps excluded from both) and peak memory (torch.cuda.max_memory_allocated).
+  ddp      a mid-size plan on 1 device and with train.devices = 2 (needs 2 GPUs).
+  memory   predicted (the plan) vs measured peak on several shapes, through `ledger train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+RESULTS: dict = {}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def save(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_train_gpu_ledger.json").write_text(json.dumps(RESULTS, indent=1, sort_keys=True, default=str))
+
+
+def ledger(store: Path, *args, timeout=900):
+    p = subprocess.run([sys.executable, "-m", "ledger.cli.main", "--store", str(store), *map(str, args), "--json"],
+                       capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
+    data = None
+    if p.stdout.strip():
+        try:
+            data = json.loads(p.stdout.strip().splitlines()[-1])
+        except ValueError:
+            data = None
+    return p.returncode, data, p.stderr.strip()
+
+
+def new_store() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="ledger-gpu-bench-"))
+    subprocess.run([sys.executable, "-m", "ledger.cli.main", "init", str(d)], check=True, capture_output=True, cwd=str(ROOT))
+    return d / ".ledger" if (d / ".ledger").is_dir() else d
+
+
+def dataset(store: Path, rows: int, seq_len: int, *, padded: bool = False, seed: int = 0, tiny_turns: bool = False) -> str:
+    """Turns whose encoding fills seq_len exactly (no padding), or random shorter ones."""
+    from ledger.runners import dataset as datalib
+
+    rng = random.Random(seed)
+
+    class T:
+        def __init__(self, s, a):
+            self.situation, self.action, self.outcome, self.refusal = s, a, "", False
+
+    def text(n):
+        return "".join(rng.choice(string.ascii_lowercase + " ") for _ in range(n))
+
+    turns = []
+    for _ in range(rows):
+        if tiny_turns:
+            turns.append(T(text(rng.randint(1, 2)), text(rng.randint(1, 3))))
+            continue
+        n = seq_len if not padded else rng.randint(seq_len // 2, seq_len)
+        s = min(64, n // 4)
+        turns.append(T(text(s), text(n - s - 3)))   # <bos> s <sep> a <eos>
+    f = Path(tempfile.mkdtemp()) / "data.parquet"
+    f.write_bytes(datalib.parquet_bytes(datalib.turns_table(turns)))
+    rc, out, err = ledger(store, "add", f, "--kind", "dataset")
+    assert rc == 0, err
+    return out["id"]
+
+
+def spec_text(*, hidden, layers, heads, kv, inter, seq, batch, r, modules=ALL, steps, lr=1e-4, data, dtype="bf16",
+              devices=1, realization="auto", max_pos=None) -> str:
+    mods = ", ".join(f'"{m}"' for m in modules)
+    return (f"[model]\nhidden = {hidden}\nlayers = {layers}\nheads = {heads}\nkv_heads = {kv}\nintermediate = {inter}\n"
+            f"max_positions = {max_pos or max(seq, 128)}\n"
+            f"[lora]\nr = {r}\nalpha = {2.0 * r}\ndropout = 0.0\ntarget_modules = [{mods}]\n"
+            f"[optimizer]\nlr = {lr}\n[data]\ndataset = \"{data}\"\nseq_len = {seq}\nmicro_batch = {batch}\nsteps = {steps}\n"
+            f"[precision]\ndtype = \"{dtype}\"\n[compile]\nrealization = \"{realization}\"\n"
+            f"[train]\ndevices = {devices}\ncheckpoint_every = 1000\n")
+
+
+def compile_and_train(store: Path, text: str, target: str, *, unsandboxed=False) -> dict:
+    f = Path(tempfile.mkdtemp()) / "spec.toml"
+    f.write_text(text)
+    t0 = time.time()
+    rc, c, err = ledger(store, "compile", f, "--target", target)
+    if rc != 0:
+        return {"compile_rc": rc, "error": err[-2000:]}
+    rc, tr, err = ledger(store, "train", c["plan"], *(["--unsandboxed"] if unsandboxed else []), timeout=1500)
+    out = {"plan": c["plan"], "compile_s": None, "train_rc": rc, "wall_s": round(time.time() - t0, 1)}
+    if rc != 0 or not tr:
+        out["error"] = err[-3000:]
+        return out
+    from ledger.store import Store
+
+    r = Store.open(store).get_json(tr["receipt"])
+    p = Store.open(store).get_json(c["plan"])
+    cm = r["memory"].get("observed", {}).get("cuda") or {}
+    out.update({"receipt": tr["receipt"], "rung": r["rung"], "sandboxed": r["sandbox"].get("sandboxed"),
+                "realizations": sorted(set(r["realizations"].values())),
+                "linear_lora": p["realizations"]["linear_lora"], "losses": r["losses"],
+                "tokens_per_s": r["timings"].get("tokens_per_s"), "steady_tokens_per_s": r["timings"].get("steady_tokens_per_s"),
+                "first_step_s": r["timings"].get("first_step_s"), "step_median_s": r["timings"].get("step_median_s"),
+                "predicted_bytes": r["memory"]["predicted_bytes"], "predicted_lines": r["memory"]["predicted_lines"],
+                "cuda_memory": cm, "distributed": r["device"].get("distributed"), "kernel": r["device"].get("kernel"),
+                "device": (r["device"].get("cuda") or {}).get("device"), "counters": r["counters"]})
+    return out
+
+
+def train_with_fallback(store, text, target, tiny) -> dict:
+    """Sandboxed first; if that fails, the failure is recorded and the run repeated unsandboxed
+    (the receipt says so) so the figures exist either way."""
+    res = compile_and_train(store, text, target)
+    if res.get("train_rc") not in (0, None) and not tiny:
+        log("  sandboxed run failed:", (res.get("error") or "")[-600:])
+        again = compile_and_train(store, text, target, unsandboxed=True)
+        again["sandboxed_failure"] = res.get("error")
+        return again
+    return res
+
+
+# --- parts ---------------------------------------------------------------------------------------
+def part_kernels(a, out):
+    store = new_store()
+    K = "lora-linear-bf16"
+    res = {}
+    for cmd, extra in (("build", ["--target", "h200"]), ("test", []), ("bench", ["--launches", "100"]), ("gate", [])):
+        t0 = time.time()
+        rc, data, err = ledger(store, "kernel", cmd, K, *extra)
+        body = (data or {}).get("body", {})
+        keep = {k: body.get(k) for k in ("worst_rel_l2", "tolerance", "unwritten", "verdict", "code", "reason",
+                                         "candidate_fraction", "baseline_fraction", "speedup", "arch", "nvrtc_version",
+                                         "cubin")}
+        if cmd == "bench" and body:
+            keep["candidate_us"] = body["candidate"]["median_s"] * 1e6
+            keep["baseline_us"] = body["baseline"]["median_s"] * 1e6
+        res[cmd] = {"rc": rc, "s": round(time.time() - t0, 1), "record": (data or {}).get("record"),
+                    **{k: v for k, v in keep.items() if v is not None}, **({"error": err[-800:]} if rc else {})}
+        log(f"  kernel {cmd}: rc {rc}  {json.dumps(res[cmd], default=str)[:400]}")
+    RESULTS["kernels"] = res
+    save(out)
+    # decode-shaped training: auto selects cupy-fused where the kernel is gated for h200
+    data = dataset(store, 64, 8, tiny_turns=True)
+    common = dict(hidden=256, layers=2, heads=4, kv=4, inter=512, seq=8, batch=1, r=8, steps=30, lr=1e-2, data=data)
+    fused = train_with_fallback(store, spec_text(**common), "h200", False)
+    eager = train_with_fallback(store, spec_text(**common, realization="torch-eager"), "h200", False)
+    if fused.get("losses") and eager.get("losses"):
+        fused["max_abs_loss_diff_vs_torch_eager"] = max(abs(x - y) for x, y in zip(fused["losses"], eager["losses"]))
+    RESULTS["decode_train"] = {"cupy_fused": fused, "torch_eager": eager}
+    log("  decode plan:", fused.get("linear_lora", {}).get("name"), "kernel", fused.get("kernel"),
+        "loss", (fused.get("losses") or [None])[0], "->", (fused.get("losses") or [None])[-1],
+        "| torch-eager", (eager.get("losses") or [None])[-1], "| max |dloss|", fused.get("max_abs_loss_diff_vs_torch_eager"))
+    save(out)
+
+
+def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) -> dict:
+    """What the peft README does, on the same base files, rows and batch as the plan."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    from ledger.runners import child, model as modellib
+    from ledger.store import Store
+
+    s = Store.open(store)
+    plan = s.get_json(plan_id)
+    c = plan["config"]
+    d = Path(tempfile.mkdtemp())
+    modellib.materialise_tree(s, modellib.load_manifest(s, plan["inputs"]["base"])["files"], d / "base")
+    s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
+    ids, mask, labels = child.encode_rows(child.read_rows(d / "data.parquet"), c["data"]["seq_len"])
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    m = LlamaForCausalLM.from_pretrained(str(d / "base"), dtype=torch.bfloat16).to(dev)
+    m = get_peft_model(m, LoraConfig(r=c["lora"]["r"], lora_alpha=c["lora"]["alpha"], lora_dropout=0.0,
+                                     target_modules=list(c["lora"]["target_modules"]), task_type="CAUSAL_LM"))
+    m.train()
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=c["optimizer"]["lr"])
+    B = c["data"]["micro_batch"]
+    cache: dict = {}
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times, toks, losses = [], [], []
+    for i in range(warmup + steps):
+        rows = child.batch_indices(i, B, ids.shape[0], c["seeds"]["data"], cache)
+        x, mk, y = (t[rows].to(dev) for t in (ids, mask, labels))
+        t0 = time.perf_counter()
+        loss = m(input_ids=x, attention_mask=mk, labels=y).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.item()))
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+            toks.append(int(mask[rows].sum()))
+    res = {"steady_tokens_per_s": sum(toks) / sum(times), "step_median_s": statistics.median(times), "losses": losses,
+           "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None, "timed_steps": steps,
+           "warmup_steps": warmup}
+    del m, opt
+    if cuda:
+        torch.cuda.empty_cache()
+    return res
+
+
+def part_bench(a, out):
+    store = new_store()
+    if a.tiny:
+        shape = dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8)
+    else:
+        shape = dict(hidden=2048, layers=22, heads=32, kv=4, inter=5632, seq=2048, batch=8, r=16)
+    data = dataset(store, 64, shape["seq"])
+    t0 = time.time()
+    mine = train_with_fallback(store, spec_text(**shape, steps=a.steps, data=data), a.target, a.tiny)
+    log(f"  ledger train: {time.time() - t0:.0f} s wall, {json.dumps({k: mine.get(k) for k in ('steady_tokens_per_s', 'first_step_s', 'realizations', 'sandboxed', 'error')}, default=str)[:600]}")
+    plain = plain_peft(store, mine["plan"], steps=max(2, a.steps - 3), warmup=2, device=a.device) if mine.get("plan") else {}
+    r = {"shape": shape, "ledger": mine, "plain_peft": plain}
+    if mine.get("steady_tokens_per_s") and plain.get("steady_tokens_per_s"):
+        r["speedup"] = mine["steady_tokens_per_s"] / plain["steady_tokens_per_s"]
+    RESULTS["bench"] = r
+    log(f"  ledger {mine.get('steady_tokens_per_s')} tok/s vs plain peft {plain.get('steady_tokens_per_s')} tok/s "
+        f"-> {r.get('speedup')}x; peak ledger {mine.get('cuda_memory', {}).get('peak_allocated_bytes')} "
+        f"(plan {mine.get('predicted_bytes')}), plain {plain.get('peak_allocated_bytes')}")
+    save(out)
+
+
+MEMORY_CONFIGS = [
+    dict(name="m1 h1024 L8 kv4 all r16 8x1024", hidden=1024, layers=8, heads=16, kv=4, inter=2816, seq=1024, batch=8, r=16),
+    dict(name="m2 h1024 L8 kv16 qv r8 4x2048", hidden=1024, layers=8, heads=16, kv=16, inter=2816, seq=2048, batch=4, r=8,
+         modules=("q_proj", "v_proj")),
+    dict(name="m3 h2048 L4 kv8 all r32 16x512", hidden=2048, layers=4, heads=16, kv=8, inter=5632, seq=512, batch=16, r=32),
+    dict(name="m4 h1536 L6 kv4 attn r16 8x1024", hidden=1536, layers=6, heads=12, kv=4, inter=4096, seq=1024, batch=8, r=16,
+         modules=("q_proj", "k_proj", "v_proj", "o_proj")),
+    dict(name="m5 h1024 L8 kv4 all r16 8x1024 padded", hidden=1024, layers=8, heads=16, kv=4, inter=2816, seq=1024, batch=8,
+         r=16, padded=True),
+    dict(name="m6 h768 L12 kv12 mlp r64 12x1024", hidden=768, layers=12, heads=12, kv=12, inter=2048, seq=1024, batch=12,
+         r=64, modules=("gate_proj", "up_proj", "down_proj")),
+]
+
+
+def part_memory(a, out):
+    store = new_store()
+    rows = []
+    configs = MEMORY_CONFIGS if not a.tiny else [dict(name="tiny", hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64,
+                                                      batch=4, r=8)]
+    for cfg in configs:
+        cfg = dict(cfg)
+        name, padded = cfg.pop("name"), cfg.pop("padded", False)
+        data = dataset(store, 48, cfg["seq"], padded=padded, seed=len(rows))
+        res = train_with_fallback(store, spec_text(**cfg, steps=3, data=data), a.target, a.tiny)
+        cm = res.get("cuda_memory") or {}
+        row = {"config": name, "predicted_bytes": res.get("predicted_bytes"), "measured_bytes": cm.get("peak_allocated_bytes"),
+               "error": cm.get("prediction_error"), "lines": res.get("predicted_lines"),
+               "per_device": cm.get("per_device"), "sandboxed": res.get("sandboxed"), "train_rc": res.get("train_rc"),
+               **({"failure": res.get("error")} if res.get("error") else {})}
+        rows.append(row)
+        log(f"  {name}: predicted {row['predicted_bytes']} measured {row['measured_bytes']} error {row['error']}")
+        RESULTS["memory"] = rows
+        save(out)
+
+
+def part_ddp(a, out):
+    import torch
+
+    n = torch.cuda.device_count() if a.device == "cuda" else 2
+    if n < 2:
+        RESULTS["ddp"] = {"skipped": f"{n} CUDA device(s) visible; DDP needs 2"}
+        save(out)
+        log("  ddp skipped:", RESULTS["ddp"]["skipped"])
+        return
+    store = new_store()
+    shape = (dict(hidden=1024, layers=8, heads=16, kv=4, inter=2816, seq=1024, batch=8, r=16) if not a.tiny else
+             dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8))
+    data = dataset(store, 64, shape["seq"])
+    one = train_with_fallback(store, spec_text(**shape, steps=8, data=data), a.target, a.tiny)
+    two = train_with_fallback(store, spec_text(**shape, steps=8, data=data, devices=2), a.target, a.tiny)
+    r = {"shape": shape, "one_device": one, "two_devices": two}
+    if one.get("steady_tokens_per_s") and two.get("steady_tokens_per_s"):
+        r["scaling"] = two["steady_tokens_per_s"] / one["steady_tokens_per_s"]
+    RESULTS["ddp"] = r
+    log(f"  ddp: 1 device {one.get('steady_tokens_per_s')} tok/s, 2 devices {two.get('steady_tokens_per_s')} tok/s "
+        f"({r.get('scaling')}x); receipt {two.get('receipt')} {two.get('distributed')} error {(two.get('error') or '')[-300:]}")
+    save(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="kernels,bench,ddp,memory")
+    ap.add_argument("--steps", type=int, default=7)
+    ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes: checks the script's code paths")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
+    a = ap.parse_args()
+    a.target, a.device = ("cpu", "cpu") if a.tiny else ("h200", "cuda")
+    out = Path(a.out)
+    import torch
+
+    RESULTS["machine"] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                          "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    for part in a.parts.split(","):
+        t0 = time.time()
+        log(f"== {part}")
+        try:
+            globals()[f"part_{part}"](a, out)
+        except Exception as e:  # noqa: BLE001 - a benchmark records what failed and goes on
+            import traceback
+
+            RESULTS.setdefault("failures", {})[part] = traceback.format_exc()[-3000:]
+            log(f"  {part} FAILED: {e!r}")
+            save(out)
+        log(f"== {part} done in {time.time() - t0:.0f} s")
+    save(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
