@@ -26,6 +26,7 @@ from ledger.errors import BadInput, LedgerError, UnknownRef
 CALL_RE = re.compile(r"^call\s+([A-Za-z_][A-Za-z0-9_-]*)\.([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$", re.DOTALL)
 REFUSAL_PREFIX = "refuse:"
 REFUSED = "refused"
+MAX_OUTCOME = 4096     # characters of an outcome kept in the turn (a capability may print 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,11 @@ def format_results(res) -> str:
     shown = [runtime.format_value(v, t) for v, t in zip(res.values, res.types)]
     text = ", ".join(shown) if shown else "ok"
     out = res.stdout.decode("utf-8", "replace").strip()
-    return f"{text}\n{out}" if out else text
+    return _cap(f"{text}\n{out}" if out else text)
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_OUTCOME else text[:MAX_OUTCOME - 14] + " …(truncated)"
 
 
 def perform(store, generation, action: str) -> Outcome:
@@ -126,7 +131,7 @@ def perform(store, generation, action: str) -> Outcome:
     try:
         call = parse(action)
     except BadInput as e:
-        return Outcome("call", f"error: {e.message}", False, {"error": e.message}, error=True)
+        return Outcome("call", _cap(f"error: {e.message}"), False, {"error": e.message}, error=True)
     if call is None:
         return Outcome("text", None, False)
     where = {"capability": call.capability, "export": call.export, "args": list(call.args)}
@@ -134,7 +139,7 @@ def perform(store, generation, action: str) -> Outcome:
         res = run_call(store, generation, call)
     except LedgerError as e:
         trap = e.details.get("trap") if isinstance(e.details, dict) else None
-        return Outcome("call", f"error: {e.message}", False, {**where, "error": e.message, "trap": trap}, error=True)
+        return Outcome("call", _cap(f"error: {e.message}"), False, {**where, "error": e.message, "trap": trap}, error=True)
     return Outcome("call", format_results(res), False,
                    {**where, "results": res.to_json()["results"], "fuel_used": res.fuel_used,
                     "elapsed_ms": round(res.elapsed_s * 1e3, 3)})

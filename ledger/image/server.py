@@ -51,6 +51,11 @@ DRAIN_TIMEOUT = 120.0      # the request in flight: at most 48 bytes plus a capa
 MAX_BATCH = 10_000
 CRASH_WINDOW, CRASH_LIMIT = 10.0, 3
 LEARN_EVERY = 5.0
+# The keeper commits the image's buffer at most every FOLD_INTERVAL seconds (or at FOLD_MAX
+# entries, or at once when a client waits for its turn id): each commit is a store transaction
+# whose DuckDB index update costs ~100 ms of CPU, which would otherwise compete with the model.
+FOLD_INTERVAL = 0.25
+FOLD_MAX = 256
 # fsync: a turn is fdatasynced in the image's buffer before its reply (one fdatasync per round
 # of requests). os: written to the OS before its reply -- survives the image or the keeper being
 # killed, not a power loss before the keeper's next commit (usually well under a second).
@@ -86,7 +91,14 @@ class _Worker:
         self.info, self.sandbox = info, sandbox
         self.started = time.monotonic()
         self.dirty = False
+        self.urgent = False
+        self.since = 0.0              # when the oldest uncommitted entry was announced
+        self.spooled = self.committed = 0
         self.drained: int | None = None
+
+    def due(self) -> bool:
+        return self.dirty and (self.urgent or self.drained is not None or self.spooled - self.committed >= FOLD_MAX
+                               or time.monotonic() - self.since >= FOLD_INTERVAL)
 
 
 class Keeper:
@@ -220,7 +232,10 @@ class Keeper:
         while queue:
             batch = queue[:MAX_BATCH]
             rows = "\n".join(json.dumps(e.turn) for e in batch)
-            turns = experience.parse_turns(rows, f"image buffer {session}")
+            try:
+                turns = experience.parse_turns(rows, f"image buffer {session}")
+            except BadInput as e:   # checksummed, but not a turn: the image is broken, stop
+                raise spool.SpoolCorrupt(f"the image's buffer holds an entry that is not a turn: {e.message}") from None
             new = {}
 
             def extra(tx, first, batch=batch):
@@ -238,6 +253,18 @@ class Keeper:
         for p in reader.done_parts:       # parts read to the end and committed
             p.unlink(missing_ok=True)
         reader.done_parts.clear()
+
+    def _commit(self, w: "_Worker") -> None:
+        urgent = w.urgent
+        w.dirty = w.urgent = False
+        w.committed = w.spooled
+        try:
+            self._fold(w.session)
+        except Locked as e:
+            # Another writer holds the store for longer than LOCK_WAIT: the turns stay in the
+            # image's buffer (durable) and are committed on the next attempt.
+            self.say(f"could not commit the image's buffer yet: {e.message}; retrying")
+            w.dirty, w.urgent, w.since = True, urgent, time.monotonic()
 
     def _generation(self, gid: str):
         from ledger import generations
@@ -381,7 +408,11 @@ class Keeper:
         for line in w.reader.feed(data):
             msg = protocol.decode(line)
             if msg.get("event") == "spooled":
+                if not w.dirty:
+                    w.since = time.monotonic()
                 w.dirty = True
+                w.urgent = w.urgent or bool(msg.get("urgent"))
+                w.spooled = int(msg.get("n", 0))
             elif msg.get("event") == "drained":
                 w.drained = int(msg.get("upto", 0))
                 w.dirty = True
@@ -421,8 +452,7 @@ class Keeper:
         while time.monotonic() < deadline:
             alive = self._on_worker(w)
             if w.dirty:
-                w.dirty = False
-                self._fold(w.session)
+                self._commit(w)
             if not alive:
                 break
         else:
@@ -552,7 +582,9 @@ class Keeper:
         signal.signal(signal.SIGINT, lambda *_: setattr(self, "stop_requested", True))
         controls: dict[socket.socket, object] = {}
         while not self.stop_requested:
-            for key, _ in self.sel.select(timeout=0.2):
+            w = self.worker
+            wait = 0.2 if w is None or not w.dirty else max(0.0, min(0.2, w.since + FOLD_INTERVAL - time.monotonic()))
+            for key, _ in self.sel.select(timeout=wait):
                 kind, _ = key.data
                 if kind == "control-listen":
                     try:
@@ -579,9 +611,8 @@ class Keeper:
                     if not self._on_worker(w):
                         self._after_exit(w)
             w = self.worker
-            if w is not None and w.dirty:
-                w.dirty = False
-                self._fold(w.session)
+            if w is not None and w.due():
+                self._commit(w)
             self.maybe_learn()
         self.shutdown()
 

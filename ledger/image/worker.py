@@ -199,6 +199,9 @@ class Image:
         if req["action"] is None:
             action, nbytes = self.model.generate(req["situation"], req["max_new"])
             source = "model"
+            if not action.strip():
+                raise Refused(f"{g.name} generated an empty action ({nbytes} bytes); nothing was recorded",
+                              "experience rows need an action; ask again, or give one (--action)")
         else:
             action, nbytes, source = req["action"], 0, "given"
         done = actlib.perform(self.store, g, action)
@@ -279,7 +282,7 @@ class Image:
             return
         sync_ms = (time.perf_counter() - t0) * 1e3
         _hold(self.cfg, "after-record", self.buffer)
-        self.tell(event="spooled", n=self.spool.n)
+        self.tell(event="spooled", n=self.spool.n, urgent=bool(self.waiters))
         recorded = self.spool.n - before
         share = round((self.write_ms + sync_ms) / recorded, 3)
         self.stats["rounds"] += 1
