@@ -61,7 +61,7 @@ def memory_baseline() -> dict:
 def memory_observed(base: dict) -> dict:
     s = _status()
     growth = s["VmHWM"] - base["rss"]
-    return {"method": "peak RSS (VmHWM) minus RSS before building the model"
+    return {"method": "peak RSS (VmHWM) minus RSS before encoding the data and building the model"
                       + ("; peak reset via /proc/self/clear_refs" if base["reset"] else "; peak not resettable here"),
             "baseline_rss_bytes": base["rss"], "peak_rss_bytes": s["VmHWM"], "peak_growth_bytes": growth,
             # Without a reset, growth below this is invisible (the import peak hides it).
