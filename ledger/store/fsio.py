@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from pathlib import Path
 
 from ledger.errors import LedgerError
@@ -44,7 +43,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def tmp_path(tmp_dir: Path) -> Path:
-    return tmp_dir / f"{os.getpid()}-{secrets.token_hex(8)}"
+    return tmp_dir / f"{os.getpid()}-{os.urandom(8).hex()}"
 
 
 def atomic_write(path: Path, data: bytes, tmp_dir: Path, *, durable: bool = True, mode: int = 0o644) -> None:

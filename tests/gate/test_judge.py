@@ -217,22 +217,17 @@ def test_dpo_register_adapter_is_refused_with_unchanged_action_score(world, wsto
     assert r["kind"] == "dpo-receipt" and r["sft_adapter"] == world.A and r["dpo"]["reference"] == "sft"
     assert r["dpo"]["accuracy"] == 1.0 and r["dpo"]["reward_margin"]["min"] > 0
     assert r["dpo"]["chosen_reward"]["mean"] > 0
-    # ...and with the suite's own settings the gate refuses it: the action score barely moved.
+    # ...and with the suite's own (default) settings the gate refuses it because the action
+    # score did not move: any LoRA update leaks a few thousandths of a nat per token into the
+    # untouched action tokens of this byte model (measured +0.004), below the default
+    # unchanged_tolerance = eta_min, "less than the smallest effect the gate would ever credit".
     v, vid, rec = judgelib.judge(wstore, world.D, against=world.A)
     assert v.verdict in ("NoImprovement", "Regressed"), v.summary
-    mean = abs(v.scored.mean)
-    assert mean < GateSettings().eta_min
+    assert v.reason_codes[0] == "action_score_unchanged", v.reason_codes
+    assert abs(v.scored.mean) < GateSettings().eta_min
     body = wstore.get_json(vid)
     assert body["dpo"]["accuracy"] == 1.0 and body["dpo"]["reward_margin"]["mean"] > 0
     assert body["context"]["training"]["trainer"] == "dpo"
-    # The register moves the action span by a few thousandths of a nat per token (any LoRA
-    # update leaks that much into the untouched action tokens of this byte model; measured
-    # +0.004), above the default unchanged_tolerance of 0.001. With the tolerance at eta_min
-    # -- "moved by less than the smallest effect the gate would ever credit" -- the verdict
-    # names the reason GATE.md gives.
-    v2, _, _ = judgelib.judge(wstore, world.D, against=world.A,
-                              settings=GateSettings(unchanged_tolerance=GateSettings().eta_min))
-    assert v2.verdict in ("NoImprovement", "Regressed") and v2.reason_codes[0] == "action_score_unchanged"
 
 
 def test_default_incumbent_is_head_or_the_bare_base(world, wstore):

@@ -51,10 +51,16 @@ def test_not_significant_with_four_documents():
     assert "cannot_reach_significance" in [n.code for n in v.notes]
 
 
+# These cases isolate one rule, so they use a tolerance below their mean move.
+FINE = GateSettings(unchanged_tolerance=0.001)
+
+
 def test_below_eta_only():
     # All 10 better by 0.005: p = 1/1024 but mean -0.005 > -eta = -0.01.
-    v = decide(inputs(shifted(n=10, delta=-0.005)))
+    v = decide(inputs(shifted(n=10, delta=-0.005), settings=FINE))
     assert v.verdict == "NoImprovement" and codes(v) == ["below_eta"]
+    # with the default tolerance (= eta_min) the same move also counts as "did not move"
+    assert codes(decide(inputs(shifted(n=10, delta=-0.005)))) == ["action_score_unchanged", "below_eta"]
 
 
 def test_eta_grows_with_the_noise():
@@ -144,7 +150,7 @@ def test_canaries_worse_with_scored_loss():
     # scored d = +0.05 / -0.03 alternating: mean +0.01, not significantly worse
     # (p_worse = 232/1024 = 0.227, the mirror image of the eta case above); canaries +0.05.
     sc = make_scores([2.0] * 10, [2.05, 1.97] * 5, [2.0] * 4, [2.05] * 4)
-    v = decide(inputs(sc))
+    v = decide(inputs(sc, settings=FINE))
     assert v.scored.p_worse == 232 / 1024
     assert v.verdict == "Regressed" and codes(v) == ["canaries_worse"]
 
