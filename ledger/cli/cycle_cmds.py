@@ -125,23 +125,25 @@ def gens(json_: JsonOpt = False):
 
     store = open_store()
     rows = generation_rows(store)
-    def render():
-        from rich.markup import escape
-        from rich.table import Column, Table
+    emit(json_, rows, lambda: render_gens(store, rows))
 
-        from ledger.cli.render import loss_spark
 
-        t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", Column("loss", min_width=10), "note",
-                  box=None, header_style="bold")
-        for r in rows:
-            style = VERDICT_STYLE.get(r["verdict"] or "", "")
-            delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
-            spark = loss_spark(store.get_json(r["receipt"]).get("losses"), 10, numbers=False) if r["receipt"] else ""
-            t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
-                      r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
-                      delta, spark or "-", escape(r["note"]))
-        common.console().print(t)
-    emit(json_, rows, render)
+def render_gens(store, rows) -> None:
+    from rich.markup import escape
+    from rich.table import Column, Table
+
+    from ledger.cli.render import loss_spark
+
+    t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", Column("loss", min_width=10), "note",
+              box=None, header_style="bold")
+    for r in rows:
+        style = VERDICT_STYLE.get(r["verdict"] or "", "")
+        delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
+        spark = loss_spark(store.get_json(r["receipt"]).get("losses"), 10, numbers=False) if r["receipt"] else ""
+        t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
+                  r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
+                  delta, spark or "-", escape(r["note"]))
+    common.console().print(t)
 
 
 def diff(a: Annotated[str, typer.Argument(help="gen-N, receipt or plan")],

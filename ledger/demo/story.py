@@ -128,10 +128,8 @@ def run_demo(directory: Path, console=None) -> dict:
     d = diff(store, "gen-0", "gen-1") if len(rows) > 1 else None
     if console:
         from ledger.cli import cycle_cmds
-        from ledger.cli import common
 
-        common._console = console
-        cycle_cmds.gens.__wrapped__() if hasattr(cycle_cmds.gens, "__wrapped__") else _gens_table(console, rows)
+        cycle_cmds.render_gens(store, rows)
         if d:
             cycle_cmds.render_diff(d)
     story["diff_fields"] = len(d["fields"]) if d else 0
@@ -152,18 +150,3 @@ def run_demo(directory: Path, console=None) -> dict:
     out.say(f"\n[bold]done in {story['seconds']} s.[/] Look around: [cyan]ledger --store {root} log[/], "
             f"[cyan]ledger --store {root} gens[/], [cyan]ledger --store {root} show HEAD[/]")
     return story
-
-
-def _gens_table(console, rows) -> None:
-    from rich.table import Table
-
-    from ledger.cli.common import short
-    from ledger.cli.render import VERDICT_STYLE
-
-    t = Table("", "gen", "adapter", "verdict", "Δ score", "note", box=None, header_style="bold")
-    for r in rows:
-        style = VERDICT_STYLE.get(r["verdict"] or "", "")
-        delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
-        t.add_row("HEAD →" if r["head"] else "", r["name"], short(r["adapter"], 8),
-                  f"[{style}]{r['verdict']}[/]" if style else "-", delta, r["note"])
-    console.print(t)

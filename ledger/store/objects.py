@@ -8,6 +8,7 @@ never rewritten. Every read re-checks the hash (BLAKE3 is cheap), so nothing cor
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,14 @@ def hash_file(path: Path) -> str:
         with open(path, "rb") as f:
             h.update(f.read())
     return PREFIX + h.hexdigest()
+
+
+def _hash_window(h, fd: int, off: int, n: int) -> None:
+    """Feed bytes [off, off+n) of fd to the hasher through a memory map of just that window."""
+    start = off - off % mmap.ALLOCATIONGRANULARITY  # maps must start on a granule boundary
+    with mmap.mmap(fd, n + off - start, offset=start, access=mmap.ACCESS_READ) as m:
+        with memoryview(m) as view:
+            h.update(view[off - start:])
 
 
 class ObjectStore:
@@ -165,31 +174,28 @@ class ObjectStore:
             raise
 
     def put_file(self, src: Path, progress=None) -> tuple[str, int, bool]:
-        """Copy a file into the store, hashing while copying. Memory stays at one chunk.
+        """Copy a file into the store, hashing while copying. Memory stays small.
 
         The copy is done by the kernel (copy_file_range, as `cp` does), so its cost is the
-        disk's; a worker thread meanwhile reads the same bytes from the page cache into the
-        multi-threaded BLAKE3 hasher (GIL released). A file that changes during the copy is
-        refused, so the stored bytes are the hashed bytes.
+        disk's. A worker thread hashes each copied window of the *destination* straight from
+        the page cache through a short-lived memory map (no extra copy; multi-threaded BLAKE3,
+        GIL released), so the id is the hash of exactly the bytes stored. The destination is
+        ours alone, so no one can truncate it under the map. A source that changes during the
+        copy is refused.
         """
         src = Path(src)
         st0 = os.stat(src)
         tmp = fsio.tmp_path(self.tmp)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-
-        def hash_source():
-            buf = bytearray(CHUNK)
-            with open(src, "rb", buffering=0) as f:
-                while n := f.readinto(buf):
-                    h.update(memoryview(buf)[:n])
-
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                with ThreadPoolExecutor(1) as pool:
-                    hashed = pool.submit(hash_source)
-                    self._copy(src, fd, st0.st_size, progress)
-                    hashed.result()
+                with ThreadPoolExecutor(1) as pool:  # one worker: windows are hashed in order
+                    pending = []
+                    self._copy(src, fd, st0.st_size, progress,
+                               on_window=lambda off, n: pending.append(pool.submit(_hash_window, h, fd, off, n)))
+                    for f in pending:
+                        f.result()
                 faults.point("object.before-fsync")
                 os.fsync(fd)
             finally:
@@ -207,7 +213,7 @@ class ObjectStore:
             raise
 
     @staticmethod
-    def _copy(src: Path, fd_out: int, size: int, progress) -> None:
+    def _copy(src: Path, fd_out: int, size: int, progress, on_window) -> None:
         step = 64 << 20
         with open(src, "rb", buffering=0) as fi:
             fd_in = fi.fileno()
@@ -230,6 +236,7 @@ class ObjectStore:
                         fsio.write_all(fd_out, data, "copying a file into the store")
                 if n == 0:
                     break  # the file shrank: caught by the size check after the copy
+                on_window(done, n)
                 done += n
                 if progress:
                     progress(n)
