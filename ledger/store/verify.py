@@ -8,6 +8,7 @@ or information (dangling objects that gc would remove).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ledger.store import index
@@ -32,6 +33,14 @@ class Report:
 
 
 def verify(store, read_data: bool = False, progress=None) -> Report:
+    # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
+    # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
+    with ThreadPoolExecutor(1) as pool:
+        indexed = pool.submit(index.indexed_seq, store.root)
+        return _verify(store, read_data, progress, indexed)
+
+
+def _verify(store, read_data: bool, progress, indexed) -> Report:
     rep = Report()
     j = store.journal
     scan = j.scan()
@@ -104,7 +113,7 @@ def verify(store, read_data: bool = False, progress=None) -> Report:
         rep.info.append({"what": "dangling", "count": len(dangling), "ids": dangling[:50],
                          "message": f"{len(dangling)} object(s) no record reaches (`ledger gc` removes them)"})
 
-    seq = index.indexed_seq(store.root)
+    seq = indexed.result()
     if seq is None:
         rep.warnings.append({"what": "index", "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
     elif seq != st.seq:
