@@ -262,6 +262,10 @@ MEMORY_CONFIGS = [
          r=16, padded=True),
     dict(name="m6 h768 L12 kv12 mlp r64 12x1024", hidden=768, layers=12, heads=12, kv=12, inter=2048, seq=1024, batch=12,
          r=64, modules=("gate_proj", "up_proj", "down_proj")),
+    dict(name="m7 h1024 L12 kv2 hd128 all r16 6x1536", hidden=1024, layers=12, heads=8, kv=2, inter=3072, seq=1536, batch=6,
+         r=16),
+    dict(name="m8 h2048 L4 kv4 all r16 8x2048 (the 1B's layer, 4 layers)", hidden=2048, layers=4, heads=32, kv=4, inter=5632,
+         seq=2048, batch=8, r=16),
 ]
 
 
@@ -270,6 +274,8 @@ def part_memory(a, out):
     rows = []
     configs = MEMORY_CONFIGS if not a.tiny else [dict(name="tiny", hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64,
                                                       batch=4, r=8)]
+    if a.configs:
+        configs = [c for want in a.configs.split(",") for c in configs if c["name"].split()[0] == want]
     for cfg in configs:
         cfg = dict(cfg)
         name, padded = cfg.pop("name"), cfg.pop("padded", False)
@@ -314,6 +320,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="kernels,bench,ddp,memory")
     ap.add_argument("--steps", type=int, default=7)
+    ap.add_argument("--configs", default="", help="memory part: only these configurations (m1,m2,...), in this order")
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes: checks the script's code paths")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     a = ap.parse_args()

@@ -102,17 +102,20 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
     H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads
-    q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    q_dim = a.heads * a.head_dim
     BT = B * T
     mods = set(modules)
     # Saved per token per layer (elements of e bytes unless noted):
     #   the layer input and the mid-layer residual, for the two RMSNorm backwards (2H) + rstd (2 x 4 B)
     #   the normalised inputs LoRA A reads: attention's if q/k/v are adapted, the MLP's if gate/up are
-    #   SDPA's q and k after RoPE, v, its output (which o_proj reads) and log-sum-exp (nh x 4 B)
+    #   SDPA's q, and k and v EXPANDED to all nh heads (torch's SDPA meets grouped-query attention
+    #   by repeating k and v before the kernel, and the kernel's backward keeps what it was given:
+    #   measured on an H200, benchmarks/RESULTS.md), its output (which o_proj reads) and its
+    #   log-sum-exp (nh x 4 B)
     #   gate and up (SiLU*up's backward), and their product if down_proj is adapted (LoRA A's input)
     #   each adapted module's A output (r)
     per_token = (e * (2 * H + H * (bool(mods & {"q_proj", "k_proj", "v_proj"}) + bool(mods & {"gate_proj", "up_proj"}))
-                      + 2 * q_dim + 2 * kv_dim + 2 * I + (I if "down_proj" in mods else 0) + r * len(mods))
+                      + 2 * q_dim + 2 * q_dim + 2 * I + (I if "down_proj" in mods else 0) + r * len(mods))
                  + 4 * nh + 2 * 4)
     # A padded batch carries an explicit mask: built once per forward (bool B x T x T) and kept by
     # every layer's memory-efficient attention as a bias (B x T x T in e bytes).
