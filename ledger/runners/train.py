@@ -137,6 +137,10 @@ def child_env(work: Path, plan: dict) -> dict:
                 "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                 "OPENBLAS_NUM_THREADS": threads, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"})
+    if plan["runtime"].get("loop") == "compiled":
+        # Inductor compiles in a pool of worker processes by default; a confined child grants
+        # /proc/self to itself only, so its workers cannot run there: compile in-process.
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if plan["config"]["train"].get("devices", 1) > 1:
         # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
         # multicast stays off unless asked for: a LoRA's gradients are small, and on shared

@@ -291,3 +291,23 @@ def test_fused_lora_on_the_gpu_matches_the_torch_reference():
     assert float((ga - a.grad).norm() / a.grad.norm()) < 2e-2 and float((gb - b.grad).norm() / b.grad.norm()) < 2e-2
     with pytest.raises(RealizationUnavailable):
         lora_train.fused_lora(torch.cat([x, x]), w, a, b, s, op)     # 16 rows: loud, never torch
+
+
+def test_compiled_layers_never_fall_back_to_eager_past_the_recompile_limit(monkeypatch, tmp_path):
+    """dynamo runs layers past its recompile limit eagerly, silently: the limit must cover every
+    layer and hitting it must raise (a 22-layer plan ran 14 layers eagerly on an H200 before)."""
+    import torch._dynamo as dynamo
+    import torch.nn as nn
+
+    from ledger.runners import child
+    from ledger.runners import train as trainlib
+
+    for name in ("recompile_limit", "fail_on_recompile_limit_hit"):
+        monkeypatch.setattr(dynamo.config, name, getattr(dynamo.config, name))
+    layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(30)])
+    child.compile_layers(layers)
+    assert dynamo.config.recompile_limit >= 30 and dynamo.config.fail_on_recompile_limit_hit is True
+    assert all(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers)
+    plan = {"runtime": {"threads": 1, "loop": "compiled"}, "config": {"train": {"devices": 2}}}
+    env = trainlib.child_env(tmp_path, plan)
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
