@@ -11,8 +11,8 @@ image therefore gets:
               (manifest, base manifest and files, adapter tree and files, capability modules and
               manifests) for EVERY generation, so a rollback is served without a restart; the
               compiled-capability cache folder (`.ledger/cache/wasm`, compiled code only)
-  read-write  its buffer folder `.ledger/run/image/` and a private scratch folder (HOME, TMPDIR,
-              the model files it unpacks)
+  read-write  its buffer folder `.ledger/run/image/`, which holds its buffer files and its
+              scratch folder (HOME, TMPDIR, the model files it unpacks)
   the folders the generations grant to capabilities (`dir:` handles; ro or rw as granted)
   no TCP at all; `.ledger/sealed/` is listed as protected, so a policy reaching it is refused
 
@@ -69,7 +69,7 @@ def capability_dirs(store, gens) -> tuple[set[Path], set[Path]]:
     return ro, rw
 
 
-def policy(store, gens, scratch: Path, buffer_dir: Path):
+def policy(store, gens, buffer_dir: Path):
     """(SandboxPolicy, object ids granted) for an image serving any of `gens`."""
     from ledger.sandbox import SandboxPolicy
 
@@ -89,7 +89,7 @@ def policy(store, gens, scratch: Path, buffer_dir: Path):
         read.append(str(wasm))
     ro, rw = capability_dirs(store, gens)
     read += sorted(map(str, ro - rw))
-    p = SandboxPolicy(read_only=tuple(read), read_write=(str(buffer_dir), str(scratch), *sorted(map(str, rw))),
+    p = SandboxPolicy(read_only=tuple(read), read_write=(str(buffer_dir), *sorted(map(str, rw))),
                       protected=(str(store.root / "sealed"),), network=False, shared_memory=False)
     p.check()
     return p, objects
@@ -100,7 +100,9 @@ def rules(p) -> dict:
     return {"grants": [[g.path, g.kind] for g in p.grants()], "network": p.network, "landlock": True}
 
 
-def scratch_dir() -> Path:
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="ledger-image-")).resolve()
+def scratch_dir(buffer_dir: Path, session: str) -> Path:
+    """The image's private scratch folder (HOME, TMPDIR, unpacked model files), inside its buffer
+    folder: already writable to it, and removed by the next keeper if this one is killed."""
+    d = Path(buffer_dir) / f"scratch-{session}"
+    d.mkdir(mode=0o700)
+    return d.resolve()

@@ -41,7 +41,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ledger.errors import BadInput, ImageUnavailable, InternalError, LedgerError, Locked, Refused, SandboxUnavailable
+from ledger.errors import (BadInput, ImageUnavailable, InternalError, LedgerError, Locked, Refused, SandboxUnavailable,
+                           StoreCorrupt)
 from ledger.image import context as ctxlib
 from ledger.image import protocol
 
@@ -210,6 +211,10 @@ class Keeper:
             self.readers.pop(session, None)
         for marker in self.buffer.glob("held-*"):
             marker.unlink()
+        import shutil
+
+        for old in self.buffer.glob("scratch-*"):
+            shutil.rmtree(old, ignore_errors=True)
 
     def _fold(self, session: str, final: bool = False) -> None:
         from ledger import experience
@@ -294,14 +299,17 @@ class Keeper:
 
         st, offset = _journal_position(self.store)
         head = generations.head(self.store)
-        if head is None:
-            raise Refused("there is no generation to serve")
+        if head is None or head.base is None:
+            raise Refused(f"{head.name if head else 'HEAD'} names no base weights, so there is no model to serve",
+                          "commit a generation with a base (`ledger run`, `ledger demo`) or roll back to one")
         gens = confine.all_generations(self.store)
         self._warm_capabilities(gens)
-        scratch = confine.scratch_dir()
+        session = uuid.uuid4().hex[:16]
+        # Scratch inside the image's own folder, so that a keeper that was killed leaves nothing
+        # behind that the next one does not clean up (recover()).
+        scratch = confine.scratch_dir(self.buffer, session)
         try:
-            policy, objects = confine.policy(self.store, gens, scratch, self.buffer)
-            session = uuid.uuid4().hex[:16]
+            policy, objects = confine.policy(self.store, gens, self.buffer)
             recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
             cfg = {"store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
                    "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
@@ -757,8 +765,13 @@ def start_detached(store_root, args: list[str] = (), *, timeout: float = READY_T
     return its status once it serves (or raise, with the log's tail)."""
     root = Path(store_root)
     run = protocol.run_dir(root)
+    st = status(root)
+    if st.get("running"):
+        raise Locked(f"an image is already serving this store (keeper pid {st.get('pid')})",
+                     "see `ledger image status`; stop it with `ledger image stop`")
     run.mkdir(exist_ok=True)
     log = open(run / protocol.LOG_FILE, "ab")
+    start = log.tell()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "ledger.image", "--store", str(root), *args],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -769,8 +782,15 @@ def start_detached(store_root, args: list[str] = (), *, timeout: float = READY_T
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
-            tail = (run / protocol.LOG_FILE).read_bytes()[-2000:].decode("utf-8", "replace")
-            raise InternalError(f"`ledger serve` exited with {code} before serving", tail.strip().splitlines()[-1] if tail.strip() else "")
+            with open(run / protocol.LOG_FILE, "rb") as f:
+                f.seek(start)
+                said = f.read().decode("utf-8", "replace").strip().splitlines()
+            # the keeper logs a LedgerError as "error: MESSAGE (hint: HINT)" and exits with its code
+            last = next((line for line in reversed(said) if "] error: " in line), "")
+            msg, _, hint = last.partition("] error: ")[2].rpartition(" (hint: ")
+            cls = {2: BadInput, 3: Refused, 4: StoreCorrupt, 5: Locked}.get(code, InternalError)
+            raise cls(msg or f"`ledger serve` exited with {code} before serving",
+                      hint.rstrip(")") if hint else f"see {run / protocol.LOG_FILE}")
         st = status(root)
         if st.get("running") and st.get("state") == "serving" and st.get("pid") == proc.pid:
             return st

@@ -151,6 +151,9 @@ class Image:
         if head not in self.allowed:
             raise _Restart(f"HEAD moved to a generation committed after this image started ({head[:15]}…)")
         g = generations.from_manifest(head, self.store.get_json(head))
+        if g.base is None:
+            raise Refused(f"HEAD ({g.name}) names no base weights, so there is no model to serve",
+                          "roll back to a generation with a base (`ledger gens`)")
         if g.base != self.model.base_id:
             raise _Restart(f"{g.name} is built on another base")
         self.model.use(g.adapter)

@@ -46,7 +46,7 @@ def test_round_trip_and_exactly_once(served):
     # the CLI client, and ground truth attached later by request id
     p = ledger_cmd("act", "user: what is 5 plus 6?", "--action", "call adder.add(5, 6)", "--json", cwd=served.project, check=True)
     assert json.loads(p.stdout)["turn_id"] == "t5"
-    p = ledger_cmd("outcome", "gen-1st", "whatever the user wanted", "--json", cwd=served.project, check=True)
+    p = ledger_cmd("outcome", "gen-1st", "whatever the user wanted", "--json", *WAIT, cwd=served.project, check=True)
     assert json.loads(p.stdout)["turn"] == "t1"
     q = Store.open(served.project).query("select turn, outcome from outcomes")[1]
     assert q == [("t1", "whatever the user wanted")]
@@ -57,6 +57,8 @@ def test_round_trip_and_exactly_once(served):
     with pytest.raises(Exception) as ei:
         server.serve(Store.open(served.project))
     assert isinstance(ei.value, Locked)
+    p = ledger_cmd("serve", "--detach", cwd=served.project)
+    assert p.returncode == 5 and "already serving" in p.stderr
     p = ledger_cmd("image", "status", "--json", cwd=served.project, check=True)
     st = json.loads(p.stdout)
     assert st["running"] and st["context"]["counters"]["turns"] == 5 and st["context"]["cursor"]["turn"] == 5
@@ -85,6 +87,11 @@ def test_context_is_restored_not_replayed(served):
     assert r["duplicate"] and r["turn_id"] == "t2" and len(served.turns()) == 3
 
 
+# While an image serves, its commits hold the store lock for a moment every 0.25 s at most:
+# other writers wait for it (--wait) instead of failing fast.
+WAIT = ("--wait", "30")
+
+
 def test_rollback_and_new_generation_while_serving(served):
     served.start()
     s = Store.open(served.project)
@@ -92,14 +99,14 @@ def test_rollback_and_new_generation_while_serving(served):
     sit = "user: what is 3 plus 4?"
     a2 = served.act(sit, max_new=12)["turn"]
     assert a2["generation"] == g2.id
-    ledger_cmd("rollback", "gen-1", cwd=served.project, check=True)
+    ledger_cmd("rollback", "gen-1", *WAIT, cwd=served.project, check=True)
     a1 = served.act(sit, max_new=12)["turn"]
     assert a1["generation"] == g1.id and a1["gen"] == 1
     assert a1["action"] != a2["action"], "gen-1 has no adapter: the weights switched"
-    ledger_cmd("rollback", "gen-0", cwd=served.project, check=True)
+    ledger_cmd("rollback", "gen-0", *WAIT, cwd=served.project, check=True)
     t0 = served.act(sit, action="call adder.add(3, 4)")["turn"]
     assert t0["gen"] == 0 and t0["outcome"].startswith("error: no capability named 'adder'")
-    ledger_cmd("rollback", "--undo", cwd=served.project, check=True)     # back to gen-1
+    ledger_cmd("rollback", "--undo", *WAIT, cwd=served.project, check=True)     # back to gen-1
     assert served.act(sit, action="call adder.add(3, 4)")["turn"]["outcome"] == "7"
     pid = served.status()["image_pid"]
     assert pid == served.image_pid, "rollbacks switch in place, without a restart"
@@ -108,7 +115,7 @@ def test_rollback_and_new_generation_while_serving(served):
     from tests.capabilities.helpers import ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, write_cap
 
     src, man = write_cap(served.project, "plus", ADDER_WAT, ADDER_EXPORTS, ADDER_TESTS)
-    ledger_cmd("capability", "add", src, "--manifest", man, cwd=served.project, check=True)
+    ledger_cmd("capability", "add", src, "--manifest", man, *WAIT, cwd=served.project, check=True)
     t = served.act(sit, action="call plus.add(3, 4)")["turn"]
     assert t["outcome"] == "7" and t["gen"] == 3
     st = served.status()
