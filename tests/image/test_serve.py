@@ -142,3 +142,48 @@ def test_bad_requests_record_nothing(served):
     served.stop()
     with pytest.raises(ImageUnavailable):
         served.act("user: hi")
+
+
+def test_pause_holder_gone_resumes_and_sigterm_stops(served):
+    """A client that paused the image and died (a killed `ledger run`) does not leave it stopped;
+    a foreground `ledger serve` stops cleanly on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ledger.image import protocol
+
+    served.start()
+    first = served.image_pid
+    s = protocol._connect(protocol.control_socket(served.root), 30)
+    s.sendall(protocol.encode({"op": "pause"}))
+    assert protocol.decode(protocol.LineReader(s).read_line())["paused"]
+    assert served.status()["state"] == "paused"
+    s.close()                                                # gone without "resume"
+    deadline = time.monotonic() + 60
+    while served.status().get("state") != "serving":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert served.status()["image_pid"] != first
+    assert served.act("user: hi", action="refuse: no")["turn"]["refusal"]
+    served.stop()
+
+    p = subprocess.Popen([sys.executable, "-m", "ledger.cli.main", "serve"], cwd=served.project,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while served.status().get("state") != "serving":
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else ""
+            time.sleep(0.1)
+        served.act("user: hi", action="refuse: no")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    events = [r["payload"]["event"] for r in Store.open(served.project).journal.records() if r["kind"] == "image"]
+    assert events == ["start", "pause", "resume", "stop", "start", "stop"]
+    assert len(served.turns()) == 2 and not served.status()["running"]
+    assert not os.path.exists(protocol.image_socket(served.root))
