@@ -143,6 +143,7 @@ class SpoolReader:
 
     def read(self, final: bool = False) -> list[Entry]:
         out: list[Entry] = []
+        reread = False
         while True:
             path = part_path(self.dir, self.session, self.part)
             try:
@@ -182,10 +183,15 @@ class SpoolReader:
             rest = data[pos:]
             nxt = part_path(self.dir, self.session, self.part + 1)
             if nxt.exists():
+                if rest and not reread:
+                    # The writer finishes a part before it creates the next one, so this read
+                    # raced with the last append: read the rest of the part again.
+                    reread = True
+                    continue
                 if rest:
                     raise self._bad(path, self.offset, "an unfinished line before the next part")
                 self.done_parts.append(path)
-                self.part, self.offset = self.part + 1, 0
+                self.part, self.offset, reread = self.part + 1, 0, False
                 continue
             if rest and final:
                 self.torn = rest

@@ -57,3 +57,13 @@ def test_damage_is_corruption(tmp_path, damage):
     with pytest.raises(spool.SpoolCorrupt) as ei:
         spool.SpoolReader(tmp_path, "c" * 16).read(final=True)
     assert ei.value.exit_code == 4 and p.name in ei.value.message
+
+
+def test_unfinished_line_before_a_later_part_is_corruption(tmp_path):
+    w = spool.SpoolWriter(tmp_path, "d" * 16)
+    w.append(_turn(1), {})
+    os.write(w.fd, spool.encode_entry("d" * 16, 2, _turn(2), {})[:20])
+    spool.part_path(tmp_path, "d" * 16, 1).write_bytes(spool.encode_entry("d" * 16, 2, _turn(2), {}))
+    with pytest.raises(spool.SpoolCorrupt) as ei:
+        spool.SpoolReader(tmp_path, "d" * 16).read()
+    assert "unfinished line before the next part" in ei.value.message
