@@ -147,6 +147,9 @@ def _render_status(st: dict) -> None:
     if not st.get("running"):
         c.print("no image is serving this store")
         return
+    if st.get("state") == "busy":
+        c.print(f"[yellow]busy[/]: the keeper (pid {st.get('pid') or '?'}) is starting or stopping an image; ask again shortly")
+        return
     ctx = st.get("context") or {}
     n = ctx.get("counters") or {}
     box = st.get("sandbox") or {}

@@ -186,6 +186,10 @@ def to_error(reply: dict) -> LedgerError:
 _GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+class NoReply(ImageUnavailable):
+    """Something listens on the socket but did not answer in time (busy, or paused by a cycle)."""
+
+
 def _connect(path: Path, timeout: float) -> socket.socket:
     if len(str(path).encode()) > SUN_PATH_MAX:
         raise BadInput(f"socket path {path} is longer than the {SUN_PATH_MAX} bytes a Unix socket allows",
@@ -213,7 +217,7 @@ def request(path: Path, msg: dict, *, timeout: float = 60.0, retry: bool = True)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ImageUnavailable(f"{what} did not answer within {timeout:g} s",
+            raise NoReply(f"{what} did not answer within {timeout:g} s",
                                    "it may be paused by a learn cycle; retry with a longer --timeout "
                                    "(the same request id is safe to resend)")
         try:

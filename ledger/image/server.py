@@ -709,9 +709,17 @@ def control(store_root, op: str, *, timeout: float = 30.0) -> dict:
     return reply
 
 
-def status(store_root) -> dict:
+def status(store_root, timeout: float = 10.0) -> dict:
+    """The keeper's status; {"running": false} when none listens; {"running": true, "state":
+    "busy"} when one listens but is in the middle of starting or stopping an image."""
     try:
-        return control(store_root, "status", timeout=10.0)
+        return control(store_root, "status", timeout=timeout)
+    except protocol.NoReply:
+        try:
+            known = json.loads((protocol.run_dir(store_root) / protocol.STATE_FILE).read_text())
+        except (OSError, ValueError):
+            known = {}
+        return {"running": True, "state": "busy", "pid": known.get("pid")}
     except ImageUnavailable:
         return {"running": False}
 
