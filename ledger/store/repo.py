@@ -257,7 +257,7 @@ class Store:
 
     @contextmanager
     def transaction(self, kind: str, actor: str | None = None, wait: float | None = None):
-        if wait is None:
+        if not wait:  # None or 0 (the CLI's default): LEDGER_LOCK_WAIT may still ask to wait
             wait = float(os.environ.get("LEDGER_LOCK_WAIT", "0"))
         with self.locked(wait):
             st, end = self._writer_state()
