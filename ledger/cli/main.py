@@ -45,13 +45,7 @@ def _root(
 
 def _register() -> None:
     for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # a command group not built yet
-            raise
-        mod.register(app)
+        importlib.import_module(name).register(app)
 
 
 _register()
