@@ -19,4 +19,4 @@ def find_root(dir: str | Path | None = None) -> Path:
         p = p / DIRNAME
     if not (p / "config").is_file():
         raise NotAStore(f"no ledger store at {p}")
-    return p
+    return p.absolute()

@@ -100,6 +100,9 @@ class Transaction:
 
 class Store:
     def __init__(self, root: Path):
+        # Absolute: training and serving children run in other working directories, and
+        # every path handed to them is derived from the root.
+        root = Path(root).absolute()
         self.root = root
         self.objects = ObjectStore(root)
         self.journal = Journal(root)

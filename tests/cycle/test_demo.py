@@ -12,7 +12,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_story(tmp_path):
-    p = ledger_cmd("demo", "--dir", tmp_path / "d", "--json", cwd=tmp_path, check=True, timeout=600)
+    # a relative --dir, as `make demo` uses: children run elsewhere, paths must still resolve
+    p = ledger_cmd("demo", "--dir", "d", "--json", cwd=tmp_path, check=True, timeout=600)
     story = json.loads(p.stdout)
     assert story["cycle1"]["verdict"] == "Accept" and story["cycle1"]["generation"] == "gen-1"
     assert story["cycle2"]["verdict"] != "Accept" and story["cycle2"]["reasons"]
@@ -37,3 +38,14 @@ def test_demo_folder_is_rebuilt_only_if_it_is_a_demo(tmp_path):
     assert (d / MARKER).exists()
     d = _prepare(tmp_path / "d")
     assert not (d / "junk").exists()
+
+
+def test_relative_store_paths_work_for_children(tmp_path, monkeypatch):
+    """`ledger demo --dir ledger-demo` and `--store rel/path` hand paths to sandboxed children
+    running in other working directories: the store root must be absolute."""
+    from ledger.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    s = Store.init("rel")
+    assert s.root.is_absolute()
+    assert Store.open("rel").root == (tmp_path / "rel" / ".ledger")
