@@ -10,6 +10,7 @@ the last committed stage. Only Accept commits a generation; every other outcome 
 
 from __future__ import annotations
 
+import calendar
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,8 +53,9 @@ class CycleResult:
 
 
 def _seconds_since(iso: str) -> float:
-    t = time.mktime(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-    return time.time() - t
+    """Seconds since a journal time (UTC, `...Z`). timegm, not mktime: mktime reads local time
+    and `- time.timezone` ignores daylight saving, which would shift the policy by an hour."""
+    return time.time() - calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S"))
 
 
 def last_cycle_end(store) -> dict | None:

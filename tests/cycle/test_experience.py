@@ -66,3 +66,18 @@ def test_run_not_due_changes_nothing(tmp_path):
 
     assert due(s, Policy()) == ["3 new turns recorded, 150 needed"]
     assert due(s, Policy(min_turns=3)) == []
+
+
+def test_seconds_since_journal_time_is_utc(monkeypatch):
+    import time
+
+    from ledger.cycle import _seconds_since
+    from ledger.store.journal import now
+
+    # Sydney keeps daylight saving in November, New York in summer: one of them is always in DST
+    for tz in ("UTC", "Australia/Sydney", "America/New_York"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        assert abs(_seconds_since(now())) < 5
+    monkeypatch.delenv("TZ")
+    time.tzset()
