@@ -12,9 +12,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ledger.errors import BadInput, SpecError
+from ledger.runners import recipe_cache
 from ledger.runners.spec import BUILTIN_DATASET
-from ledger.store import canonical
-from ledger.store.ids import hash_bytes, is_id
 
 BUILTIN_TURNS = 4000
 BUILTIN_SEED = 0
@@ -45,20 +44,12 @@ def builtin_bytes() -> bytes:
 def ensure_builtin(tx, store) -> str:
     recipe = {"dataset": BUILTIN_DATASET, "task": "ledger.demo.task/1", "n": BUILTIN_TURNS,
               "seed": BUILTIN_SEED, "pyarrow": version("pyarrow")}
-    cache = store.root / "cache" / "builtin-dataset" / hash_bytes(canonical.dumps(recipe))[3:35]
-    try:
-        oid = cache.read_text().strip()
-        if is_id(oid) and store.has(oid):
-            tx.objects[oid] = (store.objects.size(oid), "dataset")
-            return oid
-    except OSError:
-        pass
+    oid = recipe_cache.lookup(store, "builtin-dataset", recipe)
+    if oid:
+        tx.objects[oid] = (store.objects.size(oid), "dataset")
+        return oid
     oid = tx.put_bytes(builtin_bytes(), "dataset")
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(oid)
-    except OSError:
-        pass
+    recipe_cache.remember(store, "builtin-dataset", recipe, oid)
     return oid
 
 

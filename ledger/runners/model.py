@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ledger.errors import BadInput, SpecError
+from ledger.runners import recipe_cache
 from ledger.runners import tokenizer as toklib
 from ledger.runners.spec import BUILTIN_BASE
 from ledger.store import canonical
@@ -134,35 +135,24 @@ def _manifest(tree: str, cfg: dict, origin: dict) -> dict:
             "tokenizer": toklib.ByteTokenizer().id, "origin": origin}
 
 
-def _cache_path(store, recipe: dict) -> Path:
-    return store.root / "cache" / "builtin-base" / hash_bytes(canonical.dumps(recipe))[3:35]
-
-
 def ensure_builtin(tx, store, model: dict) -> str:
     """The built-in base for `model` (a spec [model] section), written into `tx` if new."""
     put_tokenizer(tx)
     recipe = builtin_recipe(model)
-    cache = _cache_path(store, recipe)
+    oid = recipe_cache.lookup(store, "builtin-base", recipe)
     try:
-        oid = cache.read_text().strip()
-        if is_id(oid) and store.has(oid):
-            man = store.get_json(oid)
-            if store.has(man["files"]):
-                tx.objects[oid] = (store.objects.size(oid), "base")
-                return oid
-    except (OSError, ValueError, KeyError, TypeError, BadInput):
-        pass  # a cache miss: rebuild (same bytes)
+        if oid and store.has(store.get_json(oid)["files"]):
+            tx.objects[oid] = (store.objects.size(oid), "base")
+            return oid
+    except (ValueError, KeyError, TypeError, BadInput):
+        pass  # a damaged entry is a cache miss: rebuild (same bytes)
     with tempfile.TemporaryDirectory(dir=store.tmp) as d:
         build_builtin_files(model, Path(d))
         tree = tx.put_tree(d)
     oid = tx.put_json(_manifest(tree, builtin_config(model), {"builtin": BUILTIN_BASE, "init_seed": model["init_seed"],
                                                               "torch": recipe["torch"],
                                                               "transformers": recipe["transformers"]}))
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(oid)
-    except OSError:
-        pass
+    recipe_cache.remember(store, "builtin-base", recipe, oid)
     return oid
 
 
