@@ -237,7 +237,10 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
     up_to_date = backend.exists(rm.object_key(man.id)) and not full
     if not up_to_date:
         present = backend.has_objects(sizes)
-        todo = [oid for oid in sorted(sizes) if oid not in present]
+        # The segment is written directly (write_small, durable on its own), the rest staged
+        # in batches; sending it first keeps the order of a push independent of where its
+        # (time-dependent) id happens to sort, so a rerun passes the same points in the same order.
+        todo = sorted((oid for oid in sizes if oid not in present), key=lambda o: (o != man.segment, o))
         progress.start(f"push → {backend.url}", len(todo), sum(sizes[o] for o in todo))
         lock = threading.Lock()
         counted = [0]

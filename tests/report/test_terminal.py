@@ -138,7 +138,10 @@ def _entry_script() -> Path:
 def test_shell_completion_script_and_completions():
     exe = _entry_script()
     env = {k: v for k, v in os.environ.items() if not k.startswith("_LEDGER")}
-    p = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True, env=env, timeout=60)
+    # `--show-completion` detects the calling shell from the parent process (CI runs under sh), so
+    # call it the way a user does: from bash. The trailing `; true` keeps bash from exec-ing ledger.
+    p = subprocess.run(["bash", "-c", f"'{exe}' --show-completion; true"], capture_output=True, text=True,
+                       env=env, timeout=60)
     assert p.returncode == 0 and "complete " in p.stdout and "_LEDGER_COMPLETE=complete_bash" in p.stdout
     p = subprocess.run([exe], capture_output=True, text=True, timeout=60,
                        env={**env, "_LEDGER_COMPLETE": "complete_bash", "COMP_WORDS": "ledger rep", "COMP_CWORD": "1"})
