@@ -9,10 +9,64 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli import common
+from ledger.cli import catalog, common
+
+class LazyGroup(typer.core.TyperGroup):
+    """The root command group, with its commands imported on first use.
+
+    Building click commands for all ~50 commands, and importing every module that defines
+    them, cost most of `ledger`'s start-up. Here `--help`, completion and typo suggestions read
+    the static catalog, and running a command imports only the module that registers it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.commands = _LazyCommands()
+
+    def list_commands(self, ctx):
+        return list(catalog.COMMANDS)
+
+    def format_commands(self, ctx, formatter):
+        from typer._click.utils import make_default_short_help
+
+        names = list(catalog.COMMANDS)
+        limit = formatter.width - 6 - max(map(len, names))
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, make_default_short_help(catalog.COMMANDS[n][1], limit)) for n in names])
+
+
+class _LazyCommands(dict):
+    """name -> click command, filled from the catalog on first lookup of each name."""
+
+    def __missing__(self, name):
+        if name not in catalog.COMMANDS:
+            raise KeyError(name)
+        module = catalog.COMMANDS[name][0]
+        # Build click commands for this module's registrations only, and of those only the one
+        # asked for (typer's conversion is the expensive part).
+        sub = typer.Typer(rich_markup_mode=None)
+        importlib.import_module(module).register(sub)
+        sub.registered_commands = [c for c in sub.registered_commands
+                                   if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+        sub.registered_groups = [g for g in sub.registered_groups if (g.name or g.typer_instance.info.name) == name]
+        group = typer.main.get_group(sub)
+        if name not in group.commands:  # the catalog is stale (tests/report/test_docs.py checks it)
+            raise KeyError(name)
+        self[name] = group.commands[name]
+        return self[name]
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def keys(self):  # typo suggestions ("did you mean …") read the names, not the commands
+        return catalog.COMMANDS.keys()
+
 
 app = typer.Typer(
     name="ledger",
+    cls=LazyGroup,
     help="A content-addressed experiment ledger for learning systems that change themselves.",
     no_args_is_help=True,
     add_completion=True,
@@ -21,34 +75,12 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# One module per command group; each exposes `register(app)`. Modules import only light
-# libraries at top level: torch/peft/transformers load inside the commands that need them.
-COMMAND_MODULES = [
-    "ledger.cli.store_cmds",
-    "ledger.cli.capability_cmds",
-    "ledger.cli.share_cmds",
-    "ledger.cli.train_cmds",
-    "ledger.cli.cycle_cmds",
-    "ledger.cli.gate_cmds",
-    "ledger.cli.report_cmds",
-    "ledger.cli.kernel_cmds",
-    "ledger.cli.image_cmds",
-]
-
 
 @app.callback()
 def _root(
     store: Annotated[Optional[str], typer.Option("--store", envvar="LEDGER_DIR", help="Store directory (default ./.ledger).")] = None,
 ):
     common.set_store_dir(store)
-
-
-def _register() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:

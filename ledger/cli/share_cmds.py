@@ -289,7 +289,7 @@ def fetch(
     jobs: JobsOpt = 4,
     json_: JsonOpt = False,
 ):
-    """Bring the closure of IDs (e.g. a colleague's receipt) here, verified; then `ledger reproduce ID`.
+    """Bring the closure of IDs (such as a colleague's receipt) here, verified; then `ledger reproduce ID`.
 
     Uses the signed manifest a push of those ids left where there is one; otherwise walks the
     remote object by object (refused when this store requires signatures)."""

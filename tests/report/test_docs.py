@@ -44,6 +44,26 @@ def test_command_reference_is_generated_and_current():
         assert f"`{cmd}`" in text
 
 
+def test_command_catalog_is_current():
+    """`ledger` lists and dispatches commands from a static catalog without importing them;
+    it must name exactly what the modules register, in their order, with their help."""
+    from ledger.cli import catalog
+
+    assert catalog.COMMANDS == catalog.scan(), "ledger/cli/catalog.py is stale: run `python -m ledger.cli.catalog`"
+
+
+def test_help_imports_no_command_module():
+    import subprocess
+    import sys
+
+    code = ("import sys; from ledger.cli.main import main; main(['--help']); "
+            "print(sorted(m for m in sys.modules if m.endswith('_cmds') or m.split('.')[0] in "
+            "('duckdb', 'torch', 'pyarrow', 'wasmtime', 'rich')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Commands:" in p.stdout and "report" in p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout.splitlines()[-1]
+
+
 def test_every_command_has_a_json_schema():
     text = (DOCS / "json.md").read_text(encoding="utf-8")
     headings = set(re.findall(r"^#{2,4} .*?`(ledger [^`]+)`", text, re.M))
