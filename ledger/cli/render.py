@@ -90,14 +90,34 @@ def _receipt_losses(recs: list[dict]) -> dict[int, list]:
 
 
 def records(recs: list[dict]) -> None:
-    from rich.table import Table
+    """The journal as a table: seq, time, kind, id, and a summary that wraps under its own
+    column. Laid out here rather than with rich.Table, whose import and layout pass were a
+    third of `ledger log`'s start-up."""
+    from rich.text import Text
 
     losses = _receipt_losses(recs)
-    t = Table("seq", "time", "kind", "id", "what", box=None, header_style="bold")
-    for r in recs:
-        t.add_row(str(r["seq"]), r["time"][:19].replace("T", " "), f"[cyan]{r['kind']}[/]", common.short(r["id"], 10),
-                  _summary(r, losses.get(r["seq"])))
-    common.console().print(t)
+    rows = [(str(r["seq"]), r["time"][:19].replace("T", " "), r["kind"], common.short(r["id"], 10),
+             Text.from_markup(_summary(r, losses.get(r["seq"])))) for r in recs]
+    head = ("seq", "time", "kind", "id")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+    c = common.console()
+    indent = " " * (sum(widths) + 2 * len(widths) + 1)
+    room = max(20, c.width - len(indent) - 1)
+
+    def line(values, styles, what: Text) -> Text:
+        t = Text(" ")
+        for v, w, st in zip(values, widths, styles):
+            t.append(v.ljust(w) + "  ", style=st)
+        return t.append_text(what)
+
+    lines = [line(head, ["bold"] * 4, Text("what", style="bold"))]
+    for *fixed, what in rows:
+        first, *rest = what.wrap(c, room) or [Text()]
+        for t in (first, *rest):
+            t.rstrip()  # a wrapped line keeps the space it broke at
+        lines.append(line(fixed, [None, None, "cyan", None], first))
+        lines += [Text(indent).append_text(more) for more in rest]
+    c.print(Text("\n").join(lines), soft_wrap=True)  # laid out already: no second wrap
 
 
 def record(r: dict) -> None:
