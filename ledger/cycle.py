@@ -120,9 +120,15 @@ def _find(store, kind: str, pred):
     return next((r for r in reversed(store.journal.records()) if r["kind"] == kind and pred(r["payload"])), None)
 
 
-def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
-              unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
-    """One learn cycle (or the rest of an interrupted one)."""
+def run_cycle(store, **kwargs) -> CycleResult:
+    """One learn cycle (or the rest of an interrupted one). Its stages are separate transactions
+    (each one a resume point); the index is brought up to date once, when the cycle ends."""
+    with store.index_deferred():
+        return _run_cycle(store, **kwargs)
+
+
+def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
+               unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
     from ledger.runners import compile as comp
     from ledger.runners import targets as targetlib
     from ledger.runners import train as trainlib

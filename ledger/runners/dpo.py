@@ -107,10 +107,11 @@ def pairs_table_bytes(rows: Iterable[tuple[str, str, str]]) -> bytes:
 
 def read_pairs_bytes(data: bytes, where: str) -> list[tuple[str, str, str]]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from ledger.runners.dataset import read_parquet
 
     try:
-        tbl = pq.read_table(io.BytesIO(data))
+        tbl = read_parquet(data)
     except (pa.ArrowException, OSError) as e:
         raise BadInput(f"{where} is not a Parquet table of pairs: {e}") from None
     missing = [f for f in PAIR_FIELDS if f not in tbl.column_names]

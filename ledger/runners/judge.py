@@ -24,7 +24,6 @@ ever meant to read, so it is its own small object named in the record's payload.
 from __future__ import annotations
 
 import dataclasses
-import io
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -124,10 +123,11 @@ def _init_adapter_of(store, receipt: dict) -> str | None:
 def export_rows(store, dataset_id: str) -> Iterator[tuple[str, str]]:
     """(row key, text) of a Parquet dataset object: every string column of a row, joined."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from ledger.runners.dataset import read_parquet
 
     try:
-        tbl = pq.read_table(io.BytesIO(store.get_bytes(dataset_id)))
+        tbl = read_parquet(store.get_bytes(dataset_id))
     except (pa.ArrowException, OSError) as e:
         raise BadInput(f"training export {dataset_id} is not a Parquet table: {e}",
                        "the contamination check reads the dataset object a receipt names") from None

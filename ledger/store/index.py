@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -111,14 +112,19 @@ def _create(con) -> None:
 ARROW_ROWS = 1000  # from this many rows on, insert through an Arrow table
 
 
+def _use_arrow(rows: int) -> bool:
+    # A transaction adds a handful of rows: importing pyarrow (and numpy) for them cost ~0.2 s
+    # of every write command, four times what inserting them row by row costs. Where pyarrow
+    # is loaded already, or for a rebuild, Arrow is the faster path.
+    return rows >= ARROW_ROWS or "pyarrow" in sys.modules
+
+
 def _insert(con, batch: dict[str, list[tuple]]) -> None:
     for table, rows in batch.items():
         if not rows:
             continue
         cols = COLUMNS[table]
-        if len(rows) < ARROW_ROWS:
-            # A transaction adds a handful of rows: importing pyarrow (and numpy) for them cost
-            # ~0.2 s of every write command, four times what inserting them row by row costs.
+        if not _use_arrow(len(rows)):
             con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
             continue
         import pyarrow as pa

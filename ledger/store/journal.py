@@ -39,13 +39,12 @@ def default_actor() -> str:
     if actor:
         return actor
     import getpass
-    import socket
 
     try:
         user = getpass.getuser()
     except Exception:  # no passwd entry in some containers; the actor is informational
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{os.uname().nodename}"
 
 
 def make_record(seq: int, prev: str | None, kind: str, inputs, outputs, actor: str, payload: dict) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +51,7 @@ class LockInfo:
 
     @property
     def local(self) -> bool:
-        return self.host == socket.gethostname()
+        return self.host == os.uname().nodename
 
     def status(self) -> str:
         """'live', 'dead' or 'foreign' (another host: unknown)."""
@@ -92,10 +91,10 @@ class Lock:
                 age = time.time() - self.path.stat().st_mtime
             except FileNotFoundError:
                 return None
-            return LockInfo(0 if age > 5 else os.getpid(), socket.gethostname(), 0.0, None, raw)
+            return LockInfo(0 if age > 5 else os.getpid(), os.uname().nodename, 0.0, None, raw)
 
     def acquire(self, wait: float = 0.0) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "start": _proc_start(os.getpid())}
+        me = {"pid": os.getpid(), "host": os.uname().nodename, "time": time.time(), "start": _proc_start(os.getpid())}
         data = json.dumps(me).encode()
         deadline = time.monotonic() + wait
         delay = 0.005

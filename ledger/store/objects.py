@@ -11,7 +11,6 @@ import errno
 import mmap
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import blake3
@@ -190,6 +189,8 @@ class ObjectStore:
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
+                from concurrent.futures import ThreadPoolExecutor  # only large files need it (import: ~9 ms)
+
                 with ThreadPoolExecutor(1) as pool:  # one worker: windows are hashed in order
                     pending = []
                     self._copy(src, fd, st0.st_size, progress,

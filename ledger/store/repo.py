@@ -98,6 +98,9 @@ class Transaction:
         return self.put_json({"kind": "tree", "entries": entries}, kind)
 
 
+TAIL_SYNC_MAX = 10_000  # index catch-up reads up to this many records from the journal's end
+
+
 class Store:
     def __init__(self, root: Path):
         # Absolute: training and serving children run in other working directories, and
@@ -111,6 +114,7 @@ class Store:
         self.warnings: list[str] = []
         self._state: State | None = None
         self._scan_end = 0
+        self._index_deferred = 0  # > 0 inside index_deferred(): commits leave the index behind
 
     # --- opening ------------------------------------------------------------------------
     @classmethod
@@ -237,8 +241,38 @@ class Store:
 
     def sync_index(self, st: State | None = None) -> None:
         st = st or self.state
-        index.sync(self.root, lambda seq: self.journal.scan().records[seq:], st, self.get_json, self.tmp,
-                   lambda: self.journal.scan().records)
+
+        def records_after(seq: int) -> list[dict]:
+            # The usual gap is one record (this commit): read it from the end of the journal
+            # rather than scanning a journal of millions of records on every write.
+            gap = st.seq - seq
+            if 0 < gap <= TAIL_SYNC_MAX:
+                recs = self.journal.tail(gap)
+                if len(recs) == gap and recs[0]["seq"] == seq + 1:
+                    return recs
+            return self.journal.scan().records[seq:]
+
+        index.sync(self.root, records_after, st, self.get_json, self.tmp, lambda: self.journal.scan().records)
+
+    @contextmanager
+    def index_deferred(self):
+        """Commits inside leave the index behind; it is brought up to date once, at the end.
+        For a run of transactions that nothing reads the index between (a learn cycle's
+        stages). A crash inside leaves a whole index that is behind the journal, which the
+        next writer's sync or `ledger query` catches up (docs/store-format.md, rule 8)."""
+        self._index_deferred += 1
+        try:
+            yield
+        finally:
+            self._index_deferred -= 1
+            if not self._index_deferred:
+                try:
+                    with self.locked(float(os.environ.get("LEDGER_LOCK_WAIT", "0"))):
+                        self.sync_index(self._writer_state()[0])
+                except Exception as e:  # noqa: BLE001 - derived state only; every commit stands
+                    if os.environ.get("LEDGER_DEBUG") == "1":
+                        raise
+                    self.warnings.append(f"committed, but updating the index failed ({e}); `ledger query` catches it up")
 
     def rebuild_index(self) -> None:
         with self.locked():
@@ -294,7 +328,8 @@ class Store:
                     self.stat_cache_put(key, oid)
                 self._write_cache(st, new_end)
                 faults.point("tx.cache-written")
-                self.sync_index(st)
+                if not self._index_deferred:
+                    self.sync_index(st)
             except Exception as e:  # noqa: BLE001 - derived state only; the commit stands
                 if os.environ.get("LEDGER_DEBUG") == "1":
                     raise

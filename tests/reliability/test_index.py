@@ -64,3 +64,48 @@ def test_stale_index_caught_up_by_query(tmp_path):
     ledger_cmd("query", "select 1", cwd=tmp_path, check=True)
     assert index.indexed_seq(s.root) == old_seq + 1
     assert index.dump(s.root) == fresh
+
+
+def test_deferred_index_is_synced_once_at_the_end(tmp_path, monkeypatch):
+    """Inside index_deferred() commits leave the index behind (a learn cycle's stages); it is
+    whole at every moment, and equal to a rebuild afterwards — also when the block fails."""
+    s = _populate(tmp_path)
+    seq0 = index.indexed_seq(s.root)
+    calls = []
+    real = index.sync
+    monkeypatch.setattr(index, "sync", lambda *a, **k: (calls.append(1), real(*a, **k)))
+    try:
+        with s.index_deferred():
+            for i in range(3):
+                with s.transaction("t") as tx:
+                    tx.refs[f"name/d{i}"] = tx.put_bytes(f"d{i}".encode())
+                assert index.indexed_seq(s.root) == seq0, "a deferred commit touched the index"
+            raise RuntimeError("a stage failed")
+    except RuntimeError:
+        pass
+    assert calls == [1] and index.indexed_seq(s.root) == s.state.seq == seq0 + 3
+    incremental = index.dump(s.root)
+    s.rebuild_index()
+    assert index.dump(s.root) == incremental
+
+
+def test_catch_up_reads_the_journal_end_or_scans(tmp_path, monkeypatch):
+    """A writer's sync reads only the missing records from the end of the journal; a gap
+    larger than TAIL_SYNC_MAX scans the journal. Both give the rebuilt index."""
+    import ledger.store.repo as repo
+
+    s = _populate(tmp_path)
+    tails = []
+    real_tail = s.journal.tail
+    monkeypatch.setattr(s.journal, "tail", lambda n: (tails.append(n), real_tail(n))[1])
+    for limit, expect in ((10_000, [3]), (1, [])):
+        tails.clear()
+        monkeypatch.setattr(repo, "TAIL_SYNC_MAX", limit)
+        with s.index_deferred():
+            for i in range(3):
+                with s.transaction("t") as tx:
+                    tx.refs[f"name/{limit}-{i}"] = tx.put_bytes(f"{limit}-{i}".encode())
+        assert index.indexed_seq(s.root) == s.state.seq and tails == expect
+        incremental = index.dump(s.root)
+        s.rebuild_index()
+        assert index.dump(s.root) == incremental
