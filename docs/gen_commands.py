@@ -1,7 +1,8 @@
-"""Generate docs/commands.md from the CLI itself (the typer app's click command tree).
+"""Generate docs/commands.md from the CLI itself (the typer app's click command tree), after
+rewriting the command catalog the CLI dispatches from (ledger/cli/catalog.py).
 
-    python docs/gen_commands.py           # rewrite docs/commands.md
-    python docs/gen_commands.py --check   # exit 1 if docs/commands.md is out of date
+    python docs/gen_commands.py           # rewrite ledger/cli/catalog.py and docs/commands.md
+    python docs/gen_commands.py --check   # exit 1 if either is out of date
 
 The reference is built from each command's parameters, not from --help output, so it does not
 depend on the terminal width. tests/report/test_docs.py fails when the file is stale.
@@ -138,15 +139,21 @@ def render() -> str:
 
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(OUT.parent.parent))  # run from a checkout without installing
-    text = render()
+    from ledger.cli import catalog
+
     if "--check" in argv:
+        if catalog.COMMANDS != catalog.scan():
+            print("ledger/cli/catalog.py is out of date: run `python docs/gen_commands.py`", file=sys.stderr)
+            return 1
         current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        if current != text:
+        if current != render():
             print(f"{OUT} is out of date: run `python docs/gen_commands.py`", file=sys.stderr)
             return 1
         return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
+    catalog.write()
+    catalog.COMMANDS = catalog.scan()  # what was just written; this process imported the old one
+    OUT.write_text(render(), encoding="utf-8")
+    print(f"wrote {catalog.__file__} and {OUT}")
     return 0
 
 

@@ -49,7 +49,7 @@ def test_command_catalog_is_current():
     it must name exactly what the modules register, in their order, with their help."""
     from ledger.cli import catalog
 
-    assert catalog.COMMANDS == catalog.scan(), "ledger/cli/catalog.py is stale: run `python -m ledger.cli.catalog`"
+    assert catalog.COMMANDS == catalog.scan(), "ledger/cli/catalog.py is stale: run `python docs/gen_commands.py`"
 
 
 def test_help_imports_no_command_module():
