@@ -58,10 +58,12 @@ def add(
         with common.byte_progress(f"adding {path.name}", _tree_size(path)) as advance:
             res = add_path(store, path, kind=kind or None, name=name, wait=wait, bar=advance)
     flush_warnings(store)
+
     def render():
         verb = "unchanged" if res["unchanged"] else "added"
+        # one line whatever the width: scripts read the id from it
         common.console().print(f"{verb} {res['id']}  {human_bytes(res['size'])}  {res['kind']}"
-                               + (f"  name={name}" if name else ""))
+                               + (f"  name={name}" if name else ""), soft_wrap=True, markup=False)
     emit(json_, res, render)
 
 

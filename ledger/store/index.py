@@ -11,6 +11,7 @@ To index a new record kind: add a branch in `rows_for` (and a table in SCHEMA if
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -86,6 +87,17 @@ def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
     if rec["kind"] == "outcome" and p.get("turn"):
         out["outcomes"] = [(p["turn"], rec["seq"], p.get("outcome"), p.get("time"))]
     return out
+
+
+def preload() -> None:
+    """Import DuckDB on a thread, for a writer about to wait on the disk (a large copy): the
+    ~0.1 s import then overlaps the copy instead of following the commit. Not a daemon
+    thread: the interpreter never exits in the middle of loading the extension module."""
+    if "duckdb" in sys.modules:
+        return
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("duckdb",), name="preload-duckdb").start()
 
 
 def _connect(path: Path, read_only: bool, wait: float = 5.0):

@@ -77,6 +77,8 @@ class Transaction:
         cached = self.store.stat_cache_get(key)
         if cached:
             return self._note(cached, path.stat().st_size, kind)
+        if path.stat().st_size >= PRELOAD_INDEX_BYTES and not self.store._index_deferred:
+            index.preload()
         oid, size, _ = self.store.objects.put_file(path, progress)
         self.stat_pending.append((key, oid))
         return self._note(oid, size, kind)
@@ -99,6 +101,7 @@ class Transaction:
 
 
 TAIL_SYNC_MAX = 10_000  # index catch-up reads up to this many records from the journal's end
+PRELOAD_INDEX_BYTES = 64 << 20  # a copy this large waits on the disk long enough to hide DuckDB's import
 
 
 class Store:

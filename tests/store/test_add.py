@@ -103,3 +103,37 @@ def test_cat_json(tmp_path):
     assert json.loads(ledger_cmd("cat", "t", "--json", cwd=tmp_path, check=True).stdout)["text"] == "héllo"
     assert json.loads(ledger_cmd("cat", "b", "--json", cwd=tmp_path, check=True).stdout)["base64"] == "/wA="
     assert ledger_cmd("cat", "t", cwd=tmp_path, check=True).stdout == "héllo"
+
+
+def test_large_add_imports_duckdb_during_the_copy(tmp_path):
+    """A large copy waits on the disk: DuckDB (needed for the index update at commit) is
+    imported on a thread meanwhile; a small add, and a re-add, never import it early."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, threading
+from ledger.store import Store, index, repo
+from ledger.store.add import add_path
+repo.PRELOAD_INDEX_BYTES = 1 << 20
+started = []
+real = threading.Thread.start
+def spy(self):
+    started.append(self.name)
+    return real(self)
+threading.Thread.start = spy
+s = Store.open(sys.argv[1])
+assert "duckdb" not in sys.modules
+add_path(s, sys.argv[2])
+print(started.count("preload-duckdb"), index.indexed_seq(s.root) == s.state.seq)
+"""
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"x" * 1000)
+    big.write_bytes(b"y" * (2 << 20))
+    def run(store, f):
+        Store.init(tmp_path / store)
+        return subprocess.run([sys.executable, "-c", code, str(tmp_path / store), str(f)],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    assert run("a", small) == ["0", "True"]
+    assert run("b", big) == ["1", "True"]
