@@ -75,6 +75,12 @@ def emit(json_mode: bool, data, render: Callable[[], None] | None = None) -> Non
         render()
 
 
+def line(text: str) -> None:
+    """One plain line on stdout: no markup, no wrapping, no styles — what rich would print for
+    it, without importing rich (the output of `add` and other one-line answers)."""
+    sys.stdout.write(text + "\n")
+
+
 def flush_warnings(store) -> None:
     for w in getattr(store, "warnings", []):
         err_console().print(f"[yellow]warning:[/] {w}")
@@ -108,15 +114,24 @@ class byte_progress:
         self._p = None
 
     def __enter__(self):
-        if not (self.total and self.total > (64 << 20)) or not err_console().is_terminal:
+        if not (self.total and self.total > (64 << 20)) or not sys.stderr.isatty():
             return lambda n: None
-        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn, TimeRemainingColumn
+        task = None
 
-        self._p = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                           TransferSpeedColumn(), TimeRemainingColumn(), console=err_console(), transient=True)
-        self._p.start()
-        task = self._p.add_task(self.label, total=self.total)
-        return lambda n: self._p.advance(task, n)
+        def advance(n):
+            # Started on the first bytes, not on entry: work that turns out to need no bytes
+            # (an unchanged re-add) neither draws a bar nor pays for importing rich's.
+            nonlocal task
+            if self._p is None:
+                from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn, TimeRemainingColumn
+
+                self._p = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                   TransferSpeedColumn(), TimeRemainingColumn(), console=err_console(), transient=True)
+                self._p.start()
+                task = self._p.add_task(self.label, total=self.total)
+            self._p.advance(task, n)
+
+        return advance
 
     def __exit__(self, *exc):
         if self._p is not None:

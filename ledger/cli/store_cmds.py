@@ -62,8 +62,7 @@ def add(
     def render():
         verb = "unchanged" if res["unchanged"] else "added"
         # one line whatever the width: scripts read the id from it
-        common.console().print(f"{verb} {res['id']}  {human_bytes(res['size'])}  {res['kind']}"
-                               + (f"  name={name}" if name else ""), soft_wrap=True, markup=False)
+        common.line(f"{verb} {res['id']}  {human_bytes(res['size'])}  {res['kind']}" + (f"  name={name}" if name else ""))
     emit(json_, res, render)
 
 
