@@ -1,5 +1,6 @@
-"""The `ledger` command: builds the typer app from one module per command group and maps
-every LedgerError to its one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1)."""
+"""The `ledger` command: a typer app whose commands come from one module per command group,
+loaded only when used (ledger/cli/catalog.py), and which maps every LedgerError to its
+one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ledger.cli import catalog, common
+
 
 class LazyGroup(typer.core.TyperGroup):
     """The root command group, with its commands imported on first use.
