@@ -75,6 +75,17 @@ def emit(json_mode: bool, data, render: Callable[[], None] | None = None) -> Non
         render()
 
 
+def plain_stdout() -> bool:
+    """Whether stdout gets plain text: not a terminal, and not forced to be one (FORCE_COLOR,
+    TTY_COMPATIBLE), the same test rich's Console applies before it emits any escape."""
+    if os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return False
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return True
+
+
 def line(text: str) -> None:
     """One plain line on stdout: no markup, no wrapping, no styles — what rich would print for
     it, without importing rich (the output of `add` and other one-line answers)."""

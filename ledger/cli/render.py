@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 
 from ledger.cli import common
 
@@ -46,30 +47,38 @@ def loss_spark(losses, width: int = 16, numbers: bool = True) -> str:
     return f"[cyan]{sparkline(vals, width)}[/]" + (f" {vals[0]:.3g}→{vals[-1]:.3g}" if numbers else "")
 
 
-def _summary(r: dict, losses=None) -> str:
-    from rich.markup import escape  # payload strings are user data: never rich markup
+Segment = tuple[str, "str | None"]  # (text, rich style or None); text is data, never markup
 
+
+def _summary(r: dict, losses=None) -> list[Segment]:
+    """What a record did, as styled segments (the `what` column of `ledger log`)."""
     p = r["payload"]
-    bits = []
+    bits: list[list[Segment]] = []
     for name, target in sorted((p.get("refs") or {}).items()):
-        bits.append(escape(f"{name}→{common.short(target, 8) if target else 'deleted'}"))
+        bits.append([(f"{name}→{common.short(target, 8) if target else 'deleted'}", None)])
     if isinstance(p.get("verdict_name"), str) and p["verdict_name"]:
-        bits.append(styled(p["verdict_name"], VERDICT_STYLE))
+        bits.append([(p["verdict_name"], VERDICT_STYLE.get(p["verdict_name"]))])
         codes = p.get("reasons") if r["kind"] == "refusal" else p.get("reason_codes")
         if p["verdict_name"] != "Accept" and isinstance(codes, list) and codes:
-            bits.append(f"[dim]({escape(', '.join(map(str, codes)))})[/]")
+            bits.append([(f"({', '.join(map(str, codes))})", "dim")])
     if r["kind"] == "reproduce" and isinstance(p.get("outcome"), str):
-        bits.append(styled(p["outcome"], OUTCOME_STYLE))
+        bits.append([(p["outcome"], OUTCOME_STYLE.get(p["outcome"]))])
     if r["kind"] == "train" and isinstance(p.get("rung"), str):
-        bits.append(styled(p["rung"], RUNG_STYLE))
+        bits.append([(p["rung"], RUNG_STYLE.get(p["rung"]))])
     for k in ("name", "kind", "reason", "note"):
         if isinstance(p.get(k), str) and p[k]:
-            bits.append(escape(f"{k}={p[k]}"))
-    if losses:
-        bits.append(loss_spark(losses, 12))
+            bits.append([(f"{k}={p[k]}", None)])
+    vals = [v for v in (losses or []) if isinstance(v, (int, float))]
+    if vals:
+        from ledger.report.sparkline import sparkline
+
+        bits.append([(sparkline(vals, 12), "cyan"), (f" {vals[0]:.3g}→{vals[-1]:.3g}", None)])
     if not bits and r["outputs"]:
-        bits.append("→ " + ", ".join(common.short(o, 8) for o in r["outputs"][:3]))
-    return "  ".join(bits)
+        bits.append([("→ " + ", ".join(common.short(o, 8) for o in r["outputs"][:3]), None)])
+    out: list[Segment] = []
+    for i, bit in enumerate(bits):
+        out += ([("  ", None)] if i else []) + bit
+    return out
 
 
 def _receipt_losses(recs: list[dict]) -> dict[int, list]:
@@ -90,32 +99,37 @@ def _receipt_losses(recs: list[dict]) -> dict[int, list]:
 
 
 def records(recs: list[dict]) -> None:
-    """The journal as a table: seq, time, kind, id, and a summary that wraps under its own
-    column. Laid out here rather than with rich.Table, whose import and layout pass were a
-    third of `ledger log`'s start-up."""
-    from rich.text import Text
-
+    """The journal as a table: seq, time, kind, id, and what the record did. On a terminal the
+    `what` column wraps under itself, in colour; into a pipe each record is one plain line
+    (what a script or grep wants), written without loading rich at all — a third of `ledger
+    log`'s start-up."""
     losses = _receipt_losses(recs)
     rows = [(str(r["seq"]), r["time"][:19].replace("T", " "), r["kind"], common.short(r["id"], 10),
-             Text.from_markup(_summary(r, losses.get(r["seq"])))) for r in recs]
+             _summary(r, losses.get(r["seq"]))) for r in recs]
     head = ("seq", "time", "kind", "id")
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+
+    def cells(values) -> str:
+        return " " + "".join(v.ljust(w) + "  " for v, w in zip(values, widths))
+
+    if common.plain_stdout():
+        out = [cells(head) + "what"]
+        out += [cells(fixed) + "".join(text for text, _ in what) for *fixed, what in rows]
+        sys.stdout.write("\n".join(out) + "\n")
+        return
+    from rich.text import Text
+
     c = common.console()
-    indent = " " * (sum(widths) + 2 * len(widths) + 1)
+    indent = " " * len(cells(head))
     room = max(20, c.width - len(indent) - 1)
-
-    def line(values, styles, what: Text) -> Text:
-        t = Text(" ")
-        for v, w, st in zip(values, widths, styles):
-            t.append(v.ljust(w) + "  ", style=st)
-        return t.append_text(what)
-
-    lines = [line(head, ["bold"] * 4, Text("what", style="bold"))]
-    for *fixed, what in rows:
-        first, *rest = what.wrap(c, room) or [Text()]
+    lines = [Text(cells(head) + "what", style="bold")]
+    for seq, time_, kind, rid, what in rows:
+        first, *rest = Text.assemble(*what).wrap(c, room) or [Text()]
         for t in (first, *rest):
             t.rstrip()  # a wrapped line keeps the space it broke at
-        lines.append(line(fixed, [None, None, "cyan", None], first))
+        lead = Text(" " + seq.ljust(widths[0]) + "  " + time_.ljust(widths[1]) + "  ")
+        lead.append(kind, style="cyan").append(" " * (widths[2] - len(kind) + 2))
+        lines.append(lead.append(rid.ljust(widths[3]) + "  ").append_text(first))
         lines += [Text(indent).append_text(more) for more in rest]
     c.print(Text("\n").join(lines), soft_wrap=True)  # laid out already: no second wrap
 

@@ -149,3 +149,18 @@ def test_shell_completion_script_and_completions():
     p = subprocess.run([exe], capture_output=True, text=True, timeout=60,
                        env={**env, "_LEDGER_COMPLETE": "complete_bash", "COMP_WORDS": "ledger report --o", "COMP_CWORD": "2"})
     assert "--output" in p.stdout.split()
+
+
+def test_log_into_a_pipe_is_one_plain_line_per_record_without_rich(demo_store):
+    """Piped, `ledger log` prints one unwrapped line per record, no escapes — and does not
+    load rich to do it (a third of its start-up)."""
+    recs = Store.open(demo_store).journal.records()
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    p = subprocess.run([sys.executable, "-c", "import sys; from ledger.cli.main import main; main(sys.argv[1:]); "
+                        "print('rich' in sys.modules, file=sys.stderr)", "--store", str(demo_store), "log", "-n",
+                        str(len(recs))], capture_output=True, text=True, env={**env, "COLUMNS": "60"}, check=True)
+    lines = p.stdout.splitlines()
+    assert p.stderr.strip() == "False" and ESC not in p.stdout
+    assert len(lines) == len(recs) + 1 and lines[0].split() == ["seq", "time", "kind", "id", "what"]
+    refusal = next(ln for ln in lines if " refusal " in ln)
+    assert len(refusal) > 60 and "NoImprovement" in refusal  # not wrapped at the width
