@@ -12,13 +12,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench clean bytecode
 venv: $(STAMP)
 
-demo: $(STAMP)
+# The editable install leaves ledger's own modules uncompiled, and where PYTHONDONTWRITEBYTECODE
+# is set every `ledger` process would compile them again (~50 ms of start-up): compile them
+# the way `pip install` does for a regular install. Only changed files are recompiled.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q ledger
+
+demo: bytecode
 	$(BIN)/ledger demo
 
-test: $(STAMP)
+test: bytecode
 	$(BIN)/python -m pytest -q -n 2 -m "not gpu"
 
 clean:
