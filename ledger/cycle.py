@@ -59,7 +59,7 @@ def _seconds_since(iso: str) -> float:
 
 
 def last_cycle_end(store) -> dict | None:
-    return next((r for r in reversed(store.journal.records()) if r["kind"] in ENDS and "cycle" in r["payload"]), None)
+    return next((r for r in store.journal.backwards() if r["kind"] in ENDS and "cycle" in r["payload"]), None)
 
 
 def due(store, policy: Policy) -> list[str]:
@@ -79,7 +79,7 @@ def due(store, policy: Policy) -> list[str]:
 def open_cycle(store) -> dict | None:
     """The export record of a cycle that has started but not ended, if any."""
     ended = set()
-    for r in reversed(store.journal.records()):
+    for r in store.journal.backwards():
         c = r["payload"].get("cycle")
         if c is None:
             continue
@@ -117,7 +117,8 @@ def ensure_genesis(store, spec) -> generations.Generation:
 
 
 def _find(store, kind: str, pred):
-    return next((r for r in reversed(store.journal.records()) if r["kind"] == kind and pred(r["payload"])), None)
+    """The latest record of `kind` whose payload satisfies `pred` (read from the journal's end)."""
+    return next((r for r in store.journal.backwards() if r["kind"] == kind and pred(r["payload"])), None)
 
 
 def run_cycle(store, **kwargs) -> CycleResult:

@@ -110,17 +110,22 @@ def pending(store) -> int:
 
 
 def turns_between(store, first: int, last: int) -> list[dict]:
-    """Turns numbered first..last inclusive, read from the record batches (journal order)."""
-    out = []
-    for r in store.journal.records():
+    """Turns numbered first..last inclusive, read from the record batches (journal order).
+    Turns are numbered in journal order, so the walk back from the journal's end stops at the
+    first batch older than `first`: an export reads what it exports, not the whole history."""
+    batches = []
+    for r in store.journal.backwards():
         p = r["payload"]
         if r["kind"] != "record" or "turns" not in p:
             continue
         lo, n = p["first"], p["count"]
-        if lo + n - 1 < first or lo > last:
-            continue
-        batch = store.get_json(p["turns"])["turns"]
-        out.extend(t for t in batch if first <= int(t["id"][1:]) <= last)
+        if lo + n - 1 < first:
+            break
+        if lo <= last:
+            batches.append(p["turns"])
+    out = []
+    for tid in reversed(batches):
+        out.extend(t for t in store.get_json(tid)["turns"] if first <= int(t["id"][1:]) <= last)
     return out
 
 

@@ -104,7 +104,7 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
         if cur is None:
             raise UnknownRef("there is no generation yet", "commit one first (`ledger run` or `ledger demo`)")
         if undo:
-            last = next((r for r in reversed(store.journal.records()) if r["kind"] == "rollback"), None)
+            last = next((r for r in store.journal.backwards() if r["kind"] == "rollback"), None)
             if last is None:
                 raise BadInput("there is no rollback to undo")
             dest = load(store, f"gen-{last['payload']['from']}")

@@ -67,8 +67,7 @@ def resolve_pair(store, candidate_ref: str, against: str | None) -> tuple[scorel
 
 # --- the journal: budget, receipts, recorded scores ---------------------------------------------------
 def _records_newest_first(store, kinds: tuple[str, ...]) -> Iterator[dict]:
-    recs = [r for r in store.journal.records() if r["kind"] in kinds]
-    return reversed(recs)
+    return (r for r in store.journal.backwards() if r["kind"] in kinds)
 
 
 def runs_used(store, suite_hash: str) -> int:

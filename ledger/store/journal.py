@@ -136,41 +136,63 @@ class Journal:
             raise JournalCorrupt(f"journal chain is broken at {s.problem}")
         return s.records
 
-    def tail(self, n: int) -> list[dict]:
-        """The last n whole records, reading backwards from the end (fast on a huge journal).
+    def backwards(self, strict: bool = True):
+        """Records newest first, read from the end of the file in growing blocks: a search
+        for the latest record of some kind costs what it reads, not the journal's length.
 
-        Each returned record is checked against its own id; the chain as a whole is
-        `verify`'s job, not a reader's."""
+        Each record is checked against its own id, and against its neighbour (seq one less,
+        `prev` its id): at damage it walks over a strict reader raises JournalCorrupt, a
+        lenient one (`log`) just stops. The chain as a whole is `verify`'s job. A torn last
+        line is skipped, as on open."""
         try:
             f = open(self.path, "rb")
         except FileNotFoundError:
-            return []
+            return
         with f:
-            size = f.seek(0, os.SEEK_END)
-            block = 1 << 16
-            pos, data = size, b""
-            while pos > 0 and data.count(b"\n") <= n:
-                step = min(block, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-                block *= 2
-        lines = data.split(b"\n")
-        if pos > 0:
-            lines = lines[1:]  # the first piece may be a partial line
+            pos = f.seek(0, os.SEEK_END)
+            block, rest, newer, newest = 1 << 16, b"", None, True
+            while pos > 0 or rest:
+                if pos > 0:
+                    step = min(block, pos)
+                    pos -= step
+                    f.seek(pos)
+                    rest = f.read(step) + rest
+                    block = min(block * 2, 16 << 20)
+                    lines = rest.split(b"\n")
+                    rest = lines.pop(0) if pos > 0 else b""  # may be a partial line: keep it for later
+                else:
+                    lines, rest = [rest], b""
+                for line in reversed(lines):
+                    if not line:
+                        continue
+                    try:
+                        rec = parse_line(line)
+                    except BadInput as e:
+                        if newest:
+                            newest = False
+                            continue  # a torn tail
+                        if not strict:
+                            return
+                        where = f"before record {newer['seq']}" if newer else "at its end"
+                        raise JournalCorrupt(f"the journal is damaged {where}: {e}", "run `ledger verify`") from None
+                    newest = False
+                    if newer is not None and (rec["seq"] != newer["seq"] - 1 or newer["prev"] != rec["id"]):
+                        if not strict:
+                            return
+                        raise JournalCorrupt(f"journal chain is broken before record {newer['seq']}",
+                                             "run `ledger verify`")
+                    newer = rec
+                    yield rec
+
+    def tail(self, n: int) -> list[dict]:
+        """The last n whole records, oldest first (fast on a huge journal); fewer where damage
+        stops the walk."""
         out = []
-        for line in reversed(lines):
-            if not line:
-                continue
-            try:
-                out.append(parse_line(line))
-            except BadInput:
-                if not out:
-                    continue  # torn tail
-                break
+        for rec in self.backwards(strict=False):
             if len(out) == n:
                 break
-        return list(reversed(out))
+            out.append(rec)
+        return out[::-1]
 
     def prefix_digest(self, length: int) -> str:
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
