@@ -4,15 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned to the CPU build: an unpinned torch pulls a multi-GB CUDA wheel.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	# within the versions the tests last passed with (constraints.txt): reproducible, and
+	# pip's resolver does not spend minutes backtracking through boto3/aiobotocore releases
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: venv demo test bench clean bytecode
+.PHONY: venv demo test bench clean bytecode constraints
 venv: $(STAMP)
 
 # The editable install leaves ledger's own modules uncompiled, and where PYTHONDONTWRITEBYTECODE
@@ -26,6 +28,12 @@ demo: bytecode
 
 test: bytecode
 	$(BIN)/python -m pytest -q -n 2 -m "not gpu"
+
+# After changing dependencies in pyproject.toml: `make venv` (packages not listed are installed
+# unconstrained), run the tests, then `make constraints` records what they passed with.
+constraints: $(STAMP)
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^torch=='; echo 'torch==2.13.0'; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache
