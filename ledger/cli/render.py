@@ -114,7 +114,8 @@ def records(recs: list[dict]) -> None:
 
     if common.plain_stdout():
         out = [cells(head) + "what"]
-        out += [cells(fixed) + "".join(text for text, _ in what) for *fixed, what in rows]
+        # one line a record, also when a payload string holds line breaks
+        out += [cells(fixed) + " ".join("".join(text for text, _ in what).splitlines()) for *fixed, what in rows]
         sys.stdout.write("\n".join(out) + "\n")
         return
     from rich.text import Text

@@ -151,17 +151,14 @@ class Journal:
         with f:
             pos = f.seek(0, os.SEEK_END)
             block, rest, newer, newest = 1 << 16, b"", None, True
-            while pos > 0 or rest:
-                if pos > 0:
-                    step = min(block, pos)
-                    pos -= step
-                    f.seek(pos)
-                    rest = f.read(step) + rest
-                    block = min(block * 2, 16 << 20)
-                    lines = rest.split(b"\n")
-                    rest = lines.pop(0) if pos > 0 else b""  # may be a partial line: keep it for later
-                else:
-                    lines, rest = [rest], b""
+            while pos > 0:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                lines = (f.read(step) + rest).split(b"\n")
+                block = min(block * 2, 16 << 20)
+                # the first piece may be the end of a line that starts in the next block back
+                rest = lines.pop(0) if pos > 0 else b""
                 for line in reversed(lines):
                     if not line:
                         continue
