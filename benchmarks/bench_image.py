@@ -40,7 +40,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "_work" / "image"
-ADDER = ROOT / "examples" / "capabilities"
 sys.path.insert(0, str(ROOT))
 
 SIT = "user: what is 3 plus 4?"
@@ -59,21 +58,12 @@ def row(label: str, ms: list[float], note: str = "") -> str:
 
 
 def build(root: Path):
-    from ledger import generations
-    from ledger.capabilities import admission
-    from ledger.cycle import ensure_genesis, load_spec
+    """The image tests' store (gen-0, the adder capability, gen-1 with a random adapter, a
+    sealed suite): the benchmark serves exactly what the tests serve."""
     from ledger.store import Store
+    from tests.image.conftest import build_template
 
-    sys.path.insert(0, str(ROOT))
-    from tests.image.conftest import random_adapter
-
-    s = Store.init(root)
-    g0 = ensure_genesis(s, load_spec(None))
-    admission.admit(s, ADDER / "adder.wat", ADDER / "adder.toml")
-    aid = random_adapter(s, g0.base, root / "adapter-work")
-    with s.transaction("commit") as tx:
-        generations.new_generation(tx, s, adapter=aid, note="bench: a random adapter")
-    return s
+    return Store.open(build_template(root))
 
 
 def timed(fn, n):

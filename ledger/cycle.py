@@ -121,11 +121,13 @@ def _find(store, kind: str, pred):
     return next((r for r in store.journal.backwards() if r["kind"] == kind and pred(r["payload"])), None)
 
 
-def run_cycle(store, **kwargs) -> CycleResult:
+def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
+              unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
     """One learn cycle (or the rest of an interrupted one). Its stages are separate transactions
     (each one a resume point); the index is brought up to date once, when the cycle ends."""
     with store.index_deferred():
-        return _run_cycle(store, **kwargs)
+        return _run_cycle(store, force=force, policy=policy, spec_path=spec_path, target=target,
+                          unsandboxed=unsandboxed, progress=progress, train_progress=train_progress)
 
 
 def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
