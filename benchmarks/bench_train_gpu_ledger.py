@@ -48,8 +48,10 @@ def save(out: Path) -> None:
 
 
 def ledger(store: Path, *args, timeout=900):
+    # LEDGER_DEBUG=1: a failure prints the child's output and the sandbox's denials (kept below)
     p = subprocess.run([sys.executable, "-m", "ledger.cli.main", "--store", str(store), *map(str, args), "--json"],
-                       capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
+                       capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
+                       env=dict(os.environ, LEDGER_DEBUG="1"))
     data = None
     if p.stdout.strip():
         try:
@@ -114,7 +116,7 @@ def compile_and_train(store: Path, text: str, target: str, *, unsandboxed=False)
     rc, tr, err = ledger(store, "train", c["plan"], *(["--unsandboxed"] if unsandboxed else []), timeout=1500)
     out = {"plan": c["plan"], "compile_s": None, "train_rc": rc, "wall_s": round(time.time() - t0, 1)}
     if rc != 0 or not tr:
-        out["error"] = err[-3000:]
+        out["error"] = err[-12000:]
         return out
     from ledger.store import Store
 
@@ -137,7 +139,7 @@ def train_with_fallback(store, text, target, tiny) -> dict:
     (the receipt says so) so the figures exist either way."""
     res = compile_and_train(store, text, target)
     if res.get("train_rc") not in (0, None) and not tiny:
-        log("  sandboxed run failed:", (res.get("error") or "")[-600:])
+        log("  sandboxed run failed:", (res.get("error") or "")[-3000:])
         again = compile_and_train(store, text, target, unsandboxed=True)
         again["sandboxed_failure"] = res.get("error")
         return again

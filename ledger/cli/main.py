@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, standalone_mode=False)
     except LedgerError as e:
         if common.debug():
+            _print_details(e)
             raise
         _report(e.message, e.hint, e.exit_code, e.to_json())
         return e.exit_code
@@ -112,6 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         _report(f"internal error: {type(e).__name__}: {e}", "rerun with LEDGER_DEBUG=1 for a traceback and report it", 1, None)
         return 1
     return 0
+
+
+def _print_details(e) -> None:
+    """LEDGER_DEBUG=1: what an error carries besides its message (a child's output, the accesses
+    its sandbox denied), printed before the traceback."""
+    import json
+
+    for key, value in e.details.items():
+        text = value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
+        sys.stderr.write(f"--- {key} ---\n{text.rstrip()}\n")
 
 
 def _report(message: str, hint: str, code: int, data) -> None:

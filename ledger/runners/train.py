@@ -149,6 +149,10 @@ def child_env(work: Path, plan: dict) -> dict:
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+        # NCCL's cuMem path passes memory handles between ranks over abstract unix sockets, which
+        # Landlock (ABI 6) scopes to the sandbox that made them -- and every rank is its own
+        # sandbox. The legacy CUDA IPC path exchanges its handles over NCCL's TCP connections.
+        env.setdefault("NCCL_CUMEM_ENABLE", "0")
     return env
 
 
@@ -308,9 +312,14 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
         _raise_child_error(out)
         last = f"; resume with --resume {run.checkpoints[-1]}" if run.checkpoints else ""
         tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+        denied = run.sandbox["denied_attempts"]
+        # A confined child that fails after being denied something most likely failed BECAUSE of
+        # it; the first denial is the lead to follow (all of them are in the details).
+        hint = (f"the sandbox denied {len(denied)} access(es), first {denied[0]['op']} {denied[0]['path']}; "
+                if denied else "") + "rerun with LEDGER_DEBUG=1 to see the child's output; checkpoints committed so far are kept"
         raise InternalError(f"the training child exited with {res.returncode}"
                             + (f" ({tail[0][:300]})" if tail else "") + last,
-                            "rerun with LEDGER_DEBUG=1; checkpoints committed so far are kept", stderr=stderr[-4000:])
+                            hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
     run.result = json.loads((out / "result.json").read_text())
     return run
 

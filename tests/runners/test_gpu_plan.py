@@ -311,3 +311,4 @@ def test_compiled_layers_never_fall_back_to_eager_past_the_recompile_limit(monke
     plan = {"runtime": {"threads": 1, "loop": "compiled"}, "config": {"train": {"devices": 2}}}
     env = trainlib.child_env(tmp_path, plan)
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["NCCL_CUMEM_ENABLE"] == "0"     # no abstract unix sockets between sandboxes

@@ -159,3 +159,38 @@ def test_non_finite_loss_stops_at_ran_with_no_adapter(tmp_path, tiny_text):
     assert r["stopped"]["step"] >= 2 and r["rung"] == "Ran"
     rec = [x for x in s.journal.records() if x["kind"] == "train"][-1]
     assert rec["payload"]["adapter"] is None and rec["payload"]["unsandboxed"] is True
+
+
+def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monkeypatch, capsys):
+    """The child's own last line, the first denied access in the hint, the child's output and
+    every denial in the details (printed by LEDGER_DEBUG=1); nothing is committed."""
+    from ledger.cli import main as climain
+    from ledger.errors import InternalError
+    from ledger.sandbox import SandboxPolicy, run_sandboxed
+
+    store, plan = trained["store"], trained["plan"]
+    secret = tmp_path / "outside.txt"
+    secret.write_text("not granted")
+    snippet = ("import sys; print('child starting', flush=True)\n"
+               "try:\n    open(sys.argv[1]).read()\n"
+               "except PermissionError as e:\n    sys.exit(f'could not read: {e.strerror}')\n")
+
+    def launch(work, body, *, unsandboxed, protected=(), timeout=None):
+        policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"),), network=True)
+        return run_sandboxed([sys.executable, "-c", snippet, str(secret)], policy, timeout=60), policy
+
+    monkeypatch.setattr(trainlib, "launch", launch)
+    before = store.journal.tail(1)
+    with pytest.raises(InternalError) as ei:
+        trainlib.execute(store, plan)
+    e = ei.value
+    assert "exited with 1" in e.message and "could not read: Permission denied" in e.message
+    assert e.hint.startswith("the sandbox denied 1 access(es), first open " + str(secret))
+    assert e.details["denied_attempts"][0]["path"] == str(secret)
+    assert "child starting" in e.details["stderr"] or "could not read" in e.details["stderr"]
+    assert store.journal.tail(1) == before
+    assert not list(store.tmp.glob("train-*"))          # the work folder is removed
+
+    climain._print_details(e)
+    err = capsys.readouterr().err
+    assert "--- stderr ---" in err and "--- denied_attempts ---" in err and str(secret) in err
