@@ -13,8 +13,9 @@ Public API
 
 How a run works
     The parent validates the policy, resolves every grant to a concrete path, and starts
-    `python -E -s -S -m ledger.sandbox --rules JSON --status-fd N --cwd DIR -- argv...`.
-    That bootstrap applies Landlock to itself, reports on the status pipe, then execs argv.
+    `python -E -s -S -m ledger.sandbox --rules-file F --status-dir D --cwd DIR -- argv...`.
+    That bootstrap applies Landlock to itself, reports into D/<its pid>, then execs argv. With a
+    launcher (torchrun), the launcher starts N bootstraps and each confines itself.
     Landlock domains are inherited across exec and fork and can never be lifted, so the target
     and all its descendants stay confined.
 
@@ -68,6 +69,7 @@ _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (44
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
 
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
@@ -470,6 +472,7 @@ class SandboxResult:
     wall_s: float
     timed_out: bool = False
     audit_truncated: bool = False   # the hook's record was cut short or partly unreadable
+    processes: int = 1         # how many processes confined themselves and reported (launcher: N)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -752,8 +755,14 @@ def _kill_group(pid: int) -> None:
 def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                   env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
                   timeout: float | None = None, unsandboxed: bool = False,
-                  tail_bytes: int = 65536) -> SandboxResult:
+                  tail_bytes: int = 65536, launcher: Sequence[str] = (), processes: int = 1) -> SandboxResult:
     """Run argv confined to `policy` and return what happened.
+
+    launcher (with processes=N): a program that starts N copies of the command appended to it
+    (torchrun --no-python). It runs UNconfined, with the caller's authority, and must not load
+    the audit hook (start it with `python -E`); each copy is the bootstrap, which confines itself
+    -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies.
+    Unless all N report that they are confined, SandboxUnavailable (or InternalError) is raised.
 
     Landlock unavailable and not unsandboxed: raises SandboxUnavailable before anything runs.
     unsandboxed=True: runs without Landlock (even where it is available) and returns
@@ -777,6 +786,8 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
             raise SandboxUnavailable(f"policy denies network but Landlock ABI {abi} cannot "
                                      "restrict TCP (needs 4); nothing was run")
     policy.check()
+    if processes < 1 or (processes > 1 and not launcher):
+        raise BadInput("run_sandboxed: several processes need a launcher that starts them")
     if cwd is not None and not os.path.isdir(cwd):
         raise BadInput(f"run_sandboxed: cwd {cwd} is not a folder")
 
@@ -819,19 +830,17 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         with open(rules, "w") as f:
             json.dump({"grants": [[g.path, g.kind] for g in grants], "network": policy.network,
                        "landlock": not unsandboxed}, f)
-        status_r, status_w = os.pipe()
+        status_dir = os.path.join(work, "status")     # one report per bootstrap, named by its pid
+        os.mkdir(status_dir, 0o700)
         # -E: ignore PYTHON* (so the bootstrap itself neither loads the hook nor the caller's
         # PYTHONPATH); -s -S: no site-packages; `-m` finds ledger through cwd = package root.
-        cmd = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox", "--rules-file", rules,
-               "--status-fd", str(status_w), "--cwd", target_cwd, "--", *argv]
+        cmd = [*launcher, sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox", "--rules-file", rules,
+               "--status-dir", status_dir, *(["--die-with-parent"] if launcher else []),
+               "--cwd", target_cwd, "--", *argv]
         start = time.monotonic()
-        try:
-            proc = subprocess.Popen(cmd, cwd=_package_root(), env=child_env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(status_w,),
-                                    start_new_session=True)
-        finally:
-            os.close(status_w)
+        proc = subprocess.Popen(cmd, cwd=_package_root(), env=child_env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
             out, err = _Tail(proc.stdout, tail_bytes), _Tail(proc.stderr, tail_bytes)
             timed_out = _wait_unreaped(proc, timeout)
@@ -847,20 +856,25 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         _kill_group(proc.pid)
         returncode = proc.wait()
         stdout, stderr = out.text(5.0), err.text(5.0)
-        with os.fdopen(status_r, "rb") as f:
-            status = f.read(65536).decode("utf-8", "replace").splitlines()
-
-        if not status or not status[0].startswith("ok "):
-            detail = status[0] if status else f"bootstrap exited {returncode} without a status"
+        reports = []
+        for name in sorted(os.listdir(status_dir)):
+            with open(os.path.join(status_dir, name), "rb") as f:
+                reports.append(f.read(65536).decode("utf-8", "replace").splitlines())
+        bad = [r for r in reports if not r or not r[0].startswith("ok ")]
+        if bad or len(reports) != processes:
+            detail = (bad[0][0] if bad and bad[0] else
+                      f"{len(reports)} of {processes} process(es) reported, exit status {returncode}")
+            what = "the child" if processes == 1 else f"the {processes} processes"
             if not unsandboxed:
-                raise SandboxUnavailable(f"could not confine the child: {detail}; nothing was run",
+                raise SandboxUnavailable(f"could not confine {what}: {detail}; nothing was run",
                                          stderr=stderr[-2000:])
             raise InternalError(f"sandbox bootstrap failed: {detail}", stderr=stderr[-2000:])
-        enforced = int(status[0].split()[1])
+        enforced = min(int(r[0].split()[1]) for r in reports)
+        status = [line for r in reports for line in r[1:]]
 
         roots = _classifier_roots(grants, proc.pid)
         denied, truncated = _parse_audit_log(log, roots, policy.protected)
-        for line in status[1:]:
+        for line in status:
             if line.startswith("exec-denied "):   # execve refused with EACCES: record it
                 p = line[len("exec-denied "):]
                 prot = any(_within(p, q) for q in policy.protected)
@@ -869,7 +883,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                              denied_attempts=tuple(denied),
                              protected_attempts=tuple(a for a in denied if a.protected),
                              stdout_tail=stdout, stderr_tail=stderr, wall_s=wall, timed_out=timed_out,
-                             audit_truncated=truncated)
+                             audit_truncated=truncated, processes=len(reports))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -883,11 +897,23 @@ def _bootstrap(args: Sequence[str]) -> int:
                                      '"landlock": bool}')
     src.add_argument("--rules-file", help="the same JSON, in a file")
     ap.add_argument("--status-fd", type=int, default=-1)
+    ap.add_argument("--status-dir", default=None, help="report into DIR/<pid> instead (several bootstraps)")
+    ap.add_argument("--die-with-parent", action="store_true",
+                    help="SIGKILL when the parent (a launcher) dies; it may not outlive it")
     ap.add_argument("--cwd", default=None)
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     ns = ap.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
     status_fd = ns.status_fd
+    if ns.die_with_parent:
+        parent = os.getppid()
+        if _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+                         ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0 or os.getppid() != parent:
+            return _BOOTSTRAP_FAILED        # could not arm it, or the launcher is already gone
+    if ns.status_dir:
+        # opened before confinement: the folder is not granted, so the target cannot touch it
+        status_fd = os.open(os.path.join(ns.status_dir, str(os.getpid())),
+                            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
     def report(line: str) -> None:
         if status_fd >= 0:

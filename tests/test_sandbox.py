@@ -361,3 +361,81 @@ def test_network_false_denies_tcp(layout):
         assert f"NET-EACCES {errno.EACCES}" in r.stdout_tail, r.stdout_tail + r.stderr_tail
         r = run_py(code, policy, port)
         assert "CONNECTED" in r.stdout_tail, r.stdout_tail + r.stderr_tail
+
+
+# launchers: several processes, each confining itself ---------------------------------------------
+# A stand-in for torchrun: starts N copies of the command after it, each in its own session (as
+# torchrun does), and waits for them. It runs unconfined, as a launcher does.
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys
+    n, cmd = int(sys.argv[1]), sys.argv[2:]
+    procs = [subprocess.Popen(cmd, env=dict(os.environ, RANK=str(r)), start_new_session=True) for r in range(n)]
+    sys.exit(max(p.wait() for p in procs))
+""")
+
+
+@needs_landlock
+def test_a_launcher_starts_processes_that_each_confine_themselves(layout):
+    tmp, a, out, sealed, elsewhere, policy = layout
+    code = """
+        import os, sys
+        rank = os.environ["RANK"]
+        try:
+            open(sys.argv[1]).read()
+            seen = "READ"
+        except PermissionError:
+            seen = "EACCES"
+        # its own /proc entry is granted to each of them, not only to the first
+        with open("/proc/self/status") as f:
+            f.read()
+        open(os.path.join(sys.argv[2], f"rank-{rank}"), "w").write(f"{os.getpid()} {seen}")
+    """
+    res = run_py(code, policy, elsewhere / "other.txt", out, timeout=60,
+                 launcher=[sys.executable, "-E", "-c", LAUNCHER, "3"], processes=3)
+    assert res.returncode == 0, res.stderr_tail
+    assert res.sandboxed and res.abi >= 1 and res.processes == 3
+    seen = [(out / f"rank-{r}").read_text().split() for r in range(3)]
+    assert [s[1] for s in seen] == ["EACCES"] * 3 and len({s[0] for s in seen}) == 3
+    assert _attempts(res) == {(str(elsewhere / "other.txt"), "read")}
+
+
+@needs_landlock
+def test_a_launcher_that_starts_fewer_processes_than_promised_is_refused(layout):
+    *_, out, sealed, elsewhere, policy = layout
+    with pytest.raises(SandboxUnavailable, match="2 of 3 process"):
+        run_py("print('hi')", policy, timeout=60, launcher=[sys.executable, "-E", "-c", LAUNCHER, "2"], processes=3)
+    with pytest.raises(BadInput, match="launcher"):
+        run_py("print('hi')", policy, processes=2)
+
+
+@needs_landlock
+def test_processes_started_by_a_launcher_die_with_it(layout):
+    """torchrun starts its workers in their own sessions, out of reach of the process-group kill:
+    they are armed to die with their launcher instead."""
+    import time
+
+    *_, out, sealed, elsewhere, policy = layout
+    launcher = textwrap.dedent("""
+        import os, subprocess, sys, time
+        subprocess.Popen(sys.argv[2:], start_new_session=True)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+        os._exit(0)                      # the launcher dies; its worker must not live on
+    """)
+    pidfile = out / "pid"
+    res = run_py("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)",
+                 policy, pidfile, timeout=60, launcher=[sys.executable, "-E", "-c", launcher, str(pidfile)])
+    assert res.returncode == 0 and res.processes == 1 and res.wall_s < 30
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break                # dead, not yet reaped by whoever adopted it
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the worker outlived its launcher")

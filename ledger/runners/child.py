@@ -255,8 +255,8 @@ def device_info() -> dict:
 
 
 class _Dist:
-    """This process's place in a data-parallel run: one process per device, started by
-    ledger.runners.train._launch_ranks with torchrun's variables. World size 1 is the plain run."""
+    """This process's place in a data-parallel run: one process per device, started by torchrun
+    (ledger.runners.train.torchrun), each confined by the sandbox. World size 1 is the plain run."""
 
     def __init__(self, plan: dict):
         import torch
@@ -546,6 +546,8 @@ def run(work: Path) -> dict:
                         "allocator_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")}},
     }
     result["device"]["distributed"] = {"world_size": dist.world, "backend": dist.backend,
+                                       # torchrun sets TORCHELASTIC_RUN_ID in every worker it starts
+                                       "launcher": "torchrun" if os.environ.get("TORCHELASTIC_RUN_ID") else None,
                                        "loss": "mean over processes (all-reduced)" if dist.world > 1 else "single process"}
     if kernel_op is not None:
         result["device"]["kernel"] = {"code_object": kernel_op.code_object, "fused_calls": kernel_op.calls}

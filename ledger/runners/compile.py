@@ -313,8 +313,8 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
                     "checkpoint_every": c["train"]["checkpoint_every"], "loss": "action span only",
                     "loop": loop, "devices": n_dev,
                     "autocast": "bf16" if loop == "compiled" and c["precision"]["dtype"] == "bf16" else None,
-                    # one sandboxed process per device (DDP, torchrun's env:// contract); rank 0
-                    # writes every output (ledger.runners.train._launch_ranks)
+                    # one sandboxed process per device (DDP) started by torchrun; rank 0
+                    # writes every output (ledger.runners.train.torchrun)
                     "launcher": "ddp" if n_dev > 1 else "python"},
     }
 

@@ -167,11 +167,24 @@ def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), 
     policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
                            protected=protected, gpu=plan["target"]["device"] == "cuda", network=n > 1)
     argv = [sys.executable, "-m", "ledger.runners.child", str(work)]
-    env = child_env(work, plan)
-    if n == 1:
-        return run_sandboxed(argv, policy, env=env, cwd=str(work / "scratch"), timeout=timeout,
-                             unsandboxed=unsandboxed), policy
-    return _launch_ranks(n, argv, policy, env, work, timeout, unsandboxed), policy
+    launcher = torchrun(n) if n > 1 else ()
+    return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
+                         unsandboxed=unsandboxed, launcher=launcher, processes=n), policy
+
+
+def torchrun(n: int) -> list[str]:
+    """torchrun starting `n` ranks on this host, each of them the sandbox's bootstrap.
+
+    torchrun itself runs unconfined (it is torch's launcher, with ledger's own authority, and
+    reads none of the run's inputs); `-E` keeps the audit hook out of it. Each rank confines
+    ITSELF: Landlock grants /proc/self as the /proc/<pid> of the process that confines itself,
+    so workers forked by one confined process could neither initialise CUDA (the driver names
+    its threads through /proc/self/task) nor measure their memory. No restarts (a failed step
+    is not retried behind the receipt's back); torchrun stops the other ranks when one fails,
+    and the ranks die with torchrun."""
+    return [sys.executable, "-E", "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
+            "--rdzv-backend=static", "--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
+            "--max-restarts=0", "--monitor-interval=0.1", "--no-python"]
 
 
 def _free_port() -> int:
@@ -180,56 +193,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _launch_ranks(n: int, argv, policy, env: dict, work: Path, timeout, unsandboxed: bool):
-    """Start `n` ranks, each its OWN sandboxed process, with torchrun's environment contract
-    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT; torch.distributed's env:// rendezvous).
-
-    Not torchrun itself: its workers would be children of one confined process, and Landlock
-    grants /proc/self only to the process it confines -- a worker could then neither initialise
-    CUDA (the driver names its threads through /proc/self/task) nor measure its memory. When a
-    rank fails, the others are told through out/abort (they watch it) instead of hanging in a
-    collective."""
-    import dataclasses
-
-    from ledger.sandbox import run_sandboxed
-
-    port = _free_port()
-    results: list = [None] * n
-    errors_: list = [None] * n
-
-    def one(rank: int) -> None:
-        e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
-                 GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        try:
-            res = results[rank] = run_sandboxed(argv, policy, env=e, cwd=str(work / "scratch"), timeout=timeout,
-                                                unsandboxed=unsandboxed)
-            failed = res.returncode != 0
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the peers stop
-            errors_[rank], failed = exc, True
-        if failed:
-            try:
-                (work / "out" / "abort").write_text(f"rank {rank} stopped\n")
-            except OSError:
-                pass
-
-    threads = [threading.Thread(target=one, args=(r,), name=f"ledger-rank-{r}", daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for exc in errors_:
-        if exc is not None:
-            raise exc
-    first_bad = next((r for r in results if r.returncode != 0), None)
-    lead = first_bad or results[0]
-    return dataclasses.replace(
-        lead, sandboxed=all(r.sandboxed for r in results), abi=min(r.abi for r in results),
-        denied_attempts=tuple(a for r in results for a in r.denied_attempts),
-        protected_attempts=tuple(a for r in results for a in r.protected_attempts),
-        wall_s=max(r.wall_s for r in results), timed_out=any(r.timed_out for r in results),
-        audit_truncated=any(r.audit_truncated for r in results))
 
 
 def _raise_child_error(out: Path) -> None:
@@ -306,7 +269,8 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
     run.sandbox = {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
                    "denied_attempts": [a.as_dict() for a in res.denied_attempts],
                    "protected_attempts": [a.as_dict() for a in res.protected_attempts],
-                   "audit_truncated": res.audit_truncated, "child_wall_s": round(res.wall_s, 3)}
+                   "audit_truncated": res.audit_truncated, "child_wall_s": round(res.wall_s, 3),
+                   "processes": res.processes}
     out = work / "out"
     if res.returncode != 0:
         _raise_child_error(out)

@@ -244,7 +244,7 @@ def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_ddp_writes_one_receipt(store):
-    """devices = 2 on a CPU target: two sandboxed gloo ranks; rank 0 writes every
+    """devices = 2 on a CPU target: torchrun starts two gloo ranks, each confining itself; rank 0 writes every
     output, the losses are the all-reduced means, and one train record names one receipt."""
     from ledger.runners import train as trainlib
 
@@ -254,7 +254,9 @@ def test_two_process_ddp_writes_one_receipt(store):
     seq = store.state.seq
     res = trainlib.train(store, plan.id)
     r = res.receipt
-    assert r["device"]["distributed"] == {"world_size": 2, "backend": "gloo", "loss": "mean over processes (all-reduced)"}
+    assert r["device"]["distributed"] == {"world_size": 2, "backend": "gloo", "launcher": "torchrun",
+                                          "loss": "mean over processes (all-reduced)"}
+    assert r["sandbox"]["processes"] == 2       # both ranks confined themselves and reported
     assert len(r["losses"]) == 3 and r["counters"]["optimizer_steps"] == 3
     assert r["sandbox"]["policy"]["network"] is True and r["sandbox"]["sandboxed"]
     recs = list(store.journal.records())[seq:]
