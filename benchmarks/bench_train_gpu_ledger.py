@@ -15,7 +15,7 @@ Parts (each writes its figures into OUT/bench_train_gpu_ledger.json as soon as i
            `ledger train` (realization auto -> torch-compiled on a CUDA target) vs plain peft
            (fp32 adapter math, foreach AdamW, eager), steady-state tokens/s (compile/warm-up
            steps excluded from both) and peak memory (torch.cuda.max_memory_allocated).
-  ddp      a mid-size plan on 1 device and with train.devices = 2 (needs 2 GPUs).
+  ddp      a plan on 1 device and with train.devices = 2 (torchrun; needs 2 GPUs); --ddp-shape mid|1b.
   memory   predicted (the plan) vs measured peak on several shapes, through `ledger train`.
 """
 
@@ -304,15 +304,16 @@ def part_ddp(a, out):
         log("  ddp skipped:", RESULTS["ddp"]["skipped"])
         return
     store = new_store()
-    shape = (dict(hidden=1024, layers=8, heads=16, kv=4, inter=2816, seq=1024, batch=8, r=16) if not a.tiny else
-             dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8))
+    shapes = {"mid": dict(hidden=1024, layers=8, heads=16, kv=4, inter=2816, seq=1024, batch=8, r=16),
+              "1b": dict(hidden=2048, layers=22, heads=32, kv=4, inter=5632, seq=2048, batch=8, r=16)}
+    shape = shapes[a.ddp_shape] if not a.tiny else dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8)
     data = dataset(store, 64, shape["seq"])
     one = train_with_fallback(store, spec_text(**shape, steps=8, data=data), a.target, a.tiny)
     two = train_with_fallback(store, spec_text(**shape, steps=8, data=data, devices=2), a.target, a.tiny)
     r = {"shape": shape, "one_device": one, "two_devices": two}
     if one.get("steady_tokens_per_s") and two.get("steady_tokens_per_s"):
         r["scaling"] = two["steady_tokens_per_s"] / one["steady_tokens_per_s"]
-    RESULTS["ddp"] = r
+    RESULTS["ddp" if a.ddp_shape == "mid" else f"ddp_{a.ddp_shape}"] = r
     log(f"  ddp: 1 device {one.get('steady_tokens_per_s')} tok/s, 2 devices {two.get('steady_tokens_per_s')} tok/s "
         f"({r.get('scaling')}x); receipt {two.get('receipt')} {two.get('distributed')} error {(two.get('error') or '')[-300:]}")
     save(out)
@@ -323,6 +324,7 @@ def main() -> int:
     ap.add_argument("--parts", default="kernels,bench,ddp,memory")
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--configs", default="", help="memory part: only these configurations (m1,m2,...), in this order")
+    ap.add_argument("--ddp-shape", default="mid", choices=("mid", "1b"), help="ddp part: the model (mid: m1; 1b: the bench's)")
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes: checks the script's code paths")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     a = ap.parse_args()
