@@ -129,7 +129,7 @@ def compile_and_train(store: Path, text: str, target: str, *, unsandboxed=False)
                 "tokens_per_s": r["timings"].get("tokens_per_s"), "steady_tokens_per_s": r["timings"].get("steady_tokens_per_s"),
                 "first_step_s": r["timings"].get("first_step_s"), "step_median_s": r["timings"].get("step_median_s"),
                 "predicted_bytes": r["memory"]["predicted_bytes"], "predicted_lines": r["memory"]["predicted_lines"],
-                "cuda_memory": cm, "distributed": r["device"].get("distributed"), "kernel": r["device"].get("kernel"),
+                "cuda_memory": cm, "distributed": r["device"].get("distributed"), "kernel": r["device"].get("fused_kernel"),
                 "device": (r["device"].get("cuda") or {}).get("device"), "counters": r["counters"]})
     return out
 

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ledger.errors import BadInput, CorruptObject, UnknownRef
+from ledger.errors import BadInput, CorruptObject, InternalError, UnknownRef
 from ledger.kernels import harness
 from ledger.kernels import specs as S
 from ledger.kernels import targets as T
@@ -260,8 +260,14 @@ def record_bench(store, kernel: str, target: str | None, *, shape: str | None = 
     with store.transaction("kernel-bench") as tx:
         _same_build(store, kernel, key, bid)
         assert tx.put_json(rec.body(), "kernel-bench") == rid
+        # The baseline's code-object id is the hash of its description (torch's realization and
+        # the torch build): stored too, so both ids in the record resolve to what was timed.
+        base = tx.put_json(rec.baseline_description, "kernel-baseline")
+        if base != rec.baseline.code_object:
+            raise InternalError(f"baseline id {rec.baseline.code_object[:15]}… is not the hash of its description",
+                                "report it: the bench record would name code it cannot show")
         tx.inputs.append(bid)
-        tx.outputs.append(rid)
+        tx.outputs.extend([rid, base])
         tx.refs[ref] = rid
         tx.payload.update({"record": rid, "kernel": kernel, "target": key, "build": bid, "shape": str(sh),
                            "candidate_median_s": _finite(rec.candidate.median_s),

@@ -550,7 +550,7 @@ def run(work: Path) -> dict:
                                        "launcher": "torchrun" if os.environ.get("TORCHELASTIC_RUN_ID") else None,
                                        "loss": "mean over processes (all-reduced)" if dist.world > 1 else "single process"}
     if kernel_op is not None:
-        result["device"]["kernel"] = {"code_object": kernel_op.code_object, "fused_calls": kernel_op.calls}
+        result["device"]["fused_kernel"] = {"code_object": kernel_op.code_object, "fused_calls": kernel_op.calls}
     if dist.writer:
         if stopped is None:
             (out / "adapter").mkdir()

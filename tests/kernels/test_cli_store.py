@@ -141,6 +141,11 @@ def test_each_command_is_one_transaction_with_its_record_and_artefacts(tmp_path,
     assert recs[1]["inputs"] == [b["record"]] and recs[2]["inputs"] == [b["record"]]
     assert fakes.calls[1] == ("test", K, b["record"]) and fakes.calls[2] == ("bench", K, b["record"])
     assert s.get_json(t["record"])["code_object"] == bb["cubin"]
+    # both code objects the bench timed are objects, and they differ: nothing was timed twice
+    rb = s.get_json(r["record"])
+    assert rb["candidate"]["code_object"] == bb["cubin"] != rb["baseline"]["code_object"]
+    assert s.get_json(rb["baseline"]["code_object"]) == rb["baseline_description"]
+    assert rb["baseline"]["code_object"] in recs[2]["outputs"]
     # refs: what is current, and the gate ref compile checks
     refs = s.state.refs
     assert refs[f"kernel-build/{K}/h200"] == b["record"] and refs[f"kernel-test/{K}/h200"] == t["record"]
