@@ -890,6 +890,10 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
 
 # --- the bootstrap (runs as `python -m ledger.sandbox`) ------------------------------------------
 def _bootstrap(args: Sequence[str]) -> int:
+    # As early as possible: the launcher that started us (for --die-with-parent). A launcher that
+    # died before this line leaves us adopted (ppid 1, or a subreaper's pid that the check below
+    # cannot tell apart); a torchrun worker left so fails its rendezvous, whose store died too.
+    parent = os.getppid()
     ap = argparse.ArgumentParser(prog="python -m ledger.sandbox",
                                  description="confine this process with Landlock, then exec argv")
     src = ap.add_mutually_exclusive_group(required=True)
@@ -906,9 +910,8 @@ def _bootstrap(args: Sequence[str]) -> int:
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
     status_fd = ns.status_fd
     if ns.die_with_parent:
-        parent = os.getppid()
         if _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
-                         ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0 or os.getppid() != parent:
+                         ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0 or parent == 1 or os.getppid() != parent:
             return _BOOTSTRAP_FAILED        # could not arm it, or the launcher is already gone
     if ns.status_dir:
         # opened before confinement: the folder is not granted, so the target cannot touch it
