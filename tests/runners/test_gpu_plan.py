@@ -267,6 +267,30 @@ def test_two_process_ddp_writes_one_receipt(store):
 
 
 @pytest.mark.gpu
+def test_two_gpus_train_through_torchrun_into_one_receipt(store):
+    """devices = 2 on a CUDA target, on a machine with two GPUs: NCCL, torchrun, both ranks
+    confined, the memory of each device measured against the per-device plan."""
+    import torch
+
+    from ledger.runners import train as trainlib
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"{torch.cuda.device_count()} GPU(s) here; this needs 2")
+    s = spec.parse('[precision]\ndtype = "bf16"\n[data]\nsteps = 3\nmicro_batch = 4\n'
+                   '[train]\ndevices = 2\ncheckpoint_every = 2\n')
+    plan = comp.compile_spec(store, s, H200).plan
+    seq = store.state.seq
+    r = trainlib.train(store, plan.id).receipt
+    assert r["device"]["distributed"] == {"world_size": 2, "backend": "nccl", "launcher": "torchrun",
+                                          "loss": "mean over processes (all-reduced)"}
+    assert r["sandbox"]["sandboxed"] and r["sandbox"]["processes"] == 2
+    assert set(r["realizations"].values()) == {"torch-compiled"} and len(r["losses"]) == 3
+    cm = r["memory"]["observed"]["cuda"]
+    assert [d["device"] for d in cm["per_device"]] == [0, 1] and cm["predicted_bytes"] == plan.body["memory"]["total_bytes"]
+    assert [x["kind"] for x in list(store.journal.records())[seq:]] == ["checkpoint", "train"]
+
+
+@pytest.mark.gpu
 def test_fused_lora_on_the_gpu_matches_the_torch_reference():
     """The real kernel through KernelOp (DLPack views, torch's stream): forward against torch's
     eager LoRA and gradients against the same backward fed by the torch forward."""
