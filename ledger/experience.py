@@ -99,34 +99,36 @@ def attach_outcome(store, turn: str, outcome: str, *, actor: str | None = None, 
     return {"turn": turn, "outcome": outcome, "seq": tx.record["seq"]}
 
 
-def outcomes(store) -> dict[str, str]:
-    """The latest attached outcome of every turn that has one (journal order: later wins)."""
-    return {r["payload"]["turn"]: r["payload"]["outcome"] for r in store.journal.records() if r["kind"] == "outcome"}
-
-
 def pending(store) -> int:
     c = store.state.counters
     return c.get("turns", 0) - c.get("exported", 0)
 
 
 def turns_between(store, first: int, last: int) -> list[dict]:
-    """Turns numbered first..last inclusive, read from the record batches (journal order).
-    Turns are numbered in journal order, so the walk back from the journal's end stops at the
-    first batch older than `first`: an export reads what it exports, not the whole history."""
-    batches = []
+    """Turns numbered first..last inclusive, each with the latest outcome attached to it later
+    (`ledger outcome`), if any.
+
+    Turns are numbered in journal order, and an outcome can only be attached to a turn already
+    recorded (attach_outcome checks it inside its transaction), so every record this needs lies
+    from the batch holding turn `first` on: the walk back from the journal's end stops there. An
+    export reads what it exports, not the whole history."""
+    batches, later = [], {}
     for r in store.journal.backwards():
         p = r["payload"]
+        if r["kind"] == "outcome" and isinstance(p.get("turn"), str):
+            later.setdefault(p["turn"], p["outcome"])       # newest first: the latest wins
+            continue
         if r["kind"] != "record" or "turns" not in p:
             continue
         lo, n = p["first"], p["count"]
-        if lo + n - 1 < first:
-            break
-        if lo <= last:
+        if lo <= last and lo + n - 1 >= first:
             batches.append(p["turns"])
+        if lo <= first:
+            break                                          # this batch holds turn `first`
     out = []
     for tid in reversed(batches):
         out.extend(t for t in store.get_json(tid)["turns"] if first <= int(t["id"][1:]) <= last)
-    return out
+    return [dict(t, outcome=later[t["id"]]) if t["id"] in later else t for t in out]
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,7 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
         first, last = c.get("exported", 0) + 1, c.get("turns", 0)
         if last < first:
             raise Refused("no new turns to export", "record experience first (`ledger record FILE`)")
-        rows = turns_between(store, first, last)
-        later = outcomes(store)   # ground truth attached after recording (`ledger outcome`)
-        rows = [dict(t, outcome=later[t["id"]]) if t["id"] in later else t for t in rows]
+        rows = turns_between(store, first, last)   # outcomes attached since recording included
         table = pa.table({"situation": [t["situation"] for t in rows], "action": [t["action"] for t in rows],
                           "outcome": [t.get("outcome") or "" for t in rows], "refusal": [bool(t["refusal"]) for t in rows],
                           "turn": [t["id"] for t in rows]})

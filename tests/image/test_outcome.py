@@ -44,3 +44,33 @@ def test_request_and_source_fields_only_when_present():
     assert full["request"] == "r-1" and full["source"] == "given"
     with pytest.raises(BadInput):
         experience.parse_turns('{"situation": "s", "action": "a", "request": 7}')
+
+
+def test_export_reads_back_only_to_the_batch_it_exports(tmp_path, monkeypatch):
+    """Outcomes attached after an earlier export, to turns of either batch: the next export takes
+    the latest for its own turns, and its walk back stops at the batch holding its first turn."""
+    import pyarrow.parquet as pq
+
+    s = Store.init(tmp_path)
+    experience.record(s, experience.parse_turns("\n".join(json.dumps({"situation": f"s{i}", "action": f"a{i}"})
+                                                           for i in range(3))))
+    experience.attach_outcome(s, "t2", "old")
+    experience.export(s)
+    b = experience.record(s, experience.parse_turns("\n".join(json.dumps({"situation": f"s{i}", "action": f"a{i}"})
+                                                               for i in range(3, 5))))
+    for turn, outcome in (("t1", "late, already exported"), ("t5", "first"), ("t4", "four"), ("t5", "second")):
+        experience.attach_outcome(s, turn, outcome)
+    seen = []
+    real = type(s.journal).backwards
+
+    def counting(self, strict=True):
+        for r in real(self, strict):
+            seen.append(r["seq"])
+            yield r
+
+    monkeypatch.setattr(type(s.journal), "backwards", counting)
+    ex = experience.export(s)
+    t = pq.read_table(io.BytesIO(s.get_bytes(ex.id)))
+    assert t.column("turn").to_pylist() == ["t4", "t5"]
+    assert t.column("outcome").to_pylist() == ["four", "second"]
+    assert min(seen) == b["seq"]            # nothing older than the batch holding t4 was read
