@@ -459,6 +459,7 @@ def run(work: Path) -> dict:
     t_loop = time.perf_counter()
     step = start_step
     for step in range(start_step + 1, steps + 1):
+        _fault(dist.rank, step)
         t0, c0 = time.perf_counter(), time.thread_time()
         lr = lr_at(step, c)
         for g in opt.param_groups:
@@ -575,6 +576,16 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def _fault(rank: int, step: int) -> None:
+    """LEDGER_FAULT_RANK=R:S (tests): rank R SIGKILLs itself as it starts step S, the way a rank
+    lost to the OOM killer or a driver fault goes: no error file, no abort marker."""
+    spec = os.environ.get("LEDGER_FAULT_RANK")
+    if spec and spec == f"{rank}:{step}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _die_with_parent() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -34,6 +35,7 @@ from ledger.runners import model as modellib
 from ledger.runners import receipt as rcpt
 
 _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LEDGER_DEBUG",
+             "LEDGER_FAULT_RANK",   # tests: a rank that dies mid-run (ledger.runners.child._fault)
              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
              # glibc allocator knobs change memory use, never results; the receipt records them
              "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
@@ -195,6 +197,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _last_words(stderr: str) -> str | None:
+    """The line of a failed child's output that says what went wrong: torchrun's root cause
+    (which rank failed first, with what exit status), else the last line with words in it."""
+    m = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
+    if m:
+        return f"rank {m.group(1)} failed first, exit status {m.group(2)}"
+    return next((line.strip() for line in reversed(stderr.splitlines()) if any(c.isalnum() for c in line)), None)
+
+
 def _raise_child_error(out: Path) -> None:
     try:
         e = json.loads((out / "error.json").read_text())
@@ -275,14 +286,13 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
     if res.returncode != 0:
         _raise_child_error(out)
         last = f"; resume with --resume {run.checkpoints[-1]}" if run.checkpoints else ""
-        tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+        said = _last_words(stderr)
         denied = run.sandbox["denied_attempts"]
-        # A confined child that fails after being denied something most likely failed BECAUSE of
-        # it; the first denial is the lead to follow (all of them are in the details).
-        hint = (f"the sandbox denied {len(denied)} access(es), first {denied[0]['op']} {denied[0]['path']}; "
+        # A denial is a lead, not a verdict: healthy runs are denied harmless reads too (e.g.
+        # /proc/mounts), so the hint names one and the details list them all.
+        hint = (f"its sandbox denied {len(denied)} access(es), e.g. {denied[0]['op']} {denied[0]['path']}; "
                 if denied else "") + "rerun with LEDGER_DEBUG=1 to see the child's output; checkpoints committed so far are kept"
-        raise InternalError(f"the training child exited with {res.returncode}"
-                            + (f" ({tail[0][:300]})" if tail else "") + last,
+        raise InternalError(f"the training child exited with {res.returncode}" + (f" ({said[:300]})" if said else "") + last,
                             hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
     run.result = json.loads((out / "result.json").read_text())
     return run

@@ -266,6 +266,46 @@ def test_two_process_ddp_writes_one_receipt(store):
     assert r["counters"]["tokens"] > 0
 
 
+@pytest.mark.slow
+def test_a_rank_that_dies_stops_the_run_and_is_named(store, monkeypatch):
+    """Rank 1 is SIGKILLed at step 3 (no error file, no abort marker): torchrun stops rank 0,
+    the error names the rank, nothing after the last checkpoint is committed, no rank lives on."""
+    import time
+
+    from ledger.errors import InternalError
+    from ledger.runners import train as trainlib
+
+    s = spec.parse("[data]\nsteps = 40\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
+    plan = comp.compile_spec(store, s, CPU).plan
+    seq = store.state.seq
+    monkeypatch.setenv("LEDGER_FAULT_RANK", "1:3")
+    t0 = time.monotonic()
+    with pytest.raises(InternalError) as e:
+        trainlib.train(store, plan.id)
+    assert time.monotonic() - t0 < 120
+    assert "(rank 1 failed first, exit status -9)" in e.value.message
+    recs = list(store.journal.records())[seq:]
+    assert [x["kind"] for x in recs] == ["checkpoint"] and recs[0]["payload"]["step"] == 2
+    assert "resume with --resume " + recs[0]["payload"]["checkpoint"] in e.value.message
+    assert not list(store.tmp.glob("train-*"))
+    assert not _children_of(store), "a rank outlived the run"
+
+
+def _children_of(store) -> list[int]:
+    """Training children still running for this store (their argv names its tmp folder)."""
+    import os
+
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"ledger.runners.child" in argv and any(a.startswith(str(store.tmp).encode()) for a in argv):
+            pids.append(int(d))
+    return pids
+
+
 @pytest.mark.gpu
 def test_two_gpus_train_through_torchrun_into_one_receipt(store):
     """devices = 2 on a CUDA target, on a machine with two GPUs: NCCL, torchrun, both ranks

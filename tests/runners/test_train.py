@@ -185,7 +185,7 @@ def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monk
         trainlib.execute(store, plan)
     e = ei.value
     assert "exited with 1" in e.message and "could not read: Permission denied" in e.message
-    assert e.hint.startswith("the sandbox denied 1 access(es), first open " + str(secret))
+    assert e.hint.startswith("its sandbox denied 1 access(es), e.g. open " + str(secret))
     assert e.details["denied_attempts"][0]["path"] == str(secret)
     assert "child starting" in e.details["stderr"] or "could not read" in e.details["stderr"]
     assert store.journal.tail(1) == before
@@ -194,3 +194,14 @@ def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monk
     climain._print_details(e)
     err = capsys.readouterr().err
     assert "--- stderr ---" in err and "--- denied_attempts ---" in err and str(secret) in err
+
+
+def test_a_failed_childs_last_words():
+    """What the one-line error quotes: torchrun's root cause, not its closing banner."""
+    banner = "=" * 60
+    torchrun = (f"ChildFailedError:\n{banner}\nledger.sandbox FAILED\nFailures:\n[1]:\n  rank      : 0 (local_rank: 0)\n"
+                f"  exitcode  : -15 (pid: 7)\nRoot Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+                f"  exitcode  : 9 (pid: 8)\n  traceback : To enable traceback see: https://x\n{banner}\n")
+    assert trainlib._last_words(torchrun) == "rank 1 failed first, exit status 9"
+    assert trainlib._last_words("Traceback...\nValueError: bad\n\n---\n") == "ValueError: bad"
+    assert trainlib._last_words("") is None
