@@ -270,13 +270,27 @@ def test_two_process_ddp_writes_one_receipt(store):
 def test_a_rank_that_dies_stops_the_run_and_is_named(store, monkeypatch):
     """Rank 1 is SIGKILLed at step 3 (no error file, no abort marker): torchrun stops rank 0,
     the error names the rank, nothing after the last checkpoint is committed, no rank lives on."""
+    _lose_rank_one(store, monkeypatch, CPU, "")
+
+
+@pytest.mark.gpu
+def test_a_rank_lost_on_the_gpu_stops_the_nccl_run(store, monkeypatch):
+    """The same on two GPUs, where rank 0 waits inside an NCCL collective when its peer dies."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"{torch.cuda.device_count()} GPU(s) here; this needs 2")
+    _lose_rank_one(store, monkeypatch, H200, '[precision]\ndtype = "bf16"\n')
+
+
+def _lose_rank_one(store, monkeypatch, target, extra: str) -> None:
     import time
 
     from ledger.errors import InternalError
     from ledger.runners import train as trainlib
 
-    s = spec.parse("[data]\nsteps = 40\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
-    plan = comp.compile_spec(store, s, CPU).plan
+    s = spec.parse(extra + "[data]\nsteps = 40\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
+    plan = comp.compile_spec(store, s, target).plan
     seq = store.state.seq
     monkeypatch.setenv("LEDGER_FAULT_RANK", "1:3")
     t0 = time.monotonic()
