@@ -268,7 +268,7 @@ def test_two_process_ddp_writes_one_receipt(store):
 
 @pytest.mark.slow
 def test_a_rank_that_dies_stops_the_run_and_is_named(store, monkeypatch):
-    """Rank 1 is SIGKILLed at step 3 (no error file, no abort marker): torchrun stops rank 0,
+    """Rank 1 is SIGKILLed at step 4 (no error file, no abort marker): torchrun stops rank 0,
     the error names the rank, nothing after the last checkpoint is committed, no rank lives on."""
     _lose_rank_one(store, monkeypatch, CPU, "")
 
@@ -292,7 +292,9 @@ def _lose_rank_one(store, monkeypatch, target, extra: str) -> None:
     s = spec.parse(extra + "[data]\nsteps = 40\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
     plan = comp.compile_spec(store, s, target).plan
     seq = store.state.seq
-    monkeypatch.setenv("LEDGER_FAULT_RANK", "1:3")
+    # step 4, not 3: rank 1 cannot start step 4 before rank 0 has written the step-2 checkpoint
+    # and joined step 3's all-reduce, so which checkpoint exists does not depend on timing
+    monkeypatch.setenv("LEDGER_FAULT_RANK", "1:4")
     t0 = time.monotonic()
     with pytest.raises(InternalError) as e:
         trainlib.train(store, plan.id)
