@@ -312,7 +312,7 @@ def _children_of(store) -> list[int]:
     import os
 
     pids = []
-    for d in os.listdir("/proc"):
+    for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
         except (OSError, ValueError):
