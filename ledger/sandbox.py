@@ -834,9 +834,12 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         os.mkdir(status_dir, 0o700)
         # -E: ignore PYTHON* (so the bootstrap itself neither loads the hook nor the caller's
         # PYTHONPATH); -s -S: no site-packages; `-m` finds ledger through cwd = package root.
-        cmd = [*launcher, sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox", "--rules-file", rules,
-               "--status-dir", status_dir, *(["--die-with-parent"] if launcher else []),
-               "--cwd", target_cwd, "--", *argv]
+        bootstrap = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox"]
+        # A launcher is put in its own session like any child here, out of reach of signals to
+        # ours, so it is armed to die with this process; its processes die with it in turn.
+        cmd = [*([*bootstrap, "--launcher", "--", *launcher] if launcher else []),
+               *bootstrap, "--rules-file", rules, "--status-dir", status_dir,
+               *(["--die-with-parent"] if launcher else []), "--cwd", target_cwd, "--", *argv]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=_package_root(), env=child_env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -896,7 +899,7 @@ def _bootstrap(args: Sequence[str]) -> int:
     parent = os.getppid()
     ap = argparse.ArgumentParser(prog="python -m ledger.sandbox",
                                  description="confine this process with Landlock, then exec argv")
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("--rules", help='JSON: {"grants": [[path, kind], ...], "network": bool, '
                                      '"landlock": bool}')
     src.add_argument("--rules-file", help="the same JSON, in a file")
@@ -904,15 +907,25 @@ def _bootstrap(args: Sequence[str]) -> int:
     ap.add_argument("--status-dir", default=None, help="report into DIR/<pid> instead (several bootstraps)")
     ap.add_argument("--die-with-parent", action="store_true",
                     help="SIGKILL when the parent (a launcher) dies; it may not outlive it")
+    ap.add_argument("--launcher", action="store_true",
+                    help="start a launcher: only --die-with-parent, then exec argv UNconfined")
     ap.add_argument("--cwd", default=None)
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     ns = ap.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
+    if not ns.launcher and not (ns.rules or ns.rules_file):
+        ap.error("one of --rules, --rules-file is required")
     status_fd = ns.status_fd
-    if ns.die_with_parent:
+    if ns.die_with_parent or ns.launcher:
         if _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
                          ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0 or parent == 1 or os.getppid() != parent:
-            return _BOOTSTRAP_FAILED        # could not arm it, or the launcher is already gone
+            return _BOOTSTRAP_FAILED        # could not arm it, or the parent is already gone
+    if ns.launcher:
+        try:
+            os.execvp(argv[0], argv)
+        except (OSError, IndexError) as e:
+            print(f"ledger.sandbox: cannot start the launcher {argv[:1]}: {e}", file=sys.stderr)
+            return 127
     if ns.status_dir:
         # opened before confinement: the folder is not granted, so the target cannot touch it
         status_fd = os.open(os.path.join(ns.status_dir, str(os.getpid())),

@@ -439,3 +439,57 @@ def test_processes_started_by_a_launcher_die_with_it(layout):
     else:
         os.kill(pid, 9)
         pytest.fail("the worker outlived its launcher")
+
+
+@needs_landlock
+def test_a_launcher_and_its_processes_die_with_the_caller(layout, tmp_path):
+    """The caller (ledger) is SIGKILLed mid-run: its launcher, in a session of its own, and the
+    launcher's processes, in theirs, all die with it."""
+    import signal
+    import subprocess
+    import time
+
+    *_, out, sealed, elsewhere, policy = layout
+    launcher = textwrap.dedent("""
+        import os, subprocess, sys
+        open(sys.argv[1], "w").write(str(os.getpid()))
+        procs = [subprocess.Popen(sys.argv[2:], env=dict(os.environ, RANK=str(r)), start_new_session=True) for r in range(2)]
+        sys.exit(max(p.wait() for p in procs))
+    """)
+    caller = textwrap.dedent(f"""
+        import sys, threading
+        from ledger.sandbox import SandboxPolicy, run_sandboxed
+        policy = SandboxPolicy.from_json(sys.argv[1])
+        code = "import os, sys, time; open(os.path.join(sys.argv[1], 'rank-' + os.environ['RANK']), 'w').write(str(os.getpid())); time.sleep(120)"
+        # from a thread, as `ledger train` does
+        t = threading.Thread(target=run_sandboxed, args=([sys.executable, "-c", code, {str(out)!r}], policy),
+                             kwargs=dict(launcher=[sys.executable, "-E", "-c", {launcher!r}, {str(out / 'launcher')!r}],
+                                         processes=2, timeout=120))
+        t.start()
+        t.join()
+    """)
+    p = subprocess.Popen([sys.executable, "-c", caller, policy.to_json()])
+    files = [out / "launcher", out / "rank-0", out / "rank-1"]
+    deadline = time.monotonic() + 60
+    while not all(f.exists() and f.read_text() for f in files):
+        assert time.monotonic() < deadline and p.poll() is None, "the processes did not start"
+        time.sleep(0.05)
+    pids = [int(f.read_text()) for f in files]
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if _running(pid)]
+        time.sleep(0.05)
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"outlived the caller: {alive}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

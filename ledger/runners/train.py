@@ -183,7 +183,7 @@ def torchrun(n: int) -> list[str]:
     so workers forked by one confined process could neither initialise CUDA (the driver names
     its threads through /proc/self/task) nor measure their memory. No restarts (a failed step
     is not retried behind the receipt's back); torchrun stops the other ranks when one fails,
-    and the ranks die with torchrun."""
+    the ranks die with torchrun, and torchrun dies with this process."""
     return [sys.executable, "-E", "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
             "--rdzv-backend=static", "--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
             "--max-restarts=0", "--monitor-interval=0.1", "--no-python"]
