@@ -761,7 +761,8 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
     launcher (with processes=N): a program that starts N copies of the command appended to it
     (torchrun --no-python). It runs UNconfined, with the caller's authority, and must not load
     the audit hook (start it with `python -E`); each copy is the bootstrap, which confines itself
-    -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies.
+    -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies,
+    as the launcher is when the calling thread's process dies.
     Unless all N report that they are confined, SandboxUnavailable (or InternalError) is raised.
 
     Landlock unavailable and not unsandboxed: raises SandboxUnavailable before anything runs.
