@@ -894,9 +894,10 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
 
 # --- the bootstrap (runs as `python -m ledger.sandbox`) ------------------------------------------
 def _bootstrap(args: Sequence[str]) -> int:
-    # As early as possible: the launcher that started us (for --die-with-parent). A launcher that
-    # died before this line leaves us adopted (ppid 1, or a subreaper's pid that the check below
-    # cannot tell apart); a torchrun worker left so fails its rendezvous, whose store died too.
+    # As early as possible: the process that started us (for --die-with-parent and --launcher).
+    # One that died before this line leaves us adopted (ppid 1, or a subreaper's pid that the
+    # check below cannot tell apart); a torchrun worker left so fails its rendezvous, whose
+    # store died with torchrun.
     parent = os.getppid()
     ap = argparse.ArgumentParser(prog="python -m ledger.sandbox",
                                  description="confine this process with Landlock, then exec argv")
