@@ -198,11 +198,17 @@ def _free_port() -> int:
 
 
 def _last_words(stderr: str) -> str | None:
-    """The line of a failed child's output that says what went wrong: torchrun's root cause
-    (which rank failed first, with what exit status), else the last line with words in it."""
-    m = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
-    if m:
-        return f"rank {m.group(1)} failed first, exit status {m.group(2)}"
+    """The line of a failed child's output that says what went wrong: torchrun's summary (the
+    rank it saw fail first, then every other rank that failed, with exit statuses), else the
+    last line with words in it. torchrun orders failures by whole-second timestamps, so when
+    ranks fall together its "first" can be a rank that only followed its peer down."""
+    if "Root Cause" in stderr:
+        root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
+        failed = dict(re.findall(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", stderr))
+        if root:
+            failed.pop(root.group(1), None)
+            rest = "".join(f"; then rank {r}, exit status {x}" for r, x in sorted(failed.items()))
+            return f"rank {root.group(1)} failed first, exit status {root.group(2)}{rest}"
     return next((line.strip() for line in reversed(stderr.splitlines()) if any(c.isalnum() for c in line)), None)
 
 

@@ -202,6 +202,6 @@ def test_a_failed_childs_last_words():
     torchrun = (f"ChildFailedError:\n{banner}\nledger.sandbox FAILED\nFailures:\n[1]:\n  rank      : 0 (local_rank: 0)\n"
                 f"  exitcode  : -15 (pid: 7)\nRoot Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
                 f"  exitcode  : 9 (pid: 8)\n  traceback : To enable traceback see: https://x\n{banner}\n")
-    assert trainlib._last_words(torchrun) == "rank 1 failed first, exit status 9"
+    assert trainlib._last_words(torchrun) == "rank 1 failed first, exit status 9; then rank 0, exit status -15"
     assert trainlib._last_words("Traceback...\nValueError: bad\n\n---\n") == "ValueError: bad"
     assert trainlib._last_words("") is None
