@@ -37,17 +37,22 @@ def styled(name, styles: dict) -> str:
     return f"[{style}]{text}[/]" if style else text
 
 
-def loss_spark(losses, width: int = 16, numbers: bool = True) -> str:
+Segment = tuple[str, "str | None"]  # (text, rich style or None); text is data, never markup
+
+
+def loss_segments(losses, width: int = 16, numbers: bool = True) -> list[Segment]:
     """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell (first→last loss with `numbers`)."""
     from ledger.report.sparkline import sparkline
 
     vals = [v for v in (losses or []) if isinstance(v, (int, float))]
     if not vals:
-        return ""
-    return f"[cyan]{sparkline(vals, width)}[/]" + (f" {vals[0]:.3g}→{vals[-1]:.3g}" if numbers else "")
+        return []
+    return [(sparkline(vals, width), "cyan")] + ([(f" {vals[0]:.3g}→{vals[-1]:.3g}", None)] if numbers else [])
 
 
-Segment = tuple[str, "str | None"]  # (text, rich style or None); text is data, never markup
+def loss_spark(losses, width: int = 16, numbers: bool = True) -> str:
+    """loss_segments as rich markup (sparkline glyphs and numbers: nothing to escape)."""
+    return "".join(f"[{style}]{text}[/]" if style else text for text, style in loss_segments(losses, width, numbers))
 
 
 def _summary(r: dict, losses=None) -> list[Segment]:
@@ -68,11 +73,9 @@ def _summary(r: dict, losses=None) -> list[Segment]:
     for k in ("name", "kind", "reason", "note"):
         if isinstance(p.get(k), str) and p[k]:
             bits.append([(f"{k}={p[k]}", None)])
-    vals = [v for v in (losses or []) if isinstance(v, (int, float))]
-    if vals:
-        from ledger.report.sparkline import sparkline
-
-        bits.append([(sparkline(vals, 12), "cyan"), (f" {vals[0]:.3g}→{vals[-1]:.3g}", None)])
+    spark = loss_segments(losses, 12)
+    if spark:
+        bits.append(spark)
     if not bits and r["outputs"]:
         bits.append([("→ " + ", ".join(common.short(o, 8) for o in r["outputs"][:3]), None)])
     out: list[Segment] = []

@@ -276,7 +276,6 @@ class _Dist:
         if self.world > 1:
             import torch.distributed as dist
 
-            _watch_abort(Path(os.environ.get("LEDGER_OUT", ".")))
             self.backend = "nccl" if self.cuda else "gloo"
             dist.init_process_group(self.backend)
             self.dist = dist
@@ -307,19 +306,6 @@ class _Dist:
         if self.world > 1:
             self.dist.barrier()
             self.dist.destroy_process_group()
-
-
-def _watch_abort(out: Path) -> None:
-    """A data-parallel rank stops when any rank has failed (the parent or the failing rank writes
-    out/abort): otherwise it would wait in its next collective for a peer that is gone."""
-    import threading
-
-    def watch():
-        while not (out / "abort").exists():
-            time.sleep(0.5)
-        os._exit(CHILD_ERROR_EXIT)
-
-    threading.Thread(target=watch, name="ledger-abort-watch", daemon=True).start()
 
 
 def compile_layers(layers) -> None:
@@ -580,7 +566,7 @@ class _null:
 
 def _fault(rank: int, step: int) -> None:
     """LEDGER_FAULT_RANK=R:S (tests): rank R SIGKILLs itself as it starts step S, the way a rank
-    lost to the OOM killer or a driver fault goes: no error file, no abort marker."""
+    lost to the OOM killer or a driver fault goes: no error file."""
     spec = os.environ.get("LEDGER_FAULT_RANK")
     if spec and spec == f"{rank}:{step}":
         import signal
@@ -607,8 +593,6 @@ def main(argv: list[str]) -> int:
         return 2
     _die_with_parent()
     work = Path(argv[0])
-    os.environ["LEDGER_OUT"] = str(work / "out")
-    ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1
     try:
         run(work)
     except LedgerError as e:
@@ -618,13 +602,7 @@ def main(argv: list[str]) -> int:
         except FileExistsError:
             pass
         print(f"error: {e.message}", file=sys.stderr)
-        if ranks:
-            (work / "out" / "abort").write_text("a rank stopped with an error\n")
         return CHILD_ERROR_EXIT
-    except BaseException:
-        if ranks:
-            (work / "out" / "abort").write_text("a rank stopped with an error\n")
-        raise
     return 0
 
 
