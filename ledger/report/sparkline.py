@@ -24,7 +24,7 @@ def buckets(values, width: int) -> list[float]:
         lo = i * len(vals) // width
         hi = max(lo + 1, (i + 1) * len(vals) // width)
         chunk = vals[lo:hi]
-        out.append(sum(chunk) / len(chunk))
+        out.append(sum(v / len(chunk) for v in chunk))  # divided first: near float max, sum() overflows
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from ledger.report import plots, svg
 from ledger.report.sparkline import BARS, buckets, sparkline
@@ -27,6 +27,7 @@ def test_buckets_are_means_of_equal_chunks():
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=300), st.integers(1, 40))
+@example(values=[8.988465674311579e+307, 8.98846567431158e+307], width=1)  # a bucket mean that overflowed
 def test_sparkline_properties(values, width):
     s = sparkline(values, width)
     finite = [v for v in values if math.isfinite(v)]
