@@ -20,7 +20,7 @@ def main() -> None:
     from ledger import experience
     from ledger.cycle import Policy, ensure_genesis, load_spec, run_cycle
     from ledger.demo.story import GOOD_TURNS, good_turns
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
     from ledger.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="bench-cycle-"))

@@ -1,6 +1,6 @@
 """Wall time of judging the demo suite (10 scored + 4 canary documents, both models) on CPU.
 
-Ledger's gate run (`ledger.runners.judge.judge`): recompute the suite hash from the sealed copy,
+Ledger's gate run (`ledger.gate.judge.judge`): recompute the suite hash from the sealed copy,
 budget, contamination check of a 150-row export, ONE base load with the two adapters attached
 by name, batched action-span scoring of both models, the decision, and the `judge` transaction.
 
@@ -33,7 +33,7 @@ def naive_scores(base_dir: Path, adapter_dir: Path | None, docs) -> list[float]:
     from peft import PeftModel
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     model = LlamaForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     if adapter_dir is not None:
@@ -63,11 +63,12 @@ def main() -> None:
     from transformers import LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from ledger.demo import task
-    from ledger.runners import dataset as datalib
-    from ledger.runners import judge as judgelib
-    from ledger.runners import model as modellib
-    from ledger.runners import seal, spec
+    from ledger.artefacts import builtin_task as task
+    from ledger.artefacts import dataset as datalib
+    from ledger.gate import judge as judgelib
+    from ledger.artefacts import model as modellib
+    from ledger.gate import seal
+    from ledger.plan import spec
     from ledger.store import Store
     from tests.gate.world import MODULES, store_adapter
 

@@ -44,9 +44,9 @@ def main() -> None:
     knobs = args.knobs.split(",")
     chosen = [CONFIGS[int(i)] for i in args.configs.split(",")] if args.configs else CONFIGS
 
-    from ledger.runners import compile as comp
-    from ledger.runners import spec, targets
-    from ledger.runners import train as trainlib
+    from ledger.plan import compile as comp
+    from ledger.plan import spec, targets
+    from ledger.train import run as trainlib
     from ledger.store import Store
 
     store = Store.init(Path(tempfile.mkdtemp(prefix="bench-mem-")))

@@ -69,7 +69,7 @@ def new_store() -> Path:
 
 def dataset(store: Path, rows: int, seq_len: int, *, padded: bool = False, seed: int = 0, tiny_turns: bool = False) -> str:
     """Turns whose encoding fills seq_len exactly (no padding), or random shorter ones."""
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import dataset as datalib
 
     rng = random.Random(seed)
 
@@ -186,7 +186,9 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import child, model as modellib
+    from ledger.train import child
+
+    from ledger.artefacts import model as modellib
     from ledger.store import Store
 
     s = Store.open(store)

@@ -67,11 +67,11 @@ def main() -> None:
 
     import torch
 
-    from ledger.runners import child
-    from ledger.runners import compile as comp
-    from ledger.runners import model as modellib
-    from ledger.runners import spec, targets
-    from ledger.runners import train as trainlib
+    from ledger.train import child
+    from ledger.plan import compile as comp
+    from ledger.artefacts import model as modellib
+    from ledger.plan import spec, targets
+    from ledger.train import run as trainlib
     from ledger.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))

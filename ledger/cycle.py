@@ -93,7 +93,7 @@ def open_cycle(store) -> dict | None:
 
 
 def load_spec(path: str | Path | None):
-    from ledger.runners import spec as speclib
+    from ledger.plan import spec as speclib
 
     if path is None:
         text = resources.files("ledger.demo").joinpath(DEFAULT_SPEC).read_text()
@@ -106,7 +106,7 @@ def ensure_genesis(store, spec) -> generations.Generation:
     g = generations.head(store)
     if g is not None:
         return g
-    from ledger.runners import model as modellib
+    from ledger.artefacts import model as modellib
 
     with store.transaction("genesis") as tx:
         base = modellib.ensure_builtin(tx, store, spec.config["model"]) if spec.get("model.base").startswith("builtin:") \
@@ -132,9 +132,9 @@ def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pat
 
 def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
                unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
-    from ledger.runners import compile as comp
-    from ledger.runners import targets as targetlib
-    from ledger.runners import train as trainlib
+    from ledger.plan import compile as comp
+    from ledger.plan import targets as targetlib
+    from ledger.train import run as trainlib
 
     say = progress or (lambda stage, msg: None)
     spec = load_spec(spec_path)
@@ -193,7 +193,7 @@ def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pa
 
     # judge
     t0 = time.perf_counter()
-    from ledger.runners import judge as judgelib
+    from ledger.gate import judge as judgelib
 
     suite = store.state.refs.get("suite")
     if suite is None:

@@ -146,7 +146,7 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
     """Turn the turns after the cursor into a Parquet dataset object; advance the cursor."""
     import pyarrow as pa
 
-    from ledger.runners.dataset import parquet_bytes
+    from ledger.artefacts.dataset import parquet_bytes
 
     with store.transaction("export", wait=wait) as tx:
         c = store.state.counters

@@ -131,7 +131,7 @@ def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
     if dest.exists() and any(dest.iterdir()):
         raise BadInput(f"{dest} exists and is not empty", "choose a new folder")
     dest.mkdir(parents=True, exist_ok=True)
-    from ledger.runners import model as modellib
+    from ledger.artefacts import model as modellib
 
     written = []
     if g.adapter:

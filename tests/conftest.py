@@ -42,3 +42,36 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# Shared by tests/plan and tests/train: one store with a compiled tiny plan and one finished
+# training run (training children cost a few seconds each, mostly importing torch).
+TINY = """
+[data]
+steps = 12
+micro_batch = 8
+[optimizer]
+lr = 1e-2
+[train]
+checkpoint_every = 4
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_text():
+    return TINY
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    from ledger.plan import compile as comp
+    from ledger.plan import spec, targets
+    from ledger.train import run as trainlib
+    from ledger.store import Store
+
+    d = tmp_path_factory.mktemp("trained")
+    store = Store.init(d)
+    plan = comp.compile_spec(store, spec.parse(TINY), targets.get("cpu")).plan
+    seen = []
+    res = trainlib.train(store, plan.id, progress=seen.append)
+    return {"dir": d, "store": store, "plan": plan, "result": res, "progress": seen}

@@ -1,7 +1,7 @@
 """The gate's commands: `ledger seal`, `ledger judge`, `ledger dpo`.
 
-Parsing and rendering only; the work is in ledger.runners.seal / judge / dpo. torch is imported
-inside the commands (through the runners), never at module top level.
+Parsing and rendering only; the work is in ledger.gate.seal / judge / dpo. torch is imported
+inside the commands (through ledger.gate), never at module top level.
 
 Exit codes: any verdict that was reached is 0 -- the verdict is data, in the output and the
 journal (SuiteChanged, GamedTheEvaluator, Regressed and NoImprovement included); a spent suite
@@ -36,7 +36,7 @@ def seal(
 ):
     """Seal a suite where training cannot read it, and pin its hash (one `seal` record)."""
     from ledger.errors import BadInput
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
 
     store = open_store()
     if restore:
@@ -84,7 +84,7 @@ def judge(
     json_: JsonOpt = False,
 ):
     """Score candidate and incumbent on the sealed suite and record the verdict (one `judge` record)."""
-    from ledger.runners import judge as judgelib
+    from ledger.gate import judge as judgelib
 
     store = open_store()
     say = (lambda msg: common.err_console().print(f"[dim]{msg}[/]")) if not json_ else None
@@ -172,7 +172,7 @@ def dpo(
 ):
     """Train a DPO adapter on top of an SFT adapter in a sandboxed child (one `train` record)."""
     from ledger.errors import Refused
-    from ledger.runners import dpo as dpolib
+    from ledger.train import dpo as dpolib
 
     cfg = dpolib.DpoConfig(beta=beta, lr=lr, steps=steps, batch=batch, seed=seed, threads=threads)
     store = open_store()

@@ -1,7 +1,7 @@
 """Compile and train commands: targets, compile, train, reproduce, import-base.
 
-Parsing and rendering only; the work is in ledger.runners. torch/transformers/peft are imported
-inside the commands (through the runners), never at module top level.
+Parsing and rendering only; the work is in ledger.plan and ledger.train. torch/transformers/peft are imported
+inside the commands (through ledger.train), never at module top level.
 
 Exit codes: compile rejection 3; train stopped by a non-finite loss 3 (after its receipt is
 committed); reproduce Diverged or MissingInputs 3 (after the comparison is committed);
@@ -33,7 +33,7 @@ TargetsFileOpt = Annotated[Optional[Path], typer.Option("--targets", help="A TOM
 # --- targets ------------------------------------------------------------------------------------
 def targets(file: TargetsFileOpt = None, json_: JsonOpt = False):
     """List target profiles (built-in, plus --targets FILE)."""
-    from ledger.runners import targets as t
+    from ledger.plan import targets as t
 
     ts = t.available(file)
     data = [{**x.body(), "id": x.id} for x in ts.values()]
@@ -59,9 +59,9 @@ def compile_(
     json_: JsonOpt = False,
 ):
     """Compile a spec for a target into a plan, or reject it (exit 3) naming what does not fit."""
-    from ledger.runners import compile as comp
-    from ledger.runners import spec as speclib
-    from ledger.runners import targets as t
+    from ledger.plan import compile as comp
+    from ledger.plan import spec as speclib
+    from ledger.plan import targets as t
 
     s = speclib.load(spec)
     tgt = t.get(target or s.get("compile.target"), targets_file)
@@ -164,9 +164,9 @@ def _plan_ref(store, ref: str) -> str:
     """A plan ref, or a spec path (compiled first, for its own target)."""
     p = Path(ref)
     if p.suffix == ".toml" and p.is_file():
-        from ledger.runners import compile as comp
-        from ledger.runners import spec as speclib
-        from ledger.runners import targets as t
+        from ledger.plan import compile as comp
+        from ledger.plan import spec as speclib
+        from ledger.plan import targets as t
 
         s = speclib.load(p)
         res = comp.compile_spec(store, s, t.get(s.get("compile.target")))
@@ -183,7 +183,7 @@ def train(
 ):
     """Run a plan in a sandboxed child; commit adapter, checkpoints and a receipt."""
     from ledger.errors import Refused
-    from ledger.runners import train as trainlib
+    from ledger.train import run as trainlib
 
     store = open_store()
     ref = _plan_ref(store, plan)
@@ -272,7 +272,7 @@ def reproduce(
 ):
     """Re-execute a receipt from its pinned inputs in a fresh process and compare (exit 3 unless it reproduced)."""
     from ledger.errors import Refused
-    from ledger.runners import reproduce as rep
+    from ledger.train import reproduce as rep
 
     store = open_store()
     if from_:
@@ -321,7 +321,7 @@ def import_base(
     json_: JsonOpt = False,
 ):
     """Import base weights (Llama architecture) as objects; prints the base id."""
-    from ledger.runners import model as modellib
+    from ledger.artefacts import model as modellib
 
     store = open_store()
     with store.transaction("import-base") as tx:

@@ -36,7 +36,7 @@ def _prepare(directory: Path) -> Path:
 
 
 def good_turns(n: int, seed: int) -> list[dict]:
-    from ledger.demo.task import turns
+    from ledger.artefacts.builtin_task import turns
 
     return [{"situation": t.situation, "action": t.action, "outcome": t.outcome, "refusal": t.refusal}
             for t in turns("train", n, seed)]
@@ -71,7 +71,7 @@ def run_demo(directory: Path, console=None) -> dict:
     from ledger.cycle import Policy, run_cycle
     from ledger.diff import diff
     from ledger.lineage import generation_rows
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
     from ledger.store import Store
     from ledger.store.verify import verify
 

@@ -1,6 +1,6 @@
 """What an action does: a capability call, a refusal, or plain text.
 
-The image's actions are the ones the built-in task teaches (ledger/demo/task.py):
+The image's actions are the ones the built-in task teaches (ledger/artefacts/builtin_task.py):
 
     call NAME.EXPORT(ARG, ...)    run capability NAME's export in the wasm sandbox
     refuse: REASON                decline; recorded as a refusal (refusal = true)

@@ -3,7 +3,7 @@
 "Read its store, write its buffer" -- and nothing that judges it. Landlock rights are inherited
 down a directory tree and cannot be carved out again, so the store itself (`.ledger`) can never
 be granted: that would include `.ledger/sealed/`. And the sealed suite's documents are also
-objects in `.ledger/objects/` (runners/seal.py), so even `objects/` cannot be granted whole. The
+objects in `.ledger/objects/` (gate/seal.py), so even `objects/` cannot be granted whole. The
 image therefore gets:
 
   read        the journal file (appended in place, so a rule on it stays valid) -- to see HEAD
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ledger import generations
 from ledger.errors import BadInput
-from ledger.runners import model as modellib
+from ledger.artefacts import model as modellib
 
 
 def serving_objects(store, g: generations.Generation) -> set[str]:

@@ -1,7 +1,7 @@
 """Greedy decoding of an action with a generation's base + adapter, one request at a time.
 
 A prompt is what training and the gate encode before the action: `<bos> situation <sep>`
-(ledger.runners.tokenizer.encode_turn); the action is the bytes generated after it, up to <eos>
+(ledger.artefacts.tokenizer.encode_turn); the action is the bytes generated after it, up to <eos>
 or `max_new` bytes (at most MAX_NEW = 48).
 
 Two realizations of the same function, chosen by an explicit rule (`select_decoder`) and named
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.errors import BadInput
-from ledger.runners import model as modellib
-from ledger.runners import tokenizer as toklib
+from ledger.artefacts import model as modellib
+from ledger.artefacts import tokenizer as toklib
 
 MAX_NEW = 48
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")

@@ -17,7 +17,7 @@ from ledger.kernels.gate import gate
 from ledger.kernels.harness import bench, build, test
 from ledger.kernels.records import BenchRecord, BuildRecord, GateDecision, TestRecord, Timing
 from ledger.kernels.specs import KERNELS, KernelSpec, Requirements, Shape, default_sweep, get
-from ledger.kernels.targets import CudaTarget, resolve as resolve_target
+from ledger.kernels.devices import CudaTarget, resolve as resolve_target
 
 __all__ = ["KERNELS", "BenchRecord", "BuildRecord", "CudaTarget", "GateDecision", "KernelSpec", "Requirements",
            "Shape", "TestRecord", "Timing", "bench", "build", "default_sweep", "gate", "get", "resolve_target",

@@ -13,7 +13,7 @@ from ledger.errors import BadInput
 from ledger.kernels import formats as F
 from ledger.kernels import oracles, reference
 from ledger.kernels import specs as S
-from ledger.kernels import targets as T
+from ledger.kernels import devices as T
 from ledger.kernels.records import BenchRecord, BuildRecord, TestRecord, Timing, b3, canonical, finite_or_none
 
 MIN_LAUNCHES = 20

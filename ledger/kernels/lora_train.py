@@ -3,14 +3,14 @@ gated `lora-linear-bf16` kernel (y = W x + s * B (A x), t = A x kept in fp32 ins
 backward is torch.
 
 It is decode-shaped: at most 8 rows of x per call (the kernel's mma n-side). Compile selects
-it only when micro_batch x seq_len <= 8 (ledger.runners.compile.fused_unmet); a call with more
+it only when micro_batch x seq_len <= 8 (ledger.plan.compile.fused_unmet); a call with more
 rows here raises RealizationUnavailable -- it never quietly runs torch's path instead. For
 training at batch x sequence rows torch's GEMM is the right realization (torch-compiled).
 
 Gradients (y = x W^T + s (x A^T) B^T; W frozen):
     dx = gy W + s (gy B) A        dA = s (gy B)^T x        dB = s gy^T (x A^T)
 computed in torch from bf16 operands; dA and dB are accumulated in fp32 (the adapter's master
-weights are fp32, see ledger.runners.memory).
+weights are fp32, see ledger.plan.memory).
 """
 
 from __future__ import annotations

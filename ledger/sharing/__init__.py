@@ -6,7 +6,7 @@
     be = remote.open_backend("/mnt/shared/ledger")          # or "s3://bucket/prefix"
     transfer.push(store, be, ["HEAD"]); transfer.pull(store, be, namespace="alice")
     fetch_closure(store, "alice", [receipt_id])             # bring a receipt's closure here, then
-    ledger.runners.reproduce.reproduce(store, receipt_id)   # re-run it (`ledger reproduce ID --from alice`)
+    ledger.train.reproduce.reproduce(store, receipt_id)   # re-run it (`ledger reproduce ID --from alice`)
 """
 
 from ledger.sharing.transfer import fetch_closure  # noqa: F401

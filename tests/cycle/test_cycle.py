@@ -29,7 +29,7 @@ def seeded(tmp_path_factory):
     """A store with gen-0, a sealed demo suite and 160 good turns; copied per test."""
     from ledger.cycle import ensure_genesis, load_spec
     from ledger.demo.story import good_turns
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
 
     root = tmp_path_factory.mktemp("seeded")
     s = Store.init(root)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ledger.runners import seal
+from ledger.gate import seal
 from tests.conftest import ledger_cmd
 from tests.gate.test_seal import _base, _docs
 

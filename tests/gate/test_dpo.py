@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from ledger.errors import BadInput
-from ledger.runners import dpo
-from ledger.runners import judge as judgelib
-from ledger.runners import seal
+from ledger.train import dpo
+from ledger.gate import judge as judgelib
+from ledger.gate import seal
 
 
 # --- configuration and pairs (no model) --------------------------------------------------------------
@@ -107,8 +107,8 @@ def test_contamination_is_found_through_the_sft_parent(world, wstore):
     carries the canary string. The gate follows D's receipt to A's and refuses D."""
     import pyarrow as pa
 
-    from ledger.demo import task
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import builtin_task as task
+    from ledger.artefacts import dataset as datalib
 
     canary = seal.pinned(wstore).canary_string
     rows = task.turns("train", 12, seed=9)
@@ -135,8 +135,8 @@ except PermissionError:
     pass
 else:
     sys.exit(97)  # it could read the suite: the run must fail loudly
-sys.argv = ["ledger.runners.dpo", work]
-runpy.run_module("ledger.runners.dpo", run_name="__main__")
+sys.argv = ["ledger.train.dpo", work]
+runpy.run_module("ledger.train.dpo", run_name="__main__")
 """
 
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from ledger.errors import Refused
-from ledger.runners import judge as judgelib
-from ledger.runners import score as scorelib
-from ledger.runners import seal
+from ledger.gate import judge as judgelib
+from ledger.gate import score as scorelib
+from ledger.gate import seal
 from ledger.verdicts import GateSettings
 
 pytestmark = pytest.mark.slow  # shares a session world that takes ~1 min to build on one core
@@ -90,8 +90,8 @@ def test_planted_gamed_candidate_is_gamed_the_evaluator(world, wstore):
 
 
 def test_export_with_the_canary_string_is_gamed_before_scoring(world, wstore, monkeypatch):
-    from ledger.demo import task
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import builtin_task as task
+    from ledger.artefacts import dataset as datalib
 
     canary = seal.pinned(wstore).canary_string
     turns = task.turns("train", 30, seed=3)
@@ -115,8 +115,8 @@ def test_export_with_the_canary_string_is_gamed_before_scoring(world, wstore, mo
 
 
 def test_clean_export_is_checked_and_recorded(world, wstore):
-    from ledger.demo import task
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import builtin_task as task
+    from ledger.artefacts import dataset as datalib
 
     with wstore.transaction("add") as tx:
         export = tx.put_bytes(datalib.parquet_bytes(datalib.turns_table(task.turns("train", 20, seed=5))), "dataset")
@@ -129,8 +129,8 @@ def test_clean_export_is_checked_and_recorded(world, wstore):
 
 def test_candidate_receipt_names_the_export(world, wstore, monkeypatch):
     """Without --export the gate finds the export through the candidate's training record."""
-    from ledger.runners import dataset as datalib
-    from ledger.demo import task
+    from ledger.artefacts import dataset as datalib
+    from ledger.artefacts import builtin_task as task
 
     canary = seal.pinned(wstore).canary_string
     turns = task.turns("train", 10, seed=4)
@@ -248,7 +248,7 @@ def test_contamination_follows_the_init_adapter_of_a_plan(world, wstore, monkeyp
     adapter's training data: the gate checks it too."""
     import pyarrow as pa
 
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import dataset as datalib
 
     canary = seal.pinned(wstore).canary_string
     table = pa.table({"situation": ["user: hello", "user: bye"], "action": ["call greet()", f"call bye() {canary}"]})
@@ -276,11 +276,11 @@ def test_a_real_training_run_is_traced_to_its_export(tmp_path, monkeypatch):
     through the train record and the receipt, and refuses before scoring."""
     import pyarrow as pa
 
-    from ledger.demo import task
-    from ledger.runners import compile as comp
-    from ledger.runners import dataset as datalib
-    from ledger.runners import spec, targets
-    from ledger.runners import train as trainlib
+    from ledger.artefacts import builtin_task as task
+    from ledger.plan import compile as comp
+    from ledger.artefacts import dataset as datalib
+    from ledger.plan import spec, targets
+    from ledger.train import run as trainlib
     from ledger.store import Store
 
     store = Store.init(tmp_path)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ledger.errors import BadInput
-from ledger.runners import score as scorelib
+from ledger.gate import score as scorelib
 
 DOCS = [("user: what is 61 plus 7?", "call adder.add(61, 7)"),
         ("user: weather in rome?", 'call weather.get("rome")'),
@@ -23,8 +23,8 @@ def tiny(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import model as modellib
-    from ledger.runners import spec
+    from ledger.artefacts import model as modellib
+    from ledger.plan import spec
     from ledger.store import Store
     from tests.gate.world import MODULES, store_adapter
 
@@ -46,7 +46,7 @@ def _reference_losses(model, docs):
     """One document at a time, one token at a time: the definition, written out."""
     import torch
 
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     tok = toklib.ByteTokenizer()
     out = []

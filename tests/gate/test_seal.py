@@ -10,9 +10,9 @@ import stat
 import pytest
 
 from ledger.errors import BadInput, Refused, StoreCorrupt
-from ledger.runners import score as scorelib
-from ledger.runners import seal
-from ledger.runners import tokenizer as toklib
+from ledger.gate import score as scorelib
+from ledger.gate import seal
+from ledger.artefacts import tokenizer as toklib
 from ledger.verdicts import GateSettings, suite_hash
 
 
@@ -270,7 +270,7 @@ def test_no_suite_pinned(store):
 
 
 def test_demo_suite_is_the_task_eval_and_canary_splits(tmp_path):
-    from ledger.demo import task
+    from ledger.artefacts import builtin_task as task
 
     src = seal.read_suite_dir(seal.write_demo_suite(tmp_path / "demo"))
     assert len(src.scored) == 10 and len(src.canaries) == 4

@@ -7,7 +7,7 @@ relationships are known by construction (not a test module: no test_ prefix).
     A      LoRA SFT on the same turns: genuinely better than the bare base on the suite
     G      A fine-tuned directly on the 10 scored documents until it has memorised them:
            the planted gamed candidate (its canaries get worse)
-    D      DPO on top of A (the real, sandboxed `ledger.runners.dpo`) with pairs that differ
+    D      DPO on top of A (the real, sandboxed `ledger.train.dpo`) with pairs that differ
            only in the register: chosen "I will now act: ACTION", rejected "ACTION"
 
 Everything is seeded; the harness trains in-process with peft (a few seconds per adapter) and
@@ -43,13 +43,13 @@ class World:
 
 
 def suite_docs():
-    from ledger.runners import seal
+    from ledger.gate import seal
 
     return seal.demo_docs(10, 4, 0)
 
 
 def task_rows(exclude: set[tuple[str, str]]) -> list[tuple[str, str]]:
-    from ledger.demo import task
+    from ledger.artefacts import builtin_task as task
 
     rows = [(t.situation, t.action) for split in ("train", "eval", "canary") for t in task.turns(split, 700, seed=7)]
     return [r for r in rows if r not in exclude]
@@ -58,7 +58,7 @@ def task_rows(exclude: set[tuple[str, str]]) -> list[tuple[str, str]]:
 def _encode(rows, full: bool):
     import torch
 
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     tok = toklib.ByteTokenizer()
     enc = [toklib.encode_turn(tok, s, a) for s, a in rows]
@@ -113,7 +113,7 @@ def store_adapter(store, model, base: str, work: Path) -> str:
 
 
 def register_pairs(n: int = 200):
-    from ledger.demo import task
+    from ledger.artefacts import builtin_task as task
 
     return [{"situation": t.situation, "chosen": REGISTER + t.action, "rejected": t.action}
             for t in task.turns("train", n, seed=11)]
@@ -127,7 +127,9 @@ def _train_models(store, scratch: Path, rows, scored) -> tuple[str, str, str]:
     from peft import get_peft_model_state_dict
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import model as modellib, spec
+    from ledger.artefacts import model as modellib
+
+    from ledger.plan import spec
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -152,7 +154,9 @@ def _train_models(store, scratch: Path, rows, scored) -> tuple[str, str, str]:
 def build(root: Path) -> World:
     import torch
 
-    from ledger.runners import dpo, seal
+    from ledger.train import dpo
+
+    from ledger.gate import seal
     from ledger.store import Store
 
     root.mkdir(parents=True, exist_ok=True)

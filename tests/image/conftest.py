@@ -26,7 +26,7 @@ def random_adapter(store, base_id: str, work: Path, seed: int = 0) -> str:
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import model as modellib
+    from ledger.artefacts import model as modellib
 
     man = modellib.load_manifest(store, base_id)
     bdir = work / "base"
@@ -53,7 +53,7 @@ def build_template(root: Path) -> Path:
     from ledger import generations
     from ledger.capabilities import admission
     from ledger.cycle import ensure_genesis, load_spec
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
     from ledger.store import Store
 
     s = Store.init(root)

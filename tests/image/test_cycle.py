@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 def _seed(root):
     from ledger.cycle import ensure_genesis, load_spec
     from ledger.demo.story import good_turns
-    from ledger.runners import seal as seallib
+    from ledger.gate import seal as seallib
 
     s = Store.init(root)
     ensure_genesis(s, load_spec(None))

@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from ledger.image import protocol
-from ledger.runners import seal as seallib
+from ledger.gate import seal as seallib
 from ledger.sandbox import landlock_abi
 from ledger.store import Store
 

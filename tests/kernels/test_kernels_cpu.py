@@ -158,7 +158,7 @@ def test_targets_resolve():
 
 
 def test_runner_target_profiles_are_accepted():
-    targets = pytest.importorskip("ledger.runners.targets")
+    targets = pytest.importorskip("ledger.plan.targets")
     t = targets.get("h200")
     assert K.resolve_target(t).arch == "sm_90"
     with pytest.raises(RealizationUnavailable):

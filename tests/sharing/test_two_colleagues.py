@@ -100,7 +100,8 @@ def test_two_colleagues_reproduce_a_real_training_run(tmp_path):
     bob, in an independent store with nothing else, runs `ledger reproduce RECEIPT --from
     REMOTE` and gets Reproduced (bit-exact)."""
     pytest.importorskip("torch")
-    from ledger.runners import compile as comp, spec, targets, train as trainlib
+    from ledger.plan import compile as comp, spec, targets
+    from ledger.train import run as trainlib
 
     alice = Store.init(tmp_path / "alice")
     plan = comp.compile_spec(alice, spec.parse(TINY), targets.get("cpu")).plan

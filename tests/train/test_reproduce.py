@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from ledger.runners import reproduce as rep
+from ledger.train import reproduce as rep
 from ledger.store import Store
 
 

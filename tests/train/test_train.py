@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from ledger.runners import checkpoint as ck
-from ledger.runners import compile as comp
-from ledger.runners import spec, targets
-from ledger.runners import train as trainlib
-from ledger.runners.receipt import RUNGS
+from ledger.artefacts import checkpoint as ck
+from ledger.plan import compile as comp
+from ledger.plan import spec, targets
+from ledger.train import run as trainlib
+from ledger.train.receipt import RUNGS
 from ledger.store import Store
 
 
@@ -47,7 +47,7 @@ def test_receipt_binds_every_identity(trained):
 
 def test_adapter_is_a_peft_directory_and_indexed(trained, tmp_path):
     store, res = trained["store"], trained["result"]
-    from ledger.runners import model as modellib
+    from ledger.artefacts import model as modellib
 
     modellib.materialise_tree(store, res.adapter, tmp_path / "a")
     cfg = json.loads((tmp_path / "a" / "adapter_config.json").read_text())

@@ -10,7 +10,7 @@ The splits never overlap, by construction rather than by filtering:
   eval    operands 60..99, cities/paths/accounts from list B, phrasing set 1
   canary  operands 100..999, cities/paths/accounts from list C, phrasing set 2
 so no eval or canary turn can appear in training data, and every folded 13-gram that spans an
-operand or an entity differs between splits (tests/runners/test_task.py checks this with the
+operand or an entity differs between splits (tests/artefacts/test_task.py checks this with the
 gate's own contamination folding). Eval shares the phrasing of train on purpose: the gate asks
 "did the adapter learn the skill", which needs the same skill on unseen entities.
 
@@ -90,7 +90,7 @@ def turns(split: str, n: int, seed: int = 0) -> list[Turn]:
     if not isinstance(n, int) or n < 0:
         raise BadInput(f"n must be a non-negative integer, got {n!r}")
     # A str seed is hashed with SHA-512 by random.Random: stable across runs and platforms.
-    rng = random.Random(f"ledger.demo.task/1:{split}:{seed}")
+    rng = random.Random(f"ledger.artefacts.builtin_task/1:{split}:{seed}")
     lo, hi = _RANGES[split]
     phrases = _PHRASES[_SPLIT_PHRASES[split]]
     out = []

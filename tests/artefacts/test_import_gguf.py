@@ -61,8 +61,9 @@ def _write_gguf(hf_dir, path):
 def test_gguf_import_round_trips_the_weights(store, tmp_path):
     from safetensors.torch import load_file
 
-    from ledger.runners import compile as comp
-    from ledger.runners import model, spec, targets
+    from ledger.plan import compile as comp
+    from ledger.artefacts import model
+    from ledger.plan import spec, targets
 
     hf = tmp_path / "hf"
     model.build_builtin_files(spec.parse("[model]\nhidden = 32\nintermediate = 64\nkv_heads = 2\n").config["model"], hf)

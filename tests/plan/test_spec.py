@@ -1,7 +1,7 @@
 import pytest
 
 from ledger.errors import SpecError
-from ledger.runners import spec
+from ledger.plan import spec
 
 
 def test_defaults_fill_a_closed_config():

@@ -71,7 +71,8 @@ def test_tiny_example_trains_right_after_init(tmp_path):
 
 
 def test_import_hf_dir_and_train_from_it(tmp_path):
-    from ledger.runners import model, spec
+    from ledger.artefacts import model
+    from ledger.plan import spec
 
     src = tmp_path / "hf"
     model.build_builtin_files(spec.parse("[model]\nhidden = 32\nintermediate = 64\n").config["model"], src)

@@ -21,12 +21,12 @@ import shutil
 from dataclasses import dataclass
 
 from ledger.errors import BadInput
-from ledger.runners import checkpoint as ck
-from ledger.runners import compile as comp
-from ledger.runners import receipt as rcpt
-from ledger.runners import spec as speclib
-from ledger.runners import targets as targetlib
-from ledger.runners import train as trainlib
+from ledger.artefacts import checkpoint as ck
+from ledger.plan import compile as comp
+from ledger.train import receipt as rcpt
+from ledger.plan import spec as speclib
+from ledger.plan import targets as targetlib
+from ledger.train import run as trainlib
 from ledger.store.ids import is_id
 
 OUTCOMES = ("Reproduced", "WithinTolerance", "Diverged", "MissingInputs")

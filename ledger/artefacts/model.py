@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ledger.errors import BadInput, SpecError
-from ledger.runners import recipe_cache
-from ledger.runners import tokenizer as toklib
-from ledger.runners.spec import BUILTIN_BASE
+from ledger.artefacts import recipe_cache
+from ledger.artefacts import tokenizer as toklib
+from ledger.plan.spec import BUILTIN_BASE
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes, is_id
 

@@ -21,7 +21,7 @@ of chosen and rejected responses over all pairs after training -- reward margin 
 accuracy (the share of pairs whose chosen reward exceeds the rejected one) and a chosen-reward
 summary -- plus per-step loss, margin and accuracy.
 
-The work happens in a child (`python -m ledger.runners.dpo WORK`) confined by ledger.sandbox to
+The work happens in a child (`python -m ledger.train.dpo WORK`) confined by ledger.sandbox to
 its inputs (read) and output folder (write), exactly like SFT training: the store and the sealed
 suite are never granted, and any attempt on them is recorded in the receipt.
 """
@@ -108,7 +108,7 @@ def pairs_table_bytes(rows: Iterable[tuple[str, str, str]]) -> bytes:
 def read_pairs_bytes(data: bytes, where: str) -> list[tuple[str, str, str]]:
     import pyarrow as pa
 
-    from ledger.runners.dataset import read_parquet
+    from ledger.artefacts.dataset import read_parquet
 
     try:
         tbl = read_parquet(data)
@@ -167,8 +167,8 @@ class DpoResult:
 
 
 def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig, max_len: int | None) -> Path:
-    from ledger.runners import model as modellib
-    from ledger.runners.score import ADAPTER_FILES, _tree_files
+    from ledger.artefacts import model as modellib
+    from ledger.gate.score import ADAPTER_FILES, _tree_files
 
     work = store.tmp / f"dpo-{uuid.uuid4().hex[:12]}"
     for d in ("inputs", "out", "scratch"):
@@ -188,14 +188,14 @@ def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig
 
 def _child_argv(work: Path) -> list[str]:
     """The child's command line (one place, so a test can wrap it)."""
-    return [sys.executable, "-m", "ledger.runners.dpo", str(work)]
+    return [sys.executable, "-m", "ledger.train.dpo", str(work)]
 
 
 _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LEDGER_DEBUG", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def _child_env(work: Path, threads: int) -> dict:
-    """What the SFT child gets (ledger.runners.train.child_env), for a CPU-only child: nothing of
+    """What the SFT child gets (ledger.train.run.child_env), for a CPU-only child: nothing of
     the caller's environment beyond locale and PATH, a private HOME, offline hub libraries."""
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env.setdefault("PATH", os.defpath)
@@ -268,7 +268,7 @@ def _run_child(store, work: Path, cfg: DpoConfig, unsandboxed: bool, progress) -
 
 
 def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
-    from ledger.runners.receipt import learned_evidence
+    from ledger.train.receipt import learned_evidence
 
     ev: dict = {}
     rung = "Checked"
@@ -288,9 +288,9 @@ def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
 def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, unsandboxed: bool = False,
               progress: Callable[[dict], None] | None = None) -> DpoResult:
     """Train a DPO adapter on `pairs` on top of the SFT adapter `sft` (its policy is the reference)."""
-    from ledger.runners import model as modellib
-    from ledger.runners.receipt import source_identity
-    from ledger.runners.score import resolve_model
+    from ledger.artefacts import model as modellib
+    from ledger.train.receipt import source_identity
+    from ledger.gate.score import resolve_model
     from ledger.store.ids import hash_bytes
 
     cfg = config or DpoConfig()
@@ -302,14 +302,14 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
     pairs_id = hash_bytes(pairs_data)
     man = modellib.load_manifest(store, sft_model.base)
     max_len = int(man["config"].get("max_position_embeddings") or 0) or None
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     tok = toklib.ByteTokenizer()
     for s, c, r in rows:  # refuse before starting a child: nothing is truncated, ever
         toklib.encode_turn(tok, s, c, max_len)
         toklib.encode_turn(tok, s, r, max_len)
     sft_receipt = None
-    from ledger.runners.judge import receipt_of
+    from ledger.gate.judge import receipt_of
 
     found = receipt_of(store, sft_model.adapter)
     if found is not None:
@@ -346,7 +346,7 @@ def _encode(rows, which: int, max_len):
     """Padded ids, attention mask and the response-target mask (response bytes and <eos>)."""
     import torch
 
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     tok = toklib.ByteTokenizer()
     enc = [toklib.encode_turn(tok, r[0], r[which], max_len) for r in rows]
@@ -390,7 +390,7 @@ def child_run(work: Path) -> dict:
     from peft import PeftModel, get_peft_model_state_dict
     from transformers import LlamaForCausalLM
 
-    from ledger.runners import child as sft_child
+    from ledger.train import child as sft_child
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -483,9 +483,9 @@ def child_run(work: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m ledger.runners.dpo WORKDIR", file=sys.stderr)
+        print("usage: python -m ledger.train.dpo WORKDIR", file=sys.stderr)
         return 2
-    from ledger.runners.child import _die_with_parent
+    from ledger.train.child import _die_with_parent
 
     _die_with_parent()  # a killed parent must not leave a training child running unobserved
     work = Path(argv[0])

@@ -1,7 +1,7 @@
 import pytest
 
 from ledger.errors import BadInput
-from ledger.runners import tokenizer as tk
+from ledger.artefacts import tokenizer as tk
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
 

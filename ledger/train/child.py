@@ -1,4 +1,4 @@
-"""The training child: `python -m ledger.runners.child WORKDIR`.
+"""The training child: `python -m ledger.train.child WORKDIR`.
 
 It runs inside the sandbox (ledger.sandbox), granted only WORKDIR/inputs (read) and WORKDIR/out
 (read-write). It reads the job the parent wrote, trains, and writes everything it produced
@@ -109,7 +109,7 @@ def check_realizations(plan: dict) -> None:
 
 
 def read_rows(path: Path) -> list[tuple[str, str]]:
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import dataset as datalib
 
     return datalib.read_turns(path)
 
@@ -119,7 +119,7 @@ def encode_rows(rows, seq_len: int):
     import numpy as np
     import torch
 
-    from ledger.runners import tokenizer as toklib
+    from ledger.artefacts import tokenizer as toklib
 
     tok = toklib.ByteTokenizer()
     n = len(rows)
@@ -256,7 +256,7 @@ def device_info() -> dict:
 
 class _Dist:
     """This process's place in a data-parallel run: one process per device, started by torchrun
-    (ledger.runners.train.torchrun), each confined by the sandbox. World size 1 is the plain run."""
+    (ledger.train.run.torchrun), each confined by the sandbox. World size 1 is the plain run."""
 
     def __init__(self, plan: dict):
         import torch
@@ -365,7 +365,7 @@ def run(work: Path) -> dict:
     autocast = plan["runtime"].get("autocast")
     fused_lora = plan["realizations"]["linear_lora"]["name"] == "cupy-fused"
 
-    from ledger.runners import checkpoint as ck
+    from ledger.artefacts import checkpoint as ck
 
     # Everything imported before the baseline, so the measured growth is the run's own memory
     # (data, model, adapter, optimizer, activations), not library code.
@@ -589,7 +589,7 @@ def _die_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m ledger.runners.child WORKDIR", file=sys.stderr)
+        print("usage: python -m ledger.train.child WORKDIR", file=sys.stderr)
         return 2
     _die_with_parent()
     work = Path(argv[0])

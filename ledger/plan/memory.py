@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.runners.model import MODULE_SHAPES, Arch
+from ledger.artefacts.model import MODULE_SHAPES, Arch
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 INDEX_BYTES = 8  # int64 token ids, masks and labels as torch builds them
@@ -86,7 +86,7 @@ CUBLAS_WORKSPACE = 8 * 4096 * 1024
 
 def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
                    padded: bool = True, devices: int = 1) -> list[Line]:
-    """The memory plan of the `torch-compiled` CUDA realization (ledger.runners.child): each decoder
+    """The memory plan of the `torch-compiled` CUDA realization (ledger.train.child): each decoder
     layer compiled with torch.compile, bf16 autocast when the base is bf16, fused AdamW, the
     encoded dataset kept on the host and one micro-batch at a time moved to the device.
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ledger.errors import BadInput, UnknownRef
-from ledger.runners import model as modellib
-from ledger.runners import tokenizer as toklib
+from ledger.artefacts import model as modellib
+from ledger.artefacts import tokenizer as toklib
 
 # Template, span, reduction and precision; bump on any change to any of them.
 SCORER_VERSION = ("ledger.score/1: <bos>situation<sep>action<eos>; action bytes only; "

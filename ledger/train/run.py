@@ -3,7 +3,7 @@
 The parent (this module) never trains. It
   1. materialises the plan's declared inputs -- base files, dataset, the checkpoint to resume
      from -- into a fresh work folder (inputs/ read-only to the child, out/ read-write);
-  2. launches `python -m ledger.runners.child WORK` through ledger.sandbox, which grants the
+  2. launches `python -m ledger.train.child WORK` through ledger.sandbox, which grants the
      child those two folders and the system paths Python needs, nothing else (not the store,
      not the sealed suite);
   3. while the child runs, reports its progress and commits each complete checkpoint it writes
@@ -29,13 +29,13 @@ from pathlib import Path
 
 from ledger import errors
 from ledger.errors import BadInput, InternalError, LedgerError
-from ledger.runners import checkpoint as ck
-from ledger.runners import compile as comp
-from ledger.runners import model as modellib
-from ledger.runners import receipt as rcpt
+from ledger.artefacts import checkpoint as ck
+from ledger.plan import compile as comp
+from ledger.artefacts import model as modellib
+from ledger.train import receipt as rcpt
 
 _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LEDGER_DEBUG",
-             "LEDGER_FAULT_RANK",   # tests: a rank that dies mid-run (ledger.runners.child._fault)
+             "LEDGER_FAULT_RANK",   # tests: a rank that dies mid-run (ledger.train.child._fault)
              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
              # glibc allocator knobs change memory use, never results; the receipt records them
              "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
@@ -168,7 +168,7 @@ def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), 
     # receipt's sandbox policy); the filesystem grants are the same as for one process.
     policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
                            protected=protected, gpu=plan["target"]["device"] == "cuda", network=n > 1)
-    argv = [sys.executable, "-m", "ledger.runners.child", str(work)]
+    argv = [sys.executable, "-m", "ledger.train.child", str(work)]
     launcher = torchrun(n) if n > 1 else ()
     return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
                          unsandboxed=unsandboxed, launcher=launcher, processes=n), policy

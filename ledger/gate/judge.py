@@ -10,7 +10,7 @@ One gate run, in this order (GATE.md; the decision itself is `ledger.verdicts.de
   3. the candidate's training export -- the dataset named by its receipt (for DPO: the pairs,
      and the SFT adapter's dataset), or the one the caller names -- is checked for the canary
      string and for 13-grams shared with S u K; contamination is decided before scoring;
-  4. both models are scored in one run (`ledger.runners.score`), and the incumbent's fresh
+  4. both models are scored in one run (`ledger.gate.score`), and the incumbent's fresh
      losses are compared with the ones recorded when it was last judged on this suite;
   5. `decide` applies the rules; the verdict object, a separate learner-view object, and the
      record are written in ONE `judge` transaction.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ledger.errors import BadInput
-from ledger.runners import score as scorelib
-from ledger.runners import seal as seallib
+from ledger.gate import score as scorelib
+from ledger.gate import seal as seallib
 from ledger.verdicts import (GateInputs, GateSettings, Scores, Verdict, check_budget, check_contamination,
                              decide)
 
@@ -123,7 +123,7 @@ def export_rows(store, dataset_id: str) -> Iterator[tuple[str, str]]:
     """(row key, text) of a Parquet dataset object: every string column of a row, joined."""
     import pyarrow as pa
 
-    from ledger.runners.dataset import read_parquet
+    from ledger.artefacts.dataset import read_parquet
 
     try:
         tbl = read_parquet(store.get_bytes(dataset_id))

@@ -3,9 +3,9 @@ import json
 import pytest
 
 from ledger.errors import CompileRejected, RealizationUnavailable, SpecError
-from ledger.runners import compile as comp
-from ledger.runners import memory, spec, targets
-from ledger.runners.spec import LLAMA_MODULES
+from ledger.plan import compile as comp
+from ledger.plan import memory, spec, targets
+from ledger.plan.spec import LLAMA_MODULES
 
 SMALL = "[data]\nsteps = 4\nmicro_batch = 4\n"
 TOO_BIG = """
@@ -48,7 +48,7 @@ def test_parameter_counts_match_the_real_model(store):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ledger.runners import model
+    from ledger.artefacts import model
 
     s = spec.parse("[model]\nhidden = 32\nheads = 4\nkv_heads = 2\nintermediate = 48\n[lora]\nr = 4\n"
                    "target_modules = ['q_proj', 'v_proj', 'down_proj']\n")
@@ -85,7 +85,7 @@ def test_rejection_names_memory_and_nearest_fit_and_writes_nothing(store):
 
 
 def test_memory_lines_scale_with_micro_batch():
-    from ledger.runners import model
+    from ledger.artefacts import model
 
     arch = model.arch_of(model.builtin_config(spec.parse("").config["model"]))
     kw = dict(r=8, modules=LLAMA_MODULES, dropout=0.0, dtype="fp32", seq_len=64, dataset_rows=10)
@@ -139,8 +139,8 @@ def test_cuda_plan_never_falls_back_to_cpu(store):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from ledger.runners import child
-    from ledger.runners import train as trainlib
+    from ledger.train import child
+    from ledger.train import run as trainlib
 
     plan = comp.compile_spec(store, spec.parse(SMALL), targets.get("h200")).plan
     assert all(r["device"] == "cuda" for r in plan.body["realizations"].values())
@@ -161,7 +161,9 @@ def test_activation_line_matches_what_autograd_saves(tmp_path, extra):
     counted storage by storage with saved_tensors_hooks on a real forward."""
     import torch
 
-    from ledger.runners import child, model
+    from ledger.train import child
+
+    from ledger.artefacts import model
 
     s = spec.parse("[model]\nhidden = 64\nlayers = 2\nintermediate = 96\n[data]\nmicro_batch = 4\nseq_len = 32\n")
     s = s.with_overrides(extra)

@@ -1,6 +1,6 @@
 """Which GPU a build is for. Accepts what callers have at hand:
 
-* a target profile object (``ledger.runners.targets.Target``: ``device``, ``compute_capability``
+* a target profile object (``ledger.plan.targets.Target``: ``device``, ``compute_capability``
   "9.0", ``name``) or a dict of the same fields;
 * a profile name ("h200", "a100-40gb", ...), looked up in ledger's target profiles when that
   module is importable, else in a small built-in table;
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ledger.errors import BadInput, RealizationUnavailable
 
-# Used when ledger.runners.targets cannot be imported (e.g. a bare GPU box running only kernels).
+# Used when ledger.plan.targets cannot be imported (e.g. a bare GPU box running only kernels).
 _KNOWN_CC = {"h200": (9, 0), "h100": (9, 0), "a100": (8, 0), "a100-40gb": (8, 0), "a100-80gb": (8, 0),
              "a10": (8, 6), "rtx3070-8gb": (8, 6), "rtx3090": (8, 6), "l4": (8, 9), "rtx4090": (8, 9),
              "v100": (7, 0), "t4": (7, 5)}
@@ -78,7 +78,7 @@ def resolve(target) -> CudaTarget:
     if re.fullmatch(r"\d+\.\d+", t):
         return CudaTarget(f"sm_{t.replace('.', '')}", _parse_cc(t))
     try:  # the project's own target profiles, when the full package is importable
-        from ledger.runners import targets as profiles
+        from ledger.plan import targets as profiles
 
         prof = profiles.get(t)
     except ImportError:

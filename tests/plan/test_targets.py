@@ -1,7 +1,7 @@
 import pytest
 
 from ledger.errors import SpecError, UnknownRef
-from ledger.runners import targets
+from ledger.plan import targets
 
 
 def test_builtin_profiles():

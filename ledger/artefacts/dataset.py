@@ -1,6 +1,6 @@
 """Training datasets: Parquet tables of turns (situation, action, outcome, refusal).
 
-`builtin:tiny-task` is the train split of ledger.demo.task, written once as a Parquet object
+`builtin:tiny-task` is the train split of ledger.artefacts.builtin_task, written once as a Parquet object
 (cached by recipe like the built-in base). Any other dataset is an object id or name holding a
 Parquet table with at least string columns `situation` and `action`.
 """
@@ -12,8 +12,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ledger.errors import BadInput, SpecError
-from ledger.runners import recipe_cache
-from ledger.runners.spec import BUILTIN_DATASET
+from ledger.artefacts import recipe_cache
+from ledger.plan.spec import BUILTIN_DATASET
 
 BUILTIN_TURNS = 4000
 BUILTIN_SEED = 0
@@ -36,13 +36,13 @@ def parquet_bytes(table) -> bytes:
 
 
 def builtin_bytes() -> bytes:
-    from ledger.demo.task import turns
+    from ledger.artefacts.builtin_task import turns
 
     return parquet_bytes(turns_table(turns("train", BUILTIN_TURNS, BUILTIN_SEED)))
 
 
 def ensure_builtin(tx, store) -> str:
-    recipe = {"dataset": BUILTIN_DATASET, "task": "ledger.demo.task/1", "n": BUILTIN_TURNS,
+    recipe = {"dataset": BUILTIN_DATASET, "task": "ledger.artefacts.builtin_task/1", "n": BUILTIN_TURNS,
               "seed": BUILTIN_SEED, "pyarrow": version("pyarrow")}
     oid = recipe_cache.lookup(store, "builtin-dataset", recipe)
     if oid:

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from ledger.errors import CompileRejected, RealizationUnavailable
-from ledger.runners import compile as comp
-from ledger.runners import memory, spec, targets
+from ledger.plan import compile as comp
+from ledger.plan import memory, spec, targets
 
 H200 = targets.get("h200")
 CPU = targets.get("cpu")
@@ -116,7 +116,7 @@ def test_explicit_cupy_fused_without_cupy_is_a_cli_rejection(tmp_path):
 
 
 def _tiny_turn_dataset(store) -> str:
-    from ledger.runners import dataset as datalib
+    from ledger.artefacts import dataset as datalib
 
     class T:
         def __init__(self, s, a):
@@ -134,8 +134,8 @@ def test_a_plan_that_selected_cupy_fused_fails_loudly_without_a_gpu(store, monke
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from ledger.runners import child
-    from ledger.runners import train as trainlib
+    from ledger.train import child
+    from ledger.train import run as trainlib
 
     gate_for(store, monkeypatch)
     data = _tiny_turn_dataset(store)
@@ -178,7 +178,7 @@ def test_cuda_plan_for_two_devices_fails_before_anything_without_gpus(store):
 
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has GPUs")
-    from ledger.runners import train as trainlib
+    from ledger.train import run as trainlib
 
     plan = comp.compile_spec(store, spec.parse("[data]\nsteps = 2\n[train]\ndevices = 2\n"), H200).plan
     seq = store.state.seq
@@ -220,7 +220,8 @@ def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
     import torch
 
     from ledger.kernels import lora_train, reference
-    from ledger.runners import child, model
+    from ledger.train import child
+    from ledger.artefacts import model
 
     s = spec.parse('[model]\nhidden = 64\nlayers = 2\nintermediate = 96\n[precision]\ndtype = "bf16"\n[lora]\nr = 8\n')
     model.build_builtin_files(s.config["model"], tmp_path)
@@ -247,7 +248,7 @@ def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
 def test_two_process_ddp_writes_one_receipt(store):
     """devices = 2 on a CPU target: torchrun starts two gloo ranks, each confining itself; rank 0 writes every
     output, the losses are the all-reduced means, and one train record names one receipt."""
-    from ledger.runners import train as trainlib
+    from ledger.train import run as trainlib
 
     s = spec.parse("[data]\nsteps = 3\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
     plan = comp.compile_spec(store, s, CPU).plan
@@ -288,7 +289,7 @@ def _lose_rank_one(store, monkeypatch, target, extra: str) -> None:
     import time
 
     from ledger.errors import InternalError
-    from ledger.runners import train as trainlib
+    from ledger.train import run as trainlib
 
     s = spec.parse(extra + "[data]\nsteps = 40\nmicro_batch = 4\n[train]\ndevices = 2\ncheckpoint_every = 2\n")
     plan = comp.compile_spec(store, s, target).plan
@@ -319,7 +320,7 @@ def _children_of(store) -> list[int]:
             argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"ledger.runners.child" in argv and any(a.startswith(str(store.tmp).encode()) for a in argv):
+        if b"ledger.train.child" in argv and any(a.startswith(str(store.tmp).encode()) for a in argv):
             pids.append(int(d))
     return pids
 
@@ -330,7 +331,7 @@ def test_two_gpus_train_through_torchrun_into_one_receipt(store):
     confined, the memory of each device measured against the per-device plan."""
     import torch
 
-    from ledger.runners import train as trainlib
+    from ledger.train import run as trainlib
 
     if torch.cuda.device_count() < 2:
         pytest.skip(f"{torch.cuda.device_count()} GPU(s) here; this needs 2")
@@ -383,8 +384,8 @@ def test_compiled_layers_never_fall_back_to_eager_past_the_recompile_limit(monke
     import torch._dynamo as dynamo
     import torch.nn as nn
 
-    from ledger.runners import child
-    from ledger.runners import train as trainlib
+    from ledger.train import child
+    from ledger.train import run as trainlib
 
     for name in ("recompile_limit", "fail_on_recompile_limit_hit"):
         monkeypatch.setattr(dynamo.config, name, getattr(dynamo.config, name))

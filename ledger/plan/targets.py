@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ledger.errors import SpecError, UnknownRef
-from ledger.runners.spec import DTYPES, line_of
+from ledger.plan.spec import DTYPES, line_of
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
 

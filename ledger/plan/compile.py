@@ -16,11 +16,12 @@ import importlib.util
 from dataclasses import dataclass
 
 from ledger.errors import LedgerError, CompileRejected, SpecError
-from ledger.runners import dataset as datalib
-from ledger.runners import memory, model
-from ledger.runners import tokenizer as toklib
-from ledger.runners.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
-from ledger.runners.targets import Target
+from ledger.artefacts import dataset as datalib
+from ledger.plan import memory
+from ledger.artefacts import model
+from ledger.artefacts import tokenizer as toklib
+from ledger.plan.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
+from ledger.plan.targets import Target
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
 
@@ -314,7 +315,7 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
                     "loop": loop, "devices": n_dev,
                     "autocast": "bf16" if loop == "compiled" and c["precision"]["dtype"] == "bf16" else None,
                     # one sandboxed process per device (DDP) started by torchrun; rank 0
-                    # writes every output (ledger.runners.train.torchrun)
+                    # writes every output (ledger.train.run.torchrun)
                     "launcher": "ddp" if n_dev > 1 else "python"},
     }
 
