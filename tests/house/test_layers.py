@@ -1,0 +1,78 @@
+"""The import rules of ARCHITECTURE.md, checked over the AST of every module (docs/architecture.md)."""
+
+import sys
+
+from tests.house.layers import FLOOR, HEAVY, PACKAGE, cycles, heavy_modules, imports, room, third_party
+
+
+def _show(found):
+    return "\n".join(f"  {i.source}:{i.line} imports {i.target}" for i in found)
+
+
+def test_every_room_has_a_floor():
+    rooms = {room(i.source) for i in imports()} | {room(i.target) for i in imports()}
+    rooms |= {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+              if (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert rooms <= set(FLOOR), f"rooms with no floor in tests/house/layers.py: {sorted(rooms - set(FLOOR))}"
+
+
+def test_store_and_verdicts_import_only_errors_and_themselves():
+    bad = [i for i in imports() if room(i.source) in ("store", "verdicts")
+           and room(i.target) not in (room(i.source), "errors", "__init__")]
+    assert not bad, "store/ and verdicts/ are the bottom: they import only ledger.errors and themselves\n" + _show(bad)
+
+
+def test_nothing_below_the_cli_imports_it():
+    bad = [i for i in imports() if room(i.target) == "cli" and room(i.source) != "cli"]
+    assert not bad, "only the CLI imports ledger.cli (the demo and api call ledger.api)\n" + _show(bad)
+
+
+def test_artefacts_import_no_train_gate_or_plan():
+    bad = [i for i in imports() if room(i.source) == "artefacts" and room(i.target) in ("train", "gate", "plan")]
+    assert not bad, "artefacts/ are below plan/, gate/ and train/\n" + _show(bad)
+
+
+def test_plan_imports_no_torch():
+    bad = [(p, name, line) for p in (PACKAGE / "plan").rglob("*.py") for name, line, _ in third_party(p)
+           if name in ("torch", "transformers", "peft")]
+    assert not bad, f"plan/ compiles without torch: {bad}"
+
+
+def test_no_import_points_up_a_floor():
+    bad = [i for i in imports() if FLOOR[room(i.target)] > FLOOR[room(i.source)]]
+    assert not bad, "an import never points up a floor (ARCHITECTURE.md)\n" + _show(bad)
+
+
+def test_no_import_circles():
+    found = cycles()
+    assert not found, "import circles:\n" + "\n".join("  " + " <-> ".join(c) for c in found)
+
+
+def test_imports_inside_functions_are_only_for_heavy_modules():
+    heavy = heavy_modules()
+    bad = [f"  {i.source}:{i.line} imports {i.target} inside a function" for i in imports()
+           if not i.top and i.target not in heavy]
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name, line, top in third_party(path):
+            if not top and name not in HEAVY:
+                bad.append(f"  {path.relative_to(PACKAGE.parent)}:{line} imports {name} inside a function")
+    assert not bad, ("imports go at module top unless a measured start-up cost says otherwise "
+                     "(tests/house/layers.py HEAVY):\n" + "\n".join(bad))
+
+
+def test_the_layer_check_can_fail(tmp_path, monkeypatch):
+    """The checks above read real files: a planted upward import is found."""
+    from tests.house import layers
+
+    pkg = tmp_path / "ledger"
+    (pkg / "store").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("")
+    (pkg / "store" / "bad.py").write_text("from ledger import cli\n")
+    (pkg / "cli").mkdir()
+    (pkg / "cli" / "__init__.py").write_text("from ledger.store import bad\n")
+    monkeypatch.setattr(layers, "PACKAGE", pkg)
+    found = layers.imports()
+    assert any(i.source == "ledger.store.bad" and i.target == "ledger.cli" for i in found)
+    assert layers.cycles() == [["ledger.cli", "ledger.store.bad"]]
+    assert sys.modules.get("ledger.store.bad") is None  # read, never imported
