@@ -48,8 +48,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ledger import errors as errmod
-from ledger.errors import BadInput, ImageUnavailable, InternalError, LedgerError
+from ledger.errors import BadInput, ImageUnavailable, LedgerError
 
 VERSION = 1
 MAX_LINE = 1 << 16
@@ -172,14 +171,11 @@ def error(rid, e: LedgerError, retry: bool = False) -> dict:
 
 
 def to_error(reply: dict) -> LedgerError:
-    """The typed error a failed reply carries (its class from ledger.errors by name)."""
+    """The typed error a failed reply carries, read as LedgerError.from_json reads any error that
+    crossed a process boundary (the wire names the class under "type")."""
     err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-    cls = getattr(errmod, str(err.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, LedgerError)):
-        cls = InternalError
-    e = cls.__new__(cls)
-    LedgerError.__init__(e, str(err.get("message") or "the image failed"), err.get("hint"))
-    return e
+    return LedgerError.from_json({"error": err.get("type"), "message": err.get("message"), "hint": err.get("hint")},
+                                 origin="the image")
 
 
 # --- the client ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ledger.errors import BadInput, InternalError, LedgerError
+from ledger.errors import NOT_FROM_A_CHILD, BadInput, InternalError, LedgerError, read_error_file
 
 RECEIPT_KIND = "dpo-receipt"
 RECEIPT_VERSION = 1
@@ -250,17 +250,9 @@ def _run_child(store, work: Path, cfg: DpoConfig, unsandboxed: bool, progress) -
                "audit_truncated": res.audit_truncated}
     out = work / "out"
     if res.returncode != 0:
-        try:
-            e = json.loads((out / "error.json").read_text())
-        except (OSError, ValueError):
-            e = None
+        e = read_error_file(out / "error.json", origin="the DPO child", demote=NOT_FROM_A_CHILD)
         if e is not None:
-            from ledger import errors
-
-            cls = getattr(errors, e.get("error", ""), None)
-            if not (isinstance(cls, type) and issubclass(cls, LedgerError)):
-                cls = InternalError
-            raise cls(e.get("message", "the DPO child failed"), e.get("hint"))
+            raise e
         tail = res.stderr_tail.strip().splitlines()[-1:] if res.stderr_tail.strip() else []
         raise InternalError(f"the DPO child exited with {res.returncode}" + (f" ({tail[0][:300]})" if tail else ""),
                             "rerun with LEDGER_DEBUG=1", stderr=res.stderr_tail[-4000:])

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import errors
-from ledger.errors import BadInput, InternalError, LedgerError
+from ledger.errors import BadInput, InternalError
 from ledger.artefacts import checkpoint as ck
 from ledger.plan import compile as comp
 from ledger.artefacts import model as modellib
@@ -213,14 +213,9 @@ def _last_words(stderr: str) -> str | None:
 
 
 def _raise_child_error(out: Path) -> None:
-    try:
-        e = json.loads((out / "error.json").read_text())
-    except (OSError, ValueError):
-        return
-    cls = getattr(errors, e.get("error", ""), None)
-    if not (isinstance(cls, type) and issubclass(cls, LedgerError)) or cls in (errors.CorruptObject, errors.MissingObject):
-        cls = InternalError
-    raise cls(e.get("message", "the training child failed"), e.get("hint"))
+    e = errors.read_error_file(out / "error.json", origin="the training child", demote=errors.NOT_FROM_A_CHILD)
+    if e is not None:
+        raise e
 
 
 def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
