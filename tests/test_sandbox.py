@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import sandbox
 from ledger.errors import BadInput, Refused, SandboxUnavailable
-from ledger.sandbox import SandboxPolicy, landlock_abi, run_sandboxed, system_allowances
+from ledger.sandbox import SandboxPolicy, landlock, landlock_abi, run_sandboxed, system_allowances
+from ledger.sandbox import policy as sbpolicy
+from ledger.sandbox import run as sbrun
 
 ABI = landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="Landlock unavailable on this kernel "
@@ -51,7 +52,7 @@ def _attempts(result, access=None):
 # (1) ---------------------------------------------------------------------------------------------
 def test_landlock_is_available():
     if ABI < 1:
-        nrs = sandbox._SYSCALLS.get(os.uname().machine)
+        nrs = landlock.SYSCALLS.get(os.uname().machine)
         if not sys.platform.startswith("linux") or nrs is None:
             pytest.skip(f"Landlock is Linux x86_64/aarch64 only; this is {sys.platform} {os.uname().machine}")
         libc = ctypes.CDLL(None, use_errno=True)
@@ -65,10 +66,10 @@ def test_landlock_is_available():
             pytest.skip("Landlock is built in but disabled at boot (add landlock to lsm=)")
         pytest.fail(f"Landlock probe failed unexpectedly: errno {err} ({os.strerror(err)})")
     assert ABI >= 1
-    handled = sandbox._handled_fs(ABI)
-    assert bool(handled & sandbox.FS_REFER) == (ABI >= 2)
-    assert bool(handled & sandbox.FS_TRUNCATE) == (ABI >= 3)
-    assert bool(handled & sandbox.FS_IOCTL_DEV) == (ABI >= 5)
+    handled = landlock.handled_fs(ABI)
+    assert bool(handled & landlock.FS_REFER) == (ABI >= 2)
+    assert bool(handled & landlock.FS_TRUNCATE) == (ABI >= 3)
+    assert bool(handled & landlock.FS_IOCTL_DEV) == (ABI >= 5)
 
 
 # (2) ---------------------------------------------------------------------------------------------
@@ -186,8 +187,8 @@ def test_home_and_working_directory_are_not_readable(layout, monkeypatch):
         assert (p, "read") in _attempts(r)
     # and no system allowance is, or contains, the working directory or home
     for g in system_allowances(policy):
-        assert not sandbox._within(str(work), g.path), g
-        assert not sandbox._within(home, g.path), g
+        assert not sbpolicy.within(str(work), g.path), g
+        assert not sbpolicy.within(home, g.path), g
 
 
 # (5) ---------------------------------------------------------------------------------------------
@@ -219,10 +220,10 @@ def test_unavailable_landlock_refuses_before_running_and_unsandboxed_is_marked(l
         except PermissionError:
             print("SUITE-EACCES")
     """
-    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)
+    monkeypatch.setattr(sbrun, "landlock_abi", lambda: 0)
     spawned = []
-    real_popen = sandbox.subprocess.Popen
-    monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: spawned.append(a) or real_popen(*a, **k))
+    real_popen = sbrun.subprocess.Popen
+    monkeypatch.setattr(sbrun.subprocess, "Popen", lambda *a, **k: spawned.append(a) or real_popen(*a, **k))
     with pytest.raises(SandboxUnavailable) as e:
         run_py(code, policy, marker, sealed / "suite.json")
     assert e.value.exit_code == 3 and "unsandboxed" in e.value.hint
@@ -307,14 +308,14 @@ def test_audit_log_parsing_is_bounded_and_distrustful(tmp_path):
     ]
     log.write_text("\n".join(lines) + "\n" + "x" * (2 << 20))   # then a 2 MiB unterminated tail
     roots = {"read": [str(out)], "write": [str(out)], "exec": [], "meta": [str(out)]}
-    attempts, truncated = sandbox._parse_audit_log(str(log), roots, [str(sealed)])
+    attempts, truncated = sbrun.parse_audit_log(str(log), roots, [str(sealed)])
     assert truncated
     assert [(a.path, a.protected) for a in attempts] == [(str(sealed / "x"), True), ("/etc/shadow", False)]
 
     log.write_bytes(b"".join(json.dumps({"op": "open", "path": f"/p/{i}", "access": "read"}).encode()
                              + b"\n" for i in range(5000)))
-    attempts, truncated = sandbox._parse_audit_log(str(log), roots, [])
-    assert truncated and len(attempts) == sandbox._MAX_ATTEMPTS
+    attempts, truncated = sbrun.parse_audit_log(str(log), roots, [])
+    assert truncated and len(attempts) == sbrun.MAX_ATTEMPTS
 
 
 # Landlock is the enforcement; the hook only the record ----------------------------------------------

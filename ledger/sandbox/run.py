@@ -1,0 +1,345 @@
+"""Run a child confined to its policy, and what came of it (SandboxResult).
+
+See the package docstring (ledger/sandbox/__init__.py) and docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import ledger
+from ledger.errors import BadInput, InternalError, SandboxUnavailable
+from ledger.sandbox import audit_hook
+from ledger.sandbox.landlock import EXEC_KINDS, READ_KINDS, WRITE_KINDS, landlock_abi
+from ledger.sandbox.policy import Grant, SandboxPolicy, within
+
+__all__ = ["DeniedAttempt", "SandboxResult", "run_sandboxed"]
+
+
+@dataclass(frozen=True)
+class DeniedAttempt:
+    """An attempt on a path outside the policy, as recorded by the child's audit hook.
+
+    op is the audit event ("open", "os.listdir", ...), access one of read/write/exec/meta.
+    """
+    op: str
+    path: str
+    access: str
+    protected: bool = False
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int
+    sandboxed: bool            # False only when the caller asked for unsandboxed=True
+    abi: int                   # Landlock ABI enforced (0 when not sandboxed)
+    denied_attempts: tuple[DeniedAttempt, ...]
+    protected_attempts: tuple[DeniedAttempt, ...]
+    stdout_tail: str           # the last tail_bytes of each stream
+    stderr_tail: str
+    wall_s: float
+    timed_out: bool = False
+    audit_truncated: bool = False   # the hook's record was cut short or partly unreadable
+    processes: int = 1         # how many processes confined themselves and reported (launcher: N)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["denied_attempts"] = [a.as_dict() for a in self.denied_attempts]
+        d["protected_attempts"] = [a.as_dict() for a in self.protected_attempts]
+        return d
+
+
+_MAX_LOG_BYTES = 1 << 20         # parent reads at most this much of the hook's log
+MAX_ATTEMPTS = 1000             # and reports at most this many distinct attempts
+_MAX_PATH = 4096
+_ACCESSES = ("read", "write", "exec", "meta")
+
+
+def classifier_roots(grants: Iterable[Grant], pid: int | None) -> dict:
+    """Allowed path prefixes per access type. pid None keeps "/proc/self" for the hook to map."""
+    roots = {a: [] for a in _ACCESSES}
+    for g in grants:
+        path = g.path
+        if path == "/proc/self" and pid is not None:
+            path = f"/proc/{pid}"
+        if g.kind in READ_KINDS:
+            roots["read"].append(path)
+        if g.kind in WRITE_KINDS:
+            roots["write"].append(path)
+            roots["meta"].append(path)
+        if g.kind in EXEC_KINDS:
+            roots["exec"].append(path)
+    return roots
+
+
+def parse_audit_log(path: str, roots: Mapping[str, Sequence[str]],
+                     protected: Sequence[str]) -> tuple[list[DeniedAttempt], bool]:
+    """Read the child's record defensively: bounded size, every line validated, every path
+    re-classified against the policy (the child's own judgement is not trusted)."""
+    truncated = False
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_LOG_BYTES + 1)
+    except OSError:
+        return [], True
+    if len(data) > _MAX_LOG_BYTES:
+        data, truncated = data[:_MAX_LOG_BYTES], True
+    lines = data.split(b"\n")
+    if data and not data.endswith(b"\n"):
+        lines.pop()                # a partial last line (killed mid-write, or cut by us)
+        truncated = True
+    out: dict[tuple, DeniedAttempt] = {}
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            truncated = True
+            continue
+        if not isinstance(rec, dict):
+            truncated = True
+            continue
+        if rec.get("truncated") is True:
+            truncated = True
+            continue
+        op, p, access = rec.get("op"), rec.get("path"), rec.get("access")
+        if not (isinstance(op, str) and isinstance(p, str) and access in _ACCESSES
+                and len(op) <= 64 and 0 < len(p) <= _MAX_PATH and "\x00" not in p
+                and os.path.isabs(p)):
+            truncated = True
+            continue
+        p = os.path.normpath(p)
+        resolved = p if p.startswith("/proc/") else os.path.realpath(p)
+        if any(within(p, r) and within(resolved, r) for r in roots[access]):
+            continue               # allowed after all: not a denial
+        prot = any(within(p, q) or within(resolved, q) for q in protected)
+        key = (op, p, access)
+        if key not in out:
+            if len(out) >= MAX_ATTEMPTS:
+                truncated = True
+                break
+            out[key] = DeniedAttempt(op=op, path=p, access=access, protected=prot)
+    return list(out.values()), truncated
+
+
+
+# --- running ---------------------------------------------------------------------------------------
+_PASS_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "TZ",
+             "TERM", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+             "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED",
+             "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_DEVICE_ORDER",
+             "NVIDIA_DRIVER_CAPABILITIES", "LEDGER_DEBUG")
+
+
+class _Tail:
+    """Drain a pipe on a thread, keeping only its last `limit` bytes."""
+
+    def __init__(self, stream, limit: int):
+        self.buf, self.limit, self.stream = bytearray(), limit, stream
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while chunk := self.stream.read1(65536):
+                self.buf += chunk
+                if len(self.buf) > 2 * self.limit:
+                    del self.buf[:-self.limit]
+        except (OSError, ValueError):
+            pass
+
+    def text(self, wait: float) -> str:
+        self.thread.join(wait)
+        return bytes(self.buf[-self.limit:]).decode("utf-8", "replace")
+
+
+def _user_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):     # no passwd entry (some containers)
+        return "ledger"
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(ledger.__file__)))
+
+
+def _wait_unreaped(proc: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait for proc to exit without reaping it; True when the timeout ran out first."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):          # pragma: no cover - kernels before 5.3
+        try:
+            proc.wait(timeout=timeout)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+        return not ready
+    finally:
+        os.close(pidfd)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
+                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
+                  timeout: float | None = None, unsandboxed: bool = False,
+                  tail_bytes: int = 65536, launcher: Sequence[str] = (), processes: int = 1) -> SandboxResult:
+    """Run argv confined to `policy` and return what happened.
+
+    launcher (with processes=N): a program that starts N copies of the command appended to it
+    (torchrun --no-python). It runs UNconfined, with the caller's authority, and must not load
+    the audit hook (start it with `python -E`); each copy is the bootstrap, which confines itself
+    -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies,
+    as the launcher is when the calling thread's process dies.
+    Unless all N report that they are confined, SandboxUnavailable (or InternalError) is raised.
+
+    Landlock unavailable and not unsandboxed: raises SandboxUnavailable before anything runs.
+    unsandboxed=True: runs without Landlock (even where it is available) and returns
+    sandboxed=False, which the caller must record; attempts outside the policy are still noted.
+    env None: a minimal environment (PATH, locale, USER, CUDA/OMP settings); HOME and TMPDIR
+    point at a private scratch folder, which is also the default cwd. The child additionally
+    gets PYTHONPATH (the audit hook), LEDGER_SANDBOX_AUDIT, PYTHONDONTWRITEBYTECODE=1.
+    """
+    if not argv:
+        raise BadInput("run_sandboxed: empty argv")
+    argv = [os.fsdecode(os.fspath(a)) for a in argv]
+    if not isinstance(policy, SandboxPolicy):
+        raise BadInput("run_sandboxed: policy must be a SandboxPolicy")
+    abi = 0
+    if not unsandboxed:
+        abi = landlock_abi()
+        if abi < 1:
+            raise SandboxUnavailable("Landlock is not available on this kernel, so the child "
+                                     "cannot be confined; nothing was run")
+        if not policy.network and abi < 4:
+            raise SandboxUnavailable(f"policy denies network but Landlock ABI {abi} cannot "
+                                     "restrict TCP (needs 4); nothing was run")
+    policy.check()
+    if processes < 1 or (processes > 1 and not launcher):
+        raise BadInput("run_sandboxed: several processes need a launcher that starts them")
+    if cwd is not None and not os.path.isdir(cwd):
+        raise BadInput(f"run_sandboxed: cwd {cwd} is not a folder")
+
+    work = tempfile.mkdtemp(prefix="ledger-sandbox-")
+    try:
+        scratch = os.path.join(work, "scratch")
+        hookdir = os.path.join(work, "hook")
+        log = os.path.join(work, "audit.log")
+        os.mkdir(scratch, 0o700)
+        os.mkdir(hookdir, 0o700)
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        extra = (Grant(os.path.realpath(scratch), "rw", "private scratch: HOME, TMPDIR"),
+                 Grant(os.path.realpath(hookdir), "r", "the audit hook"),
+                 Grant(os.path.realpath(log), "append", "the audit log"))
+        grants = policy.grants() + extra
+        hook_roots = classifier_roots(grants, None)
+        hook_roots.pop("meta")
+        with open(os.path.join(hookdir, "audit.json"), "w") as f:
+            json.dump({"log": os.path.realpath(log), "max_lines": 2000, **hook_roots}, f)
+        shutil.copyfile(audit_hook.__file__, os.path.join(hookdir, "sitecustomize.py"))
+
+        if env is None:
+            child_env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+            child_env.setdefault("PATH", os.defpath)
+            child_env["HOME"] = scratch
+            user = _user_name()
+            child_env.setdefault("USER", user)
+            child_env.setdefault("LOGNAME", user)
+        else:
+            child_env = {str(k): str(v) for k, v in env.items()}
+        child_env.setdefault("TMPDIR", scratch)
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            [hookdir] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+        child_env["LEDGER_SANDBOX_AUDIT"] = os.path.join(hookdir, "audit.json")
+        child_env["PYTHONDONTWRITEBYTECODE"] = "1"
+        target_cwd = os.path.abspath(cwd) if cwd is not None else scratch
+
+        rules = os.path.join(work, "rules.json")   # a file: argv strings are capped at 128 KiB
+        with open(rules, "w") as f:
+            json.dump({"grants": [[g.path, g.kind] for g in grants], "network": policy.network,
+                       "landlock": not unsandboxed}, f)
+        status_dir = os.path.join(work, "status")     # one report per bootstrap, named by its pid
+        os.mkdir(status_dir, 0o700)
+        # -E: ignore PYTHON* (so the bootstrap itself neither loads the hook nor the caller's
+        # PYTHONPATH); -s -S: no site-packages; `-m` finds ledger through cwd = package root.
+        bootstrap = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox"]
+        # A launcher is put in its own session like any child here, out of reach of signals to
+        # ours, so it is armed to die with this process; its processes die with it in turn.
+        cmd = [*([*bootstrap, "--launcher", "--", *launcher] if launcher else []),
+               *bootstrap, "--rules-file", rules, "--status-dir", status_dir,
+               *(["--die-with-parent"] if launcher else []), "--cwd", target_cwd, "--", *argv]
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=_package_root(), env=child_env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = _Tail(proc.stdout, tail_bytes), _Tail(proc.stderr, tail_bytes)
+            timed_out = _wait_unreaped(proc, timeout)
+        except BaseException:      # e.g. KeyboardInterrupt: never leave the child running
+            _kill_group(proc.pid)
+            proc.wait()
+            raise
+        wall = time.monotonic() - start
+        # Kill the whole process group -- on timeout, and after a normal exit so that no
+        # descendant keeps writing into the output folder once we return. The leader is still
+        # unreaped here (alive or a zombie), so its pid, which is the group id, cannot have been
+        # reused by an unrelated process.
+        _kill_group(proc.pid)
+        returncode = proc.wait()
+        stdout, stderr = out.text(5.0), err.text(5.0)
+        reports = []
+        for name in sorted(os.listdir(status_dir)):
+            with open(os.path.join(status_dir, name), "rb") as f:
+                reports.append(f.read(65536).decode("utf-8", "replace").splitlines())
+        bad = [r for r in reports if not r or not r[0].startswith("ok ")]
+        if bad or len(reports) != processes:
+            detail = (bad[0][0] if bad and bad[0] else
+                      f"{len(reports)} of {processes} process(es) reported, exit status {returncode}")
+            what = "the child" if processes == 1 else f"the {processes} processes"
+            if not unsandboxed:
+                raise SandboxUnavailable(f"could not confine {what}: {detail}; nothing was run",
+                                         stderr=stderr[-2000:])
+            raise InternalError(f"sandbox bootstrap failed: {detail}", stderr=stderr[-2000:])
+        enforced = min(int(r[0].split()[1]) for r in reports)
+        status = [line for r in reports for line in r[1:]]
+
+        roots = classifier_roots(grants, proc.pid)
+        denied, truncated = parse_audit_log(log, roots, policy.protected)
+        for line in status:
+            if line.startswith("exec-denied "):   # execve refused with EACCES: record it
+                p = line[len("exec-denied "):]
+                prot = any(within(p, q) for q in policy.protected)
+                denied.append(DeniedAttempt("os.exec", p, "exec", prot))
+        return SandboxResult(returncode=returncode, sandboxed=not unsandboxed, abi=enforced,
+                             denied_attempts=tuple(denied),
+                             protected_attempts=tuple(a for a in denied if a.protected),
+                             stdout_tail=stdout, stderr_tail=stderr, wall_s=wall, timed_out=timed_out,
+                             audit_truncated=truncated, processes=len(reports))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
