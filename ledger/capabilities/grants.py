@@ -5,6 +5,8 @@ some handle in A: the same kind; for directories, the same path or a sub-path of
 where A has `ro` (`ro` is covered by `rw`, never the reverse). Dropping a handle is attenuation.
 Admission grants at most what the manifest declares; every later generation's grants must
 attenuate the grants HEAD holds. Widening is refused (exit 3) naming the offending handle.
+Changing a capability's grants makes a new generation: that is `registry.grant`, which reads
+HEAD (so these rules stay free of the journal, and registry -> grants is the only direction).
 
 Directory handles are paths relative to the project (the folder that holds `.ledger`). They are
 resolved component by component without following symlinks, must be existing directories,
@@ -18,7 +20,8 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from ledger.capabilities.manifest import Handle
-from ledger.errors import BadInput, Refused, UnknownRef
+from ledger.capabilities.runtime import Grant
+from ledger.errors import BadInput, Refused
 
 
 def covers(granted: Handle, wanted: Handle) -> bool:
@@ -109,36 +112,5 @@ def check_grantable(store, handles) -> None:
 
 
 def resolve(store, handles):
-    from ledger.capabilities.runtime import Grant
-
+    """The handles as runtime Grants, each dir handle resolved to its host folder now."""
     return tuple(Grant(h, resolve_dir(store, h) if h.kind == "dir" else None) for h in normalize(handles))
-
-
-# --- changing grants (a transaction and a new generation) ---------------------------------------
-def grant(store, name: str, handles, *, note: str = "", actor: str | None = None, wait: float | None = None):
-    """Make a new generation in which capability `name` holds exactly `handles`.
-
-    `handles` must attenuate what HEAD grants; returns (generation, old handles, new handles)."""
-    from ledger import generations
-    from ledger.capabilities import registry
-
-    proposed = normalize(handles)
-    check_grantable(store, [h for h in proposed if h.kind == "dir"])
-    with store.transaction("capability-grant", actor=actor, wait=wait) as tx:
-        head = registry.fresh_head(store)
-        caps = dict(head.capabilities) if head else {}
-        if name not in caps:
-            raise UnknownRef(f"no capability named {name!r} in HEAD" + (f" ({head.name})" if head else ""),
-                             "see `ledger capability list`")
-        entry = dict(caps[name])
-        current = from_json(entry.get("grants"))
-        check_attenuates(current, proposed, what=f"granting {', '.join(map(str, proposed)) or 'nothing'} to {name!r}",
-                         against=f"what {head.name} grants it")
-        entry["grants"] = to_json(proposed)
-        caps[name] = entry
-        tx.payload.update({"capability": name, "action": "grant", "grants": entry["grants"],
-                           "previous": to_json(current)})
-        gen = generations.new_generation(
-            tx, store, capabilities=caps,
-            note=note or f"capability {name}: grants {', '.join(map(str, proposed)) or 'none'} (were {', '.join(map(str, current)) or 'none'})")
-    return gen, current, proposed

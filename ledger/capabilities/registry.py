@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ledger import generations
+from ledger.capabilities import cache, runtime
 from ledger.capabilities import grants as grants_mod
 from ledger.capabilities import manifest as manifest_mod
 from ledger.capabilities.manifest import Handle, Manifest
@@ -98,6 +99,36 @@ def entry(store, name: str, ref: str = "HEAD") -> Entry:
     return entry_from(name, caps[name], gen.n)
 
 
+def grant(store, name: str, handles, *, note: str = "", actor: str | None = None, wait: float | None = None):
+    """Make a new generation in which capability `name` holds exactly `handles`.
+
+    `handles` must attenuate what HEAD grants (grants.py's rules); returns (generation, old
+    handles, new handles). It lives here, not in grants.py, because it reads HEAD and makes a
+    generation: grants.py stays the pure rules and registry -> grants the only direction."""
+    proposed = grants_mod.normalize(handles)
+    grants_mod.check_grantable(store, [h for h in proposed if h.kind == "dir"])
+    with store.transaction("capability-grant", actor=actor, wait=wait) as tx:
+        head = fresh_head(store)
+        caps = dict(head.capabilities) if head else {}
+        if name not in caps:
+            raise UnknownRef(f"no capability named {name!r} in HEAD" + (f" ({head.name})" if head else ""),
+                             "see `ledger capability list`")
+        entry = dict(caps[name])
+        current = grants_mod.from_json(entry.get("grants"))
+        grants_mod.check_attenuates(current, proposed,
+                                    what=f"granting {', '.join(map(str, proposed)) or 'nothing'} to {name!r}",
+                                    against=f"what {head.name} grants it")
+        entry["grants"] = grants_mod.to_json(proposed)
+        caps[name] = entry
+        tx.payload.update({"capability": name, "action": "grant", "grants": entry["grants"],
+                           "previous": grants_mod.to_json(current)})
+        gen = generations.new_generation(
+            tx, store, capabilities=caps,
+            note=note or f"capability {name}: grants {', '.join(map(str, proposed)) or 'none'} "
+                         f"(were {', '.join(map(str, current)) or 'none'})")
+    return gen, current, proposed
+
+
 def load_manifest(store, e: Entry) -> Manifest:
     return _memo(store, e.manifest_id, lambda d: manifest_mod.from_json(d, where=f"manifest {e.manifest_id}"))
 
@@ -105,8 +136,6 @@ def load_manifest(store, e: Entry) -> Manifest:
 def call(store, name: str, export: str, argv: list[str], *, fuel: int | None = None, time_ms: int | None = None):
     """Call HEAD's capability `name` with exactly its grants, under its limits (or tighter /
     caller-chosen ones within the host maxima). Arguments are parsed by the export's signature."""
-    from ledger.capabilities import cache, runtime
-
     e = entry(store, name)
     m = load_manifest(store, e)
     ex = m.export(export)

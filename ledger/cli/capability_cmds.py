@@ -74,7 +74,7 @@ def grant(
 ):
     """Set a capability's handles in a new generation. Grants only narrow: a sub-path, ro
     instead of rw, or dropped; anything wider is refused (exit 3)."""
-    from ledger.capabilities import grants as grants_mod
+    from ledger.capabilities import registry
     from ledger.errors import BadInput
 
     if not handles and not none:
@@ -83,7 +83,7 @@ def grant(
     if handles and none:
         raise BadInput("--none and handles contradict each other")
     store = open_store()
-    gen, old, new = grants_mod.grant(store, name, [] if none else _handles(handles), note=note, wait=wait)
+    gen, old, new = registry.grant(store, name, [] if none else _handles(handles), note=note, wait=wait)
     flush_warnings(store)
     data = {"name": name, "generation": gen.n, "generation_id": gen.id,
             "grants": [h.to_json() for h in new], "previous": [h.to_json() for h in old]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.capabilities import admission, compile as compile_mod, grants, registry
+from ledger.capabilities import admission, compile as compile_mod, registry
 from ledger.capabilities.manifest import Handle
 from ledger.errors import BadInput
 
@@ -59,7 +59,7 @@ def test_c_example_is_admitted_and_honours_its_grants(store, tmp_path):
     assert r.values == (16,) and r.stdout == b"hello from wasm\n"
     assert registry.call(store, "notes", "touch", []).values == (-1,)        # read-only grant
     assert not (tmp_path / "data" / "touched.txt").exists()
-    grants.grant(store, "notes", [Handle("stdout")])
+    registry.grant(store, "notes", [Handle("stdout")])
     assert registry.call(store, "notes", "count_lines", []).values == (-1,)  # folder dropped
 
 

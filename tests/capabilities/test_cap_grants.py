@@ -55,7 +55,7 @@ def test_attenuation_over_generations(notes):
     steps = [[D("data", "ro"), Handle("stdout")], [D("data/sub", "ro"), Handle("stdout")], [D("data/sub", "ro")], []]
     n0 = generations.head(store).n
     for i, want in enumerate(steps, 1):
-        gen, old, new = grants.grant(store, "notes", want)
+        gen, old, new = registry.grant(store, "notes", want)
         assert gen.n == n0 + i and new == tuple(sorted(want))
         assert registry.entry(store, "notes").grants == tuple(sorted(want))
         assert store.journal.tail(1)[0]["kind"] == "capability-grant"
@@ -71,10 +71,10 @@ def test_attenuation_over_generations(notes):
 ])
 def test_widening_is_refused_and_changes_nothing(notes, wider):
     store = notes
-    grants.grant(store, "notes", [D("data/sub", "ro"), Handle("stdout")])
+    registry.grant(store, "notes", [D("data/sub", "ro"), Handle("stdout")])
     before, head = store_snapshot(store), store.state.head
     with pytest.raises(Refused) as ei:
-        grants.grant(store, "notes", wider)
+        registry.grant(store, "notes", wider)
     assert ei.value.exit_code == 3 and "widen" in ei.value.message and ei.value.details["widening"]
     assert store_snapshot(store) == before and store.state.head == head
 
@@ -82,7 +82,7 @@ def test_widening_is_refused_and_changes_nothing(notes, wider):
 def test_rollback_restores_older_grants_explicitly(notes):
     store = notes
     first = generations.head(store)
-    grants.grant(store, "notes", [])
+    registry.grant(store, "notes", [])
     assert registry.entry(store, "notes").grants == ()
     with store.transaction("rollback") as tx:
         generations.move_head(tx, store, first)
@@ -91,7 +91,7 @@ def test_rollback_restores_older_grants_explicitly(notes):
 
 def test_grant_refuses_unknown_capability_and_store_paths(notes, tmp_path):
     with pytest.raises(UnknownRef):
-        grants.grant(notes, "nope", [])
+        registry.grant(notes, "nope", [])
     for bad in (".", ".ledger", ".ledger/objects"):
         with pytest.raises(Refused) as ei:
             grants.check_grantable(notes, [D(bad, "ro")])
@@ -106,7 +106,7 @@ def test_symlinks_are_not_followed_out_of_the_project(notes, tmp_path):
         grants.resolve_dir(notes, D("data/escape"))
     assert "symlink" in ei.value.message
     with pytest.raises(Refused):
-        grants.grant(notes, "notes", [D("data/escape")])
+        registry.grant(notes, "notes", [D("data/escape")])
     # A link that stays inside is refused too: links are never followed.
     os.symlink(tmp_path / "data" / "sub", tmp_path / "data" / "inner")
     with pytest.raises(Refused):
@@ -115,7 +115,7 @@ def test_symlinks_are_not_followed_out_of_the_project(notes, tmp_path):
 
 
 def test_a_missing_folder_fails_the_call_not_the_grant(notes, tmp_path):
-    grants.grant(notes, "notes", [D("data/sub/later")])
+    registry.grant(notes, "notes", [D("data/sub/later")])
     with pytest.raises(BadInput) as ei:
         registry.call(notes, "notes", "add", ["1", "2"])
     assert "does not exist" in ei.value.message
@@ -153,5 +153,5 @@ def test_the_guest_sees_a_narrowed_folder_under_its_own_path(notes, tmp_path):
         v = registry.call(notes, "seer", "name", []).values[0]
         return (v & (2 ** 64 - 1)).to_bytes(8, "little").rstrip(b"\0")
     assert seen() == b"data"
-    grants.grant(notes, "seer", [D("data/sub")])
+    registry.grant(notes, "seer", [D("data/sub")])
     assert seen() == b"data/sub"

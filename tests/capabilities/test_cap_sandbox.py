@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ledger.capabilities import admission, compile as compile_mod, grants, registry, runtime
+from ledger.capabilities import admission, compile as compile_mod, registry, runtime
 from ledger.capabilities.manifest import Handle
 from ledger.errors import CapabilityTrapped, LedgerError, Refused
 
@@ -216,7 +216,7 @@ def test_read_only_grant_blocks_writes_but_rw_stays_inside(live, tmp_path):
              handles=[{"kind": "dir", "path": "data", "mode": "rw"}])
     assert registry.call(live, "writer", "errno", []).values == (0,)
     (tmp_path / "data" / "made.txt").unlink()
-    grants.grant(live, "writer", [Handle("dir", "data", "ro")])
+    registry.grant(live, "writer", [Handle("dir", "data", "ro")])
     assert registry.call(live, "writer", "errno", []).values[0] in (EPERM, ENOTCAPABLE)
     assert not (tmp_path / "data" / "made.txt").exists()
 
@@ -351,7 +351,7 @@ def test_stdio_only_when_granted(live, tmp_path):
     assert registry.call(live, "talk", "say", ["2"]).values == (EBADF,)   # stderr not granted
     r = registry.call(live, "talk", "flood", [])
     assert r.values == (22,) and len(r.stdout) == runtime.MAX_OUTPUT_BYTES   # EFBIG past the cap
-    grants.grant(live, "talk", [])
+    registry.grant(live, "talk", [])
     assert registry.call(live, "talk", "say", ["1"]).values == (EBADF,)
 
 
