@@ -281,11 +281,6 @@ class JournalConflict(Locked):
     default_hint = "another writer committed meanwhile; retry the command"
 
 
-class JournalConflict(Locked):
-    """Compare-and-append lost: another writer committed after this one read the journal."""
-    default_hint = "another writer committed meanwhile; retry the command"
-
-
 # What a sandboxed child (training, DPO, reproduce) may never report: it holds no lock and never
 # opens the parent's store, so a claim of store corruption or of a lock is a lie or a bug.
 NOT_FROM_A_CHILD: tuple[type[LedgerError], ...] = (StoreCorrupt, Locked)
