@@ -273,8 +273,10 @@ def unlock(
     from ledger.store.lock import Lock
 
     lock = Lock(find_root(common.store_dir()))
-    cleared, info = lock.break_if_dead(force_foreign)
-    data = {"cleared": cleared, "holder": None if info is None else {"pid": info.pid, "host": info.host, "status": info.status()}}
+    # clear_invalid: a symlink, FIFO or empty directory at the lock path is no one's lock
+    cleared, info = lock.break_if_dead(force_foreign, clear_invalid=True)
+    data = {"cleared": cleared, "holder": None if info is None else {"pid": info.pid, "host": info.host, "status": info.status(),
+                                                                    "kind": info.kind}}
     if info is not None and not cleared:
         status = info.status()
         emit(json_, data)

@@ -26,6 +26,24 @@ def io_error(e: OSError, what: str) -> StorageIOError:
     return StorageIOError(f"I/O error while {what}: {e.strerror or e}")
 
 
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre"}
+
+
+def fs_type(path: Path) -> str | None:
+    """The filesystem type /proc/mounts gives for the mount holding `path`."""
+    try:
+        best, fstype = "", None
+        real = str(Path(path).resolve())
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) and len(parts[1]) > len(best):
+                    best, fstype = parts[1], parts[2]
+        return fstype
+    except OSError:
+        return None
+
+
 def write_all(fd: int, data, what: str = "write") -> None:
     faults.io_check(what)
     view = memoryview(data)

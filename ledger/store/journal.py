@@ -12,15 +12,17 @@ appending; `verify` reports it.
 from __future__ import annotations
 
 import os
+import stat
 import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import blake3
 
-from ledger.errors import BadInput, JournalCorrupt
+from ledger.errors import BadInput, JournalConflict, JournalCorrupt
 from ledger.store import canonical, faults, fsio
 from ledger.store.ids import PREFIX, hash_bytes, is_id
+from ledger.store.lock import ofd_lock_wait
 
 FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload")
 
@@ -222,12 +224,52 @@ class Journal:
             os.close(fd)
         return aside
 
-    def append(self, rec: dict) -> int:
-        """Append one record and fsync: the commit point. Returns the new end offset."""
+    def last_line_before(self, fd: int, end: int) -> bytes:
+        """The last whole line of the file ending at offset `end` (which is a record boundary)."""
+        if end == 0:
+            return b""
+        block, buf = 1 << 12, b""
+        pos = end
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            buf = os.pread(fd, step, pos) + buf
+            nl = buf.rfind(b"\n", 0, len(buf) - 1)
+            if nl >= 0:
+                return buf[nl + 1:-1]
+            block = min(block * 2, 16 << 20)
+        return buf[:-1]
+
+    def append(self, rec: dict, expect_end: int) -> int:
+        """Append one record and fsync: the commit point. Returns the new end offset.
+
+        Compare-and-append: the record is written only if the journal still ends exactly at
+        `expect_end` and its last record is `rec["prev"]` — the state the writer read. The check
+        and the write happen under a kernel (OFD) lock on the journal file itself, so even two
+        writers that both believe they hold the store lock (a lock file removed by hand, a
+        broken lock) cannot both append after the same record: the chain never forks."""
         line = canonical.dumps(rec) + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        start = os.fstat(fd).st_size
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
+            ofd_lock_wait(fd)  # released when fd is closed
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise JournalCorrupt(f"{self.path} is not a regular file", "restore the journal from a bundle or backup")
+            start = st.st_size
+            if start != expect_end:
+                raise JournalConflict(
+                    f"the journal changed while this transaction ran (it ends at byte {start}, not {expect_end}); "
+                    "nothing was committed")
+            if rec["prev"] is not None:
+                try:
+                    last = parse_line(self.last_line_before(fd, start))
+                except BadInput:
+                    last = None
+                if last is None or last["id"] != rec["prev"] or last["seq"] != rec["seq"] - 1:
+                    raise JournalConflict(f"the journal's last record is no longer record {rec['seq'] - 1} "
+                                          "that this transaction read; nothing was committed")
+            elif start:
+                raise JournalConflict("the journal is no longer empty; nothing was committed")
             try:
                 if faults.active():
                     # Let the crash tests tear a record in half.

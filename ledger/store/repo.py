@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.errors import (BadInput, JournalCorrupt, NotAStore, UnknownRef, UnsupportedFormat)
+from ledger.errors import (BadInput, JournalCorrupt, MissingObject, NotAStore, StoreCorrupt, UnknownRef,
+                           UnsupportedFormat)
 from ledger.store import canonical, faults, fsio, index
 from ledger.store.ids import PREFIX, hash_bytes, is_id, find_ids
 from ledger.store.journal import Journal, default_actor, make_record
@@ -26,23 +27,6 @@ from ledger.store.paths import DIRNAME, find_root
 from ledger.store.state import State, check_ref_changes, fold
 
 FORMAT_VERSION = 1
-NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre"}
-
-
-def _fs_type(path: Path) -> str | None:
-    try:
-        best, fstype = "", None
-        real = str(path.resolve())
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 3 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) and len(parts[1]) > len(best):
-                    best, fstype = parts[1], parts[2]
-        return fstype
-    except OSError:
-        return None
-
-
 @dataclass
 class Transaction:
     store: "Store"
@@ -208,8 +192,8 @@ class Store:
 
     # --- writing ------------------------------------------------------------------------
     def _check_writable(self) -> None:
-        fstype = _fs_type(self.root)
-        if fstype in NETWORK_FS and os.environ.get("LEDGER_ALLOW_NETFS") != "1":
+        fstype = fsio.fs_type(self.root)
+        if fstype in fsio.NETWORK_FS and os.environ.get("LEDGER_ALLOW_NETFS") != "1":
             raise BadInput(f"the store is on a network filesystem ({fstype}); locking and fsync are not reliable there",
                            "move the store to a local disk, or set LEDGER_ALLOW_NETFS=1 to accept the risk")
 
@@ -291,6 +275,7 @@ class Store:
         if self.lock.broke:
             self.warnings.append("cleared a lock left by a dead process")
         try:
+            self._ensure_dirs()
             yield
         finally:
             self.lock.release()
@@ -318,7 +303,7 @@ class Store:
             rec = make_record(st.seq + 1, st.head, kind, tx.inputs, tx.outputs, tx.actor, payload)
             faults.point("tx.before-append")
             try:
-                new_end = self.journal.append(rec)
+                new_end = self.journal.append(rec, end)
             except OSError as e:
                 raise fsio.io_error(e, "appending to the journal") from e
             # --- committed. Everything below is derived and recoverable. ---
@@ -337,6 +322,18 @@ class Store:
                 if os.environ.get("LEDGER_DEBUG") == "1":
                     raise
                 self.warnings.append(f"committed, but updating caches failed ({e}); run `ledger index rebuild`")
+
+    def _ensure_dirs(self) -> None:
+        """Recreate the scratch directories a writer needs (tmp/ may be deleted like a cache);
+        the lock holder does it, so nothing else races it."""
+        if not self.tmp.is_dir():
+            try:
+                self.tmp.mkdir(exist_ok=True)
+            except FileExistsError:
+                raise StoreCorrupt(f"{self.tmp} is not a directory", f"remove {self.tmp}; the next write recreates it") from None
+            except OSError as e:
+                raise fsio.io_error(e, "recreating tmp/") from e
+            self.warnings.append("recreated the missing tmp/ directory")
 
     # --- stat cache ---------------------------------------------------------------------
     def _key(self, text: str) -> Path:
