@@ -64,10 +64,11 @@ def read_dir(src: Path) -> tuple[dict, dict, dict, dict]:
     return out[0], out[1], out[2], state
 
 
-def ingest(tx, folder: Path) -> str:
-    """Put one complete checkpoint folder into the store; returns the manifest id."""
-    state = canonical.loads((folder / STATE).read_bytes())
-    ids = {k: tx.put_file(folder / f) for k, f in FILES.items()}
+def ingest(tx, blobs: dict[str, bytes], state: dict) -> str:
+    """Put one checkpoint into the store from its files' bytes ({file name: bytes}, read by the
+    parent without following links: ledger.train.job) and its checked state; returns the
+    manifest id."""
+    ids = {k: tx.put_bytes(blobs[f]) for k, f in FILES.items()}
     return tx.put_json({"kind": "checkpoint", "plan": state["plan"], "step": state["step"], **ids, "state": state})
 
 

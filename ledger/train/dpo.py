@@ -34,14 +34,13 @@ import math
 import os
 import shutil
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ledger.errors import NOT_FROM_A_CHILD, BadInput, InternalError, LedgerError, read_error_file
+from ledger.errors import BadInput, LedgerError
+from ledger.train import job
 
 RECEIPT_KIND = "dpo-receipt"
 RECEIPT_VERSION = 1
@@ -170,9 +169,7 @@ def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig
     from ledger.artefacts import model as modellib
     from ledger.gate.score import ADAPTER_FILES, _tree_files
 
-    work = store.tmp / f"dpo-{uuid.uuid4().hex[:12]}"
-    for d in ("inputs", "out", "scratch"):
-        (work / d).mkdir(parents=True)
+    work = job.new_work(store, "dpo")
     man = modellib.load_manifest(store, base_id)
     modellib.materialise_tree(store, man["files"], work / "inputs" / "base")
     files = _tree_files(store, sft_id)
@@ -180,83 +177,37 @@ def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig
     for name in ADAPTER_FILES:
         store.export_file(files[name], work / "inputs" / "sft" / name)
     (work / "inputs" / "pairs.parquet").write_bytes(pairs_data)
-    job = {"config": cfg.to_json(), "base": base_id, "base_dir": "inputs/base", "sft_dir": "inputs/sft",
-           "pairs": "inputs/pairs.parquet", "max_len": max_len}
-    (work / "inputs" / "job.json").write_text(json.dumps(job, sort_keys=True))
+    spec = {"config": cfg.to_json(), "base": base_id, "base_dir": "inputs/base", "sft_dir": "inputs/sft",
+            "pairs": "inputs/pairs.parquet", "max_len": max_len}
+    (work / "inputs" / "job.json").write_text(json.dumps(spec, sort_keys=True))
     return work
 
 
 def _child_argv(work: Path) -> list[str]:
     """The child's command line (one place, so a test can wrap it)."""
-    return [sys.executable, "-m", "ledger.train.dpo", str(work)]
+    return job.module_argv("ledger.train.dpo", work)
 
 
-_PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LEDGER_DEBUG", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+def _child_job(store, work: Path, cfg: DpoConfig, *, unsandboxed: bool) -> job.ChildJob:
+    """A CPU-only child with what the SFT child gets (ledger.train.job), tuning an adapter of the
+    SFT adapter's shape: its output may be as large as that adapter, plus headers."""
+    sft_bytes = (work / "inputs" / "sft" / "adapter_model.safetensors").stat().st_size  # written by us, above
+    lim = job.Limits(steps=cfg.steps, adapter_bytes=job.tensor_file_bound(sft_bytes, 0))
+    return job.ChildJob(trainer="dpo", work=work, argv=tuple(_child_argv(work)), env=job.child_env(work, cfg.threads),
+                        policy=job.policy_for(store, work), limits=lim, unsandboxed=unsandboxed)
 
 
-def _child_env(work: Path, threads: int) -> dict:
-    """What the SFT child gets (ledger.train.run.child_env), for a CPU-only child: nothing of
-    the caller's environment beyond locale and PATH, a private HOME, offline hub libraries."""
-    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    env.setdefault("PATH", os.defpath)
-    scratch = str(work / "scratch")
-    t = str(threads)
-    env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
-                "PYTHONUNBUFFERED": "1"})
-    return env
+def _collect(outputs: job.ChildOutputs, result: dict) -> dict | None:
+    """The adapter folder of a finished run: exactly its two files, within bounds."""
+    from ledger.gate.score import ADAPTER_FILES
 
-
-def _launch(store, work: Path, cfg: DpoConfig, *, unsandboxed: bool):
-    from ledger.sandbox import SandboxPolicy, run_sandboxed
-
-    policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
-                           protected=(str(store.root / "sealed"),), gpu=False, network=False)
-    env = _child_env(work, cfg.threads)
-    res = run_sandboxed(_child_argv(work), policy, env=env, cwd=str(work / "scratch"), unsandboxed=unsandboxed)
-    return res, policy
-
-
-def _run_child(store, work: Path, cfg: DpoConfig, unsandboxed: bool, progress) -> tuple[dict, dict]:
-    box: dict = {}
-
-    def target():
-        try:
-            box["res"] = _launch(store, work, cfg, unsandboxed=unsandboxed)
-        except BaseException as e:  # noqa: BLE001 - re-raised on this thread below
-            box["error"] = e
-
-    th = threading.Thread(target=target, name="ledger-dpo-child", daemon=True)
-    th.start()
-    seen = 0
-    prog_file = work / "out" / "progress.jsonl"
-    while True:
-        th.join(0.2)
-        if progress is not None and prog_file.exists():
-            text = prog_file.read_text()
-            lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
-            for line in lines[seen:]:
-                progress(json.loads(line))
-            seen = len(lines)
-        if not th.is_alive():
-            break
-    if "error" in box:
-        raise box["error"]
-    res, policy = box["res"]
-    sandbox = {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
-               "denied_attempts": [a.as_dict() for a in res.denied_attempts],
-               "protected_attempts": [a.as_dict() for a in res.protected_attempts],
-               "audit_truncated": res.audit_truncated}
-    out = work / "out"
-    if res.returncode != 0:
-        e = read_error_file(out / "error.json", origin="the DPO child", demote=NOT_FROM_A_CHILD)
-        if e is not None:
-            raise e
-        tail = res.stderr_tail.strip().splitlines()[-1:] if res.stderr_tail.strip() else []
-        raise InternalError(f"the DPO child exited with {res.returncode}" + (f" ({tail[0][:300]})" if tail else ""),
-                            "rerun with LEDGER_DEBUG=1", stderr=res.stderr_tail[-4000:])
-    return json.loads((out / "result.json").read_text()), sandbox
+    if result.get("stopped") is not None:
+        return None
+    files = outputs.read_folder("adapter", {name: (outputs.limits.adapter_bytes if name.endswith(".safetensors")
+                                                   else outputs.limits.config_bytes) for name in ADAPTER_FILES})
+    if files is None:
+        raise job.Refusal(job.Violation("adapter", "missing from a run that finished"))
+    return files
 
 
 def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
@@ -309,11 +260,13 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
     t0 = time.time()
     work = _prepare(store, sft_model.base, sft_model.adapter, pairs_data, cfg, max_len)
     try:
-        result, sandbox = _run_child(store, work, cfg, unsandboxed, progress)
+        fin = job.run_job(store, _child_job(store, work, cfg, unsandboxed=unsandboxed), progress=progress,
+                          collect=_collect)
+        result, sandbox = fin.result, fin.sandbox
         with store.transaction("train", wait=60) as tx:
             pid = tx.put_bytes(pairs_data, "dataset")
             assert pid == pairs_id
-            adapter = tx.put_tree(work / "out" / "adapter") if result["stopped"] is None else None
+            adapter = job.put_tree_bytes(tx, fin.collected) if fin.collected is not None else None
             rung, evidence = _rung(result, adapter)
             body = {"kind": RECEIPT_KIND, "version": RECEIPT_VERSION, "trainer": "dpo", "rung": rung,
                     "evidence": evidence, "base": sft_model.base, "tokenizer": man["tokenizer"],

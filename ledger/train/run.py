@@ -21,9 +21,7 @@ import os
 import re
 import shutil
 import sys
-import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +30,8 @@ from ledger.errors import BadInput, InternalError
 from ledger.artefacts import checkpoint as ck
 from ledger.plan import compile as comp
 from ledger.artefacts import model as modellib
+from ledger.store import canonical
+from ledger.train import job
 from ledger.train import receipt as rcpt
 
 _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LEDGER_DEBUG",
@@ -50,6 +50,8 @@ class RunOutput:
     sandbox: dict = field(default_factory=dict)
     returncode: int = 0
     stderr: str = ""
+    final: tuple[dict, dict] | None = None     # ({file: bytes}, state) of out/final, read safely
+    adapter: dict | None = None                # {file: (bytes, mode)} of out/adapter, or None
 
 
 @dataclass(frozen=True)
@@ -96,18 +98,16 @@ def check_runnable_here(plan: dict) -> None:
 
 
 def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
-    work = store.tmp / f"train-{uuid.uuid4().hex[:12]}"
-    inputs, out, scratch = work / "inputs", work / "out", work / "scratch"
-    for d in (inputs, out, scratch):
-        d.mkdir(parents=True)
+    work = job.new_work(store, "train")
+    inputs = work / "inputs"
     man = modellib.load_manifest(store, plan.body["inputs"]["base"])
     modellib.materialise_tree(store, man["files"], inputs / "base")
     store.export_file(plan.body["inputs"]["dataset"], inputs / "dataset.parquet")
-    job = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
-           "resume": None}
+    spec = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
+            "resume": None}
     if plan.body["inputs"].get("init_adapter"):
         modellib.materialise_tree(store, plan.body["inputs"]["init_adapter"], inputs / "init_adapter")
-        job["init_adapter"] = "inputs/init_adapter"
+        spec["init_adapter"] = "inputs/init_adapter"
     fused = plan.body["realizations"].get("linear_lora", {})
     if fused.get("name") == "cupy-fused":
         # The child cannot read the store: it gets the exact build the plan names (body, source,
@@ -118,27 +118,21 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
         (kdir / "body.json").write_text(json.dumps(body, sort_keys=True))
         for name, key in (("source", "source_id"), ("ptx", "ptx"), ("cubin", "cubin")):
             store.export_file(body[key], kdir / name)
-        job["kernels"] = {fused["kernel"]: f"inputs/kernels/{fused['kernel']}"}
+        spec["kernels"] = {fused["kernel"]: f"inputs/kernels/{fused['kernel']}"}
     if resume is not None:
         cid, cman = resume
         if cman["plan"] != plan.id:
             raise BadInput(f"checkpoint {cid[:15]}… belongs to plan {cman['plan'][:15]}…, not {plan.id[:15]}…",
                            "resume with the plan the checkpoint was made by")
         ck.materialise(store, cman, inputs / "checkpoint")
-        job["resume"] = "inputs/checkpoint"
-    (inputs / "job.json").write_text(json.dumps(job, sort_keys=True))
+        spec["resume"] = "inputs/checkpoint"
+    (inputs / "job.json").write_text(json.dumps(spec, sort_keys=True))
     return work
 
 
 def child_env(work: Path, plan: dict) -> dict:
-    threads = str(plan["runtime"]["threads"])
-    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    env.setdefault("PATH", os.defpath)
-    scratch = str(work / "scratch")
-    env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                "OPENBLAS_NUM_THREADS": threads, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"})
+    env = job.child_env(work, plan["runtime"]["threads"], _PASS_ENV)
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if plan["runtime"].get("loop") == "compiled":
         # Inductor compiles in a pool of worker processes by default; a confined child grants
         # /proc/self to itself only, so its workers cannot run there: compile in-process.
@@ -158,20 +152,30 @@ def child_env(work: Path, plan: dict) -> dict:
     return env
 
 
-def launch(work: Path, plan: dict, *, unsandboxed: bool, protected: tuple = (), timeout: float | None = None):
-    """The one place the child is started. Returns ledger.sandbox.SandboxResult."""
-    from ledger.sandbox import SandboxPolicy, run_sandboxed
+def child_argv(work: Path) -> list[str]:
+    """The child's command line (one place, so a test can replace the child)."""
+    return job.module_argv("ledger.train.child", work)
 
-    n = plan["config"]["train"].get("devices", 1)
+
+def limits(plan: dict) -> job.Limits:
+    """What the child may write: adapter and optimizer files sized by the memory plan (plus
+    safetensors headers), progress and JSON by the step count."""
+    lines = {x["name"]: x["bytes"] for x in plan["memory"]["lines"]}
+    tensors = plan["shapes"]["arch"]["layers"] * len(plan["shapes"]["lora_modules"]) * 2
+    return job.Limits(steps=plan["shapes"]["steps"], adapter_bytes=job.tensor_file_bound(lines["adapter"], tensors),
+                      optimizer_bytes=job.tensor_file_bound(lines["optimizer_state"], 3 * tensors))
+
+
+def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout: float | None = None) -> job.ChildJob:
+    body = plan.body
+    n = body["config"]["train"].get("devices", 1)
     # Several devices: data-parallel (DDP), one process per device. Their rendezvous store and
     # the NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
     # receipt's sandbox policy); the filesystem grants are the same as for one process.
-    policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
-                           protected=protected, gpu=plan["target"]["device"] == "cuda", network=n > 1)
-    argv = [sys.executable, "-m", "ledger.train.child", str(work)]
-    launcher = torchrun(n) if n > 1 else ()
-    return run_sandboxed(argv, policy, env=child_env(work, plan), cwd=str(work / "scratch"), timeout=timeout,
-                         unsandboxed=unsandboxed, launcher=launcher, processes=n), policy
+    policy = job.policy_for(store, work, gpu=body["target"]["device"] == "cuda", network=n > 1)
+    return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=child_env(work, body),
+                        policy=policy, limits=limits(body), launcher=tuple(torchrun(n)) if n > 1 else (),
+                        processes=n, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id)
 
 
 def torchrun(n: int) -> list[str]:
@@ -212,16 +216,51 @@ def _last_words(stderr: str) -> str | None:
     return next((line.strip() for line in reversed(stderr.splitlines()) if any(c.isalnum() for c in line)), None)
 
 
-def _raise_child_error(out: Path) -> None:
-    e = errors.read_error_file(out / "error.json", origin="the training child", demote=errors.NOT_FROM_A_CHILD)
-    if e is not None:
-        raise e
+def _crashed(returncode: int, stderr: str, sandbox: dict, checkpoints: list[str]) -> InternalError:
+    last = f"; resume with --resume {checkpoints[-1]}" if checkpoints else ""
+    said = _last_words(stderr)
+    denied = sandbox["denied_attempts"]
+    # A denial is a lead, not a verdict: healthy runs are denied harmless reads too (e.g.
+    # /proc/mounts), so the hint names one and the details list them all.
+    hint = (f"its sandbox denied {len(denied)} access(es), e.g. {denied[0]['op']} {denied[0]['path']}; "
+            if denied else "") + "rerun with LEDGER_DEBUG=1 to see the child's output; checkpoints committed so far are kept"
+    return InternalError(f"the training child exited with {returncode}" + (f" ({said[:300]})" if said else "") + last,
+                         hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
+
+
+_STEP_DIR = re.compile(r"step-(\d{8})")
+_STEP_TMP = re.compile(r"step-\d{8}\.tmp")   # being written: never read
+
+
+def _checkpoint_bounds(lim: job.Limits) -> dict[str, int]:
+    return {ck.FILES["adapter"]: lim.adapter_bytes, ck.FILES["optimizer"]: lim.optimizer_bytes,
+            ck.FILES["rng"]: lim.rng_bytes, ck.STATE: lim.state_bytes}
+
+
+def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int | None) -> tuple[dict, dict]:
+    """({file: bytes}, state) of checkpoint folder out/<rel>, checked: exactly the checkpoint's
+    files, each within its bound, and a state naming this plan (and `step`, when given)."""
+    files = outputs.read_folder(rel, _checkpoint_bounds(outputs.limits))
+    if files is None:
+        raise job.Refusal(job.Violation(rel, "missing"))
+    try:
+        state = canonical.loads(files[ck.STATE][0])
+    except BadInput:
+        raise job.Refusal(job.Violation(f"{rel}/{ck.STATE}", "not JSON")) from None
+    if (not isinstance(state, dict) or state.get("plan") != plan_id or not isinstance(state.get("step"), int)
+            or isinstance(state.get("step"), bool) or (step is not None and state["step"] != step)):
+        raise job.Refusal(job.Violation(f"{rel}/{ck.STATE}", f"a state that does not name plan {plan_id[:15]}… "
+                                                              f"{'' if step is None else f'and step {step} '}"))
+    return {name: data for name, (data, _) in files.items()}, state
 
 
 def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
     """Materialise, run the child, commit its checkpoints as they appear. Caller removes run.work."""
     check_runnable_here(plan.body)
-    resumed = ck.load_manifest(store, resume) if resume else None
+    resumed = None
+    if resume:
+        job.check_resumable(store, resume)
+        resumed = ck.load_manifest(store, resume)
     work = prepare(store, plan, resumed)
     try:
         return _execute(store, plan, work, unsandboxed, progress)
@@ -231,80 +270,45 @@ def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: b
 
 
 def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) -> RunOutput:
-    run = RunOutput(work=work, result=None)
-    box: dict = {}
+    cj = child_job(store, work, plan, unsandboxed=unsandboxed)
+    done: set[str] = set()
 
-    def target():
-        try:
-            box["result"] = launch(work, plan.body, unsandboxed=unsandboxed, protected=(str(store.root / "sealed"),))
-        except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
-            box["error"] = e
+    def poll(outputs: job.ChildOutputs) -> list[str]:
+        committed = []
+        for name in outputs.list_folder("checkpoints", _STEP_DIR, _STEP_TMP):
+            if name in done:
+                continue
+            blobs, state = read_checkpoint(outputs, f"checkpoints/{name}", plan.id, int(name[5:]))
+            with store.transaction("checkpoint", wait=60) as tx:
+                cid = ck.ingest(tx, blobs, state)
+                tx.inputs.append(plan.id)
+                tx.outputs.append(cid)
+                tx.payload.update({"checkpoint": cid, "plan": plan.id, "step": state["step"], "run": cj.run_name})
+            done.add(name)
+            committed.append(cid)
+        return committed
 
-    th = threading.Thread(target=target, name="ledger-train-child", daemon=True)
-    th.start()
-    seen_lines = 0
-    done_ckpts: set[str] = set()
+    def collect(outputs: job.ChildOutputs, result: dict) -> tuple:
+        final = read_checkpoint(outputs, "final", plan.id, None)
+        adapter = None
+        if result.get("stopped") is None:
+            adapter = outputs.read_folder("adapter", {"adapter_model.safetensors": outputs.limits.adapter_bytes,
+                                                      "adapter_config.json": outputs.limits.config_bytes})
+            if adapter is None:
+                raise job.Refusal(job.Violation("adapter", "missing from a run that finished"))
+        return final, adapter
 
-    def poll():
-        nonlocal seen_lines
-        p = work / "out" / "progress.jsonl"
-        if progress is not None and p.exists():
-            lines = p.read_text().splitlines()
-            complete = lines if p.read_text().endswith("\n") else lines[:-1]
-            for line in complete[seen_lines:]:
-                progress(json.loads(line))
-            seen_lines = len(complete)
-        cdir = work / "out" / "checkpoints"
-        if cdir.is_dir():
-            for d in sorted(cdir.iterdir()):
-                if d.name.startswith("step-") and not d.name.endswith(".tmp") and d.name not in done_ckpts:
-                    with store.transaction("checkpoint", wait=60) as tx:
-                        cid = ck.ingest(tx, d)
-                        tx.inputs.append(plan.id)
-                        tx.outputs.append(cid)
-                        tx.payload.update({"checkpoint": cid, "plan": plan.id, "step": int(d.name[5:])})
-                    done_ckpts.add(d.name)
-                    run.checkpoints.append(cid)
-
-    while th.is_alive():
-        th.join(0.2)
-        poll()
-    poll()
-    if "error" in box:
-        raise box["error"]
-    res, policy = box["result"]
-    # (the sandbox module named the stream tails `stderr` before `stderr_tail`)
-    stderr = getattr(res, "stderr_tail", None)
-    if stderr is None:
-        stderr = getattr(res, "stderr", "")
-    run.returncode, run.stderr = res.returncode, stderr
-    run.sandbox = {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
-                   "denied_attempts": [a.as_dict() for a in res.denied_attempts],
-                   "protected_attempts": [a.as_dict() for a in res.protected_attempts],
-                   "audit_truncated": res.audit_truncated, "child_wall_s": round(res.wall_s, 3),
-                   "processes": res.processes}
-    out = work / "out"
-    if res.returncode != 0:
-        _raise_child_error(out)
-        last = f"; resume with --resume {run.checkpoints[-1]}" if run.checkpoints else ""
-        said = _last_words(stderr)
-        denied = run.sandbox["denied_attempts"]
-        # A denial is a lead, not a verdict: healthy runs are denied harmless reads too (e.g.
-        # /proc/mounts), so the hint names one and the details list them all.
-        hint = (f"its sandbox denied {len(denied)} access(es), e.g. {denied[0]['op']} {denied[0]['path']}; "
-                if denied else "") + "rerun with LEDGER_DEBUG=1 to see the child's output; checkpoints committed so far are kept"
-        raise InternalError(f"the training child exited with {res.returncode}" + (f" ({said[:300]})" if said else "") + last,
-                            hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
-    run.result = json.loads((out / "result.json").read_text())
-    return run
+    fin = job.run_job(store, cj, progress=progress, poll=poll, collect=collect, describe_failure=_crashed)
+    final, adapter = fin.collected
+    return RunOutput(work=work, result=fin.result, checkpoints=fin.checkpoints, sandbox=fin.sandbox,
+                     returncode=fin.returncode, stderr=fin.stderr, final=final, adapter=adapter)
 
 
 def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tuple[str, dict]:
     """Write the run's outputs and receipt into `tx` (a train or reproduce transaction)."""
-    out = run.work / "out"
-    final_id = ck.ingest(tx, out / "final")
+    final_id = ck.ingest(tx, *run.final)
     final_manifest = tx.store.get_json(final_id)
-    adapter = tx.put_tree(out / "adapter") if run.result["stopped"] is None else None
+    adapter = job.put_tree_bytes(tx, run.adapter) if run.adapter is not None else None
     body = rcpt.build(plan_id=plan.id, plan=plan.body, result=run.result, final_checkpoint=final_id,
                       final_manifest=final_manifest, adapter=adapter, checkpoints=list(run.checkpoints),
                       resumed_from=resumed_from, sandbox=run.sandbox)

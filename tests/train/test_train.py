@@ -166,7 +166,6 @@ def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monk
     every denial in the details (printed by LEDGER_DEBUG=1); nothing is committed."""
     from ledger.cli import main as climain
     from ledger.errors import InternalError
-    from ledger.sandbox import SandboxPolicy, run_sandboxed
 
     store, plan = trained["store"], trained["plan"]
     secret = tmp_path / "outside.txt"
@@ -175,11 +174,7 @@ def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monk
                "try:\n    open(sys.argv[1]).read()\n"
                "except PermissionError as e:\n    sys.exit(f'could not read: {e.strerror}')\n")
 
-    def launch(work, body, *, unsandboxed, protected=(), timeout=None):
-        policy = SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"),), network=True)
-        return run_sandboxed([sys.executable, "-c", snippet, str(secret)], policy, timeout=60), policy
-
-    monkeypatch.setattr(trainlib, "launch", launch)
+    monkeypatch.setattr(trainlib, "child_argv", lambda work: [sys.executable, "-c", snippet, str(secret)])
     before = store.journal.tail(1)
     with pytest.raises(InternalError) as ei:
         trainlib.execute(store, plan)

@@ -1,0 +1,539 @@
+"""The one child-job protocol: how ledger runs a training child and reads what it left behind.
+
+SFT (`ledger.train.run`), DPO (`ledger.train.dpo`) and reproduce (through run) all go through it:
+
+  1. `new_work(store, prefix)`: a fresh work folder `.ledger/tmp/<prefix>-<rand>/` with
+     `inputs/` (the parent fills it; read-only to the child), `out/` and `scratch/` (the child's);
+  2. `ChildJob`: the child's argv, environment (`child_env`), sandbox policy and output limits;
+  3. `run_job(store, job, ...)`: launches it through `ledger.sandbox.run_sandboxed` on a thread,
+     polls `out/progress.jsonl` (and, through `poll`, anything else the caller ingests while the
+     child runs, e.g. checkpoints), and when it ends either returns what `collect` read from
+     `out/`, raises the child's own typed error (`out/error.json` -> `LedgerError.from_json`), or
+     raises an InternalError naming how it died.
+
+The child is hostile (ARCHITECTURE/DESIGN: assume a hostile child). Everything under `out/` is
+read through `ChildOutputs`, which MUST:
+  - walk folders by descriptor (openat), never through a path a child could re-point;
+  - never follow a symbolic link (O_NOFOLLOW, lstat first), never open a FIFO, socket or device
+    (lstat must say regular file before open; O_NONBLOCK in case it changes in between), and
+    check after opening that the descriptor is the regular file lstat saw, with one name only
+    (st_nlink == 1: a hard link could name a store file);
+  - read at most a bound fixed by the plan (adapter/optimizer sizes from the memory plan plus a
+    margin for safetensors headers, small fixed bounds for JSON), never more;
+  - accept exactly the expected entries in a folder it ingests (checkpoints, final/, adapter/).
+Anything else is a `Violation`. A run with a violation fails with `SandboxViolation` (exit 3),
+and the violation is recorded in its own `sandbox-violation` journal record naming the run and
+every checkpoint it committed; `resumable_checkpoint` and `check_resumable` never hand such a
+checkpoint back to a child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledger import errors
+from ledger.errors import InternalError, LedgerError, Refused
+from ledger.sandbox import SandboxPolicy, run_sandboxed
+
+VIOLATION_KIND = "sandbox-violation"
+MiB = 1 << 20
+
+# Environment a child may inherit from ledger's own (everything else is dropped).
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LEDGER_DEBUG", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+class SandboxViolation(Refused):
+    """A child wrote something its parent must not read (a link, a special file, a file too large
+    or an unexpected entry where ledger reads its outputs). The run fails and is recorded."""
+    default_hint = ("a training child may write regular files only, within the plan's sizes; nothing from "
+                    "this run is committed or resumed from (see the sandbox-violation record in `ledger log`)")
+
+
+# --- reading what the child wrote -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Violation:
+    path: str    # relative to out/
+    what: str    # what was found instead of what was expected
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "what": self.what}
+
+
+class Refusal(Exception):
+    """Raised inside ChildOutputs; run_job turns it into a recorded violation."""
+
+    def __init__(self, v: Violation):
+        super().__init__(f"{v.path}: {v.what}")
+        self.violation = v
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds on what a child may leave in out/, derived from what it was asked to do."""
+    steps: int                      # optimizer steps (progress lines, losses in JSON)
+    adapter_bytes: int              # one adapter_model.safetensors
+    optimizer_bytes: int = 0        # one optimizer.safetensors (0: the job writes none)
+    rng_bytes: int = MiB            # torch CPU (+ CUDA) generator states are a few KiB
+    config_bytes: int = 64 * 1024   # adapter_config.json
+    error_bytes: int = 64 * 1024    # error.json: a real error report is a few hundred bytes
+
+    @property
+    def progress_bytes(self) -> int:
+        return 64 * 1024 + 1024 * self.steps
+
+    @property
+    def result_bytes(self) -> int:
+        return MiB + 512 * self.steps
+
+    @property
+    def state_bytes(self) -> int:
+        return 64 * 1024 + 64 * self.steps
+
+
+def tensor_file_bound(payload_bytes: int, tensors: int) -> int:
+    """A safetensors file of `payload_bytes` of tensor data in `tensors` tensors: the data plus its
+    JSON header (name, dtype, shape, offsets: well under 512 bytes a tensor) plus a fixed margin."""
+    return payload_bytes + 512 * tensors + 64 * 1024
+
+
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+class ChildOutputs:
+    """Bounded, no-follow reads of one work folder's out/ (see the module docstring)."""
+
+    def __init__(self, out: Path, limits: Limits):
+        self.out = Path(out)
+        self.limits = limits
+        self._progress_at = 0
+        self._progress_tail = b""
+        self._progress_lines = 0
+
+    # descriptors ----------------------------------------------------------------------------
+    def _open_out(self) -> int:
+        # out/ itself is the parent's (the child may write inside it, not replace it)
+        return os.open(self.out, _O_DIR)
+
+    def _dir_at(self, parent: int, name: str, rel: str) -> int | None:
+        """A descriptor of the real directory `name` in `parent`, None if absent."""
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refusal(Violation(rel, f"{_kind(st.st_mode)} where a folder is expected"))
+        try:
+            fd = os.open(name, _O_DIR, dir_fd=parent)
+        except OSError as e:  # replaced between lstat and open
+            raise Refusal(Violation(rel, f"could not be opened as a folder without following links ({e.strerror})")) from None
+        fst = os.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            raise Refusal(Violation(rel, "was replaced while being opened"))
+        return fd
+
+    def _walk(self, rel: str) -> int | None:
+        """A descriptor of folder out/<rel> (components walked one at a time), None if absent."""
+        fd = self._open_out()
+        for i, part in enumerate(p for p in rel.split("/") if p):
+            try:
+                nxt = self._dir_at(fd, part, "/".join(rel.split("/")[:i + 1]))
+            finally:
+                os.close(fd)
+            if nxt is None:
+                return None
+            fd = nxt
+        return fd
+
+    def _file_at(self, parent: int, name: str, rel: str, limit: int) -> tuple[bytes, int] | None:
+        """(bytes, mode) of the regular, singly-linked file `name` in `parent`, at most `limit`
+        bytes long; None if absent."""
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):  # decided before open: a FIFO or device is never opened
+            raise Refusal(Violation(rel, f"{_kind(st.st_mode)} where a regular file is expected"))
+        try:
+            fd = os.open(name, _O_READ, dir_fd=parent)
+        except OSError as e:
+            raise Refusal(Violation(rel, f"could not be opened without following links ({e.strerror})")) from None
+        try:
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+                raise Refusal(Violation(rel, "was replaced while being opened"))
+            if fst.st_nlink != 1:
+                raise Refusal(Violation(rel, f"a hard link ({fst.st_nlink} names for one file)"))
+            if fst.st_size > limit:
+                raise Refusal(Violation(rel, f"{fst.st_size} bytes, more than the {limit} this run may write there"))
+            data = _read_at_most(fd, limit + 1)
+            if len(data) > limit:  # it grew after fstat
+                raise Refusal(Violation(rel, f"more than the {limit} bytes this run may write there"))
+            return data, fst.st_mode
+        finally:
+            os.close(fd)
+
+    # what callers use -------------------------------------------------------------------------
+    def read_file(self, rel: str, limit: int) -> bytes | None:
+        folder, _, name = rel.rpartition("/")
+        fd = self._walk(folder)
+        if fd is None:
+            return None
+        try:
+            got = self._file_at(fd, name, rel, limit)
+        finally:
+            os.close(fd)
+        return None if got is None else got[0]
+
+    def read_json(self, rel: str, limit: int) -> object | None:
+        data = self.read_file(rel, limit)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            raise Refusal(Violation(rel, "not JSON")) from None
+
+    def read_folder(self, rel: str, expected: dict[str, int]) -> dict[str, tuple[bytes, int]] | None:
+        """{name: (bytes, mode)} of folder out/<rel>, which must hold exactly the files `expected`
+        names (each within its bound) and nothing else; None if the folder is absent."""
+        fd = self._walk(rel)
+        if fd is None:
+            return None
+        try:
+            names = sorted(os.listdir(fd))
+            extra = [n for n in names if n not in expected]
+            if extra:
+                st = os.stat(extra[0], dir_fd=fd, follow_symlinks=False)
+                raise Refusal(Violation(f"{rel}/{extra[0]}", f"unexpected entry ({_kind(st.st_mode)})"))
+            out = {}
+            for name, limit in sorted(expected.items()):
+                got = self._file_at(fd, name, f"{rel}/{name}", limit)
+                if got is None:
+                    raise Refusal(Violation(f"{rel}/{name}", "missing from a folder the child said is complete"))
+                out[name] = got
+            return out
+        finally:
+            os.close(fd)
+
+    def list_folder(self, rel: str, pattern: re.Pattern, skip: re.Pattern | None = None) -> list[str]:
+        """Names in out/<rel> matching `pattern` (sorted); names matching `skip` are passed over
+        unread (work in progress); any other name is a violation. [] if the folder is absent."""
+        fd = self._walk(rel)
+        if fd is None:
+            return []
+        try:
+            names = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+        for n in names:
+            if not pattern.fullmatch(n) and not (skip and skip.fullmatch(n)):
+                raise Refusal(Violation(f"{rel}/{n}", "unexpected entry"))
+        return [n for n in names if pattern.fullmatch(n)]
+
+    def new_progress(self) -> list[dict]:
+        """Complete lines appended to out/progress.jsonl since the last call, each a JSON object.
+
+        Reads only the bytes after the previous call's, with _file_at's checks."""
+        rel, limit = "progress.jsonl", self.limits.progress_bytes
+        parent = self._open_out()
+        try:
+            try:
+                st = os.stat(rel, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                if self._progress_at:
+                    raise Refusal(Violation(rel, "removed while the run was reading it")) from None
+                return []
+            if not stat.S_ISREG(st.st_mode):
+                raise Refusal(Violation(rel, f"{_kind(st.st_mode)} where a regular file is expected"))
+            try:
+                fd = os.open(rel, _O_READ, dir_fd=parent)
+            except OSError as e:
+                raise Refusal(Violation(rel, f"could not be opened without following links ({e.strerror})")) from None
+        finally:
+            os.close(parent)
+        try:
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+                raise Refusal(Violation(rel, "was replaced while being opened"))
+            if fst.st_nlink != 1:
+                raise Refusal(Violation(rel, f"a hard link ({fst.st_nlink} names for one file)"))
+            if fst.st_size > limit:
+                raise Refusal(Violation(rel, f"{fst.st_size} bytes, more than the {limit} this run may write there"))
+            if fst.st_size < self._progress_at:
+                raise Refusal(Violation(rel, "shrank while the run was reading it"))
+            want = limit - self._progress_at
+            chunks, got = [], 0
+            while got <= want:
+                b = os.pread(fd, want + 1 - got, self._progress_at + got)
+                if not b:
+                    break
+                chunks.append(b)
+                got += len(b)
+            if got > want:
+                raise Refusal(Violation(rel, f"more than the {limit} bytes this run may write there"))
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        self._progress_at += len(data)
+        *lines, self._progress_tail = (self._progress_tail + data).split(b"\n")
+        out = []
+        for line in lines:
+            self._progress_lines += 1
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                obj = None
+            if not isinstance(obj, dict):
+                raise Refusal(Violation(rel, f"line {self._progress_lines} is not a JSON object"))
+            out.append(obj)
+        return out
+
+
+def _read_at_most(fd: int, n: int) -> bytes:
+    chunks, left = [], n
+    while left > 0:
+        b = os.read(fd, min(left, 16 * MiB))
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def put_tree_bytes(tx, files: dict[str, tuple[bytes, int]]) -> str:
+    """A tree object of files read through ChildOutputs (the same entries `Transaction.put_tree`
+    writes for a folder), so nothing the child wrote is re-opened by path."""
+    entries = [{"path": name, "id": tx.put_bytes(data), "size": len(data), "exec": bool(mode & 0o111)}
+               for name, (data, mode) in sorted(files.items())]
+    return tx.put_json({"kind": "tree", "entries": entries}, "tree")
+
+
+# --- the job --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChildJob:
+    """One child execution: what runs, under which policy, and what it may leave behind."""
+    trainer: str                  # "sft" or "dpo": names the run in records and messages
+    work: Path
+    argv: tuple[str, ...]
+    env: dict
+    policy: SandboxPolicy
+    limits: Limits
+    launcher: tuple[str, ...] = ()
+    processes: int = 1
+    unsandboxed: bool = False
+    timeout: float | None = None
+    plan: str | None = None       # the plan id the parent ran (never the child's claim)
+
+    @property
+    def run_name(self) -> str:
+        return self.work.name
+
+    @property
+    def out(self) -> Path:
+        return self.work / "out"
+
+
+def new_work(store, prefix: str) -> Path:
+    """A fresh work folder with inputs/, out/ and scratch/."""
+    work = store.tmp / f"{prefix}-{uuid.uuid4().hex[:12]}"
+    for d in ("inputs", "out", "scratch"):
+        (work / d).mkdir(parents=True)
+    return work
+
+
+def module_argv(module: str, work: Path) -> list[str]:
+    """`python -m MODULE WORK`: how every ledger child starts."""
+    return [sys.executable, "-m", module, str(work)]
+
+
+def policy_for(store, work: Path, *, gpu: bool = False, network: bool = False) -> SandboxPolicy:
+    """inputs/ read-only, out/ and scratch/ read-write, the store's sealed/ protected."""
+    return SandboxPolicy(read_only=(str(work / "inputs"),), read_write=(str(work / "out"), str(work / "scratch")),
+                         protected=(str(store.root / "sealed"),), gpu=gpu, network=network)
+
+
+def child_env(work: Path, threads: int, pass_env: tuple[str, ...] = PASS_ENV) -> dict:
+    """Nothing of the caller's environment beyond `pass_env`; a private HOME and TMPDIR in
+    scratch/, offline hub libraries, a fixed hash seed and the plan's thread count."""
+    env = {k: os.environ[k] for k in pass_env if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    scratch = str(work / "scratch")
+    t = str(threads)
+    env.update({"HOME": scratch, "TMPDIR": scratch, "HF_HOME": os.path.join(scratch, "hf"), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def launch(job: ChildJob):
+    """The one place a training child is started. Returns ledger.sandbox.SandboxResult."""
+    return run_sandboxed(list(job.argv), job.policy, env=job.env, cwd=str(job.work / "scratch"), timeout=job.timeout,
+                         unsandboxed=job.unsandboxed, launcher=list(job.launcher), processes=job.processes)
+
+
+@dataclass
+class Finished:
+    """What a child run left behind, read and checked (mutable only while run_job builds it)."""
+    returncode: int
+    sandbox: dict
+    result: dict
+    collected: object = None
+    checkpoints: list[str] = field(default_factory=list)
+    stderr: str = ""
+
+
+def sandbox_record(res, policy: SandboxPolicy) -> dict:
+    """The sandbox part of a receipt."""
+    return {"sandboxed": res.sandboxed, "landlock_abi": res.abi, "policy": policy.as_dict(),
+            "denied_attempts": [a.as_dict() for a in res.denied_attempts],
+            "protected_attempts": [a.as_dict() for a in res.protected_attempts],
+            "audit_truncated": res.audit_truncated, "child_wall_s": round(res.wall_s, 3),
+            "processes": res.processes}
+
+
+def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = None,
+            poll: Callable[[ChildOutputs], list[str]] | None = None,
+            collect: Callable[[ChildOutputs, dict], object] | None = None,
+            describe_failure: Callable[[int, str, dict, list[str]], LedgerError] | None = None) -> Finished:
+    """Run `job` to its end (see the module docstring).
+
+    progress(line)   each complete progress line, as the child writes them
+    poll(outputs)    called every 0.2 s while the child runs and once after: ingests what is
+                     complete (checkpoints) and returns the ids it committed
+    collect(outputs, result)  after a successful exit: reads the outputs the caller commits
+    describe_failure(returncode, stderr, sandbox, checkpoints)  the error for a child that died
+                     without an error.json (default: InternalError with its last words)
+    """
+    reader = ChildOutputs(job.out, job.limits)
+    box: dict = {}
+    violations: list[Violation] = []
+    checkpoints: list[str] = []
+
+    def target():
+        try:
+            box["result"] = launch(job)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            box["error"] = e
+
+    def guarded(fn):
+        try:
+            return fn()
+        except Refusal as r:
+            violations.append(r.violation)
+            return None
+
+    def tick():
+        if violations:
+            return  # nothing more is read from a child that broke the rules
+        lines = guarded(reader.new_progress) or []
+        if progress is not None:
+            for line in lines:
+                progress(line)
+        if poll is not None and not violations:
+            checkpoints.extend(guarded(lambda: poll(reader)) or [])
+
+    th = threading.Thread(target=target, name=f"ledger-{job.trainer}-child", daemon=True)
+    th.start()
+    while th.is_alive():
+        th.join(0.2)
+        tick()
+    tick()
+    if "error" in box:
+        raise box["error"]
+    res = box["result"]
+    sandbox = sandbox_record(res, job.policy)
+    stderr = res.stderr_tail
+    result, collected = None, None
+    if not violations and res.returncode != 0:
+        data = guarded(lambda: reader.read_file("error.json", job.limits.error_bytes))
+        if data is not None and not violations:
+            # A child reports its own failure; it cannot report the parent's store as corrupt or locked.
+            raise LedgerError.from_json(data, origin=f"the {job.trainer} training child",
+                                        demote=errors.NOT_FROM_A_CHILD)
+    if not violations and res.returncode == 0:
+        result = guarded(lambda: reader.read_json("result.json", job.limits.result_bytes))
+        if result is not None and not isinstance(result, dict):
+            violations.append(Violation("result.json", "not a JSON object"))
+        if not violations and result is None:
+            raise InternalError(f"the {job.trainer} training child exited 0 without writing out/result.json",
+                                "rerun with LEDGER_DEBUG=1 to see the child's output", stderr=stderr[-8000:])
+        if not violations and collect is not None:
+            collected = guarded(lambda: collect(reader, result))
+    if violations:
+        raise record_violation(store, job, violations, checkpoints, sandbox)
+    if res.returncode != 0:
+        if describe_failure is not None:
+            raise describe_failure(res.returncode, stderr, sandbox, checkpoints)
+        raise InternalError(f"the {job.trainer} training child exited with {res.returncode}",
+                            "rerun with LEDGER_DEBUG=1 to see the child's output", stderr=stderr[-8000:])
+    return Finished(res.returncode, sandbox, result, collected, checkpoints, stderr)
+
+
+# --- violations and resume ------------------------------------------------------------------------
+def record_violation(store, job: ChildJob, violations: list[Violation], checkpoints: list[str],
+                     sandbox: dict) -> SandboxViolation:
+    """Record the violation in its own journal record; returns the error that fails the run."""
+    vs = [v.as_dict() for v in violations]
+    with store.transaction(VIOLATION_KIND, wait=60) as tx:
+        tx.inputs.extend(c for c in dict.fromkeys(checkpoints) if store.has(c))
+        tx.payload.update({"run": job.run_name, "trainer": job.trainer, "violations": vs,
+                           "checkpoints": list(dict.fromkeys(checkpoints)), "sandboxed": sandbox["sandboxed"],
+                           "policy": sandbox["policy"]} | ({"plan": job.plan} if job.plan else {}))
+    v = violations[0]
+    return SandboxViolation(f"the {job.trainer} training child wrote {v.what} at out/{v.path}; the run is refused "
+                            f"(recorded as {VIOLATION_KIND} #{tx.record['seq']})", None,
+                            violations=vs[:50], run=job.run_name, checkpoints=list(checkpoints))
+
+
+def violated_checkpoints(store, stop=None) -> set[str]:
+    """Every checkpoint named by a sandbox-violation record (read from the journal's end)."""
+    out: set[str] = set()
+    for r in store.journal.backwards():
+        if stop is not None and stop(r):
+            break
+        if r["kind"] == VIOLATION_KIND:
+            out.update(c for c in r["payload"].get("checkpoints", []) if isinstance(c, str))
+    return out
+
+
+def resumable_checkpoint(store, plan_id: str) -> str | None:
+    """The latest checkpoint of `plan_id` that no violating run produced, or None.
+
+    A violation record is always appended after the checkpoints it names, so reading the journal
+    backwards meets it first: one walk suffices."""
+    tainted: set[str] = set()
+    for r in store.journal.backwards():
+        p = r["payload"]
+        if r["kind"] == VIOLATION_KIND:
+            tainted.update(c for c in p.get("checkpoints", []) if isinstance(c, str))
+        elif r["kind"] == "checkpoint" and p.get("plan") == plan_id and p.get("checkpoint") not in tainted:
+            return p.get("checkpoint")
+    return None
+
+
+def check_resumable(store, checkpoint_id: str) -> None:
+    """Refuse a checkpoint that a run with a sandbox violation produced."""
+    if checkpoint_id in violated_checkpoints(store):
+        raise Refused(f"checkpoint {checkpoint_id[:15]}… was written by a training run that violated its sandbox; "
+                      "ledger never resumes from it", "train from the start, or resume from another checkpoint")
