@@ -11,7 +11,7 @@ FLOORS = (
     ("cli", "demo"),
     ("api",),
     ("image",),
-    ("cycle", "diff", "generations", "experience", "lineage"),
+    ("cycle", "diff", "generations", "experience", "lineage", "integrations"),
     ("train",),
     ("gate",),
     ("plan",),
