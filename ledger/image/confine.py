@@ -15,6 +15,7 @@ image therefore gets:
               scratch folder (HOME, TMPDIR, the model files it unpacks)
   the folders the generations grant to capabilities (`dir:` handles; ro or rw as granted)
   no TCP at all; `.ledger/sealed/` is listed as protected, so a policy reaching it is refused
+  no socket() at all (seccomp), no ptrace, no capabilities, a private /dev/shm (rules() below)
 
 Writing the journal, the lock, the refs cache and the index would need rights on `.ledger`
 itself, so the image never does: the keeper (`ledger serve`, not confined, small, no model, no
@@ -28,8 +29,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger import generations
-from ledger.errors import BadInput
 from ledger.artefacts import model as modellib
+from ledger.errors import BadInput
+from ledger.sandbox import SandboxPolicy
+from ledger.sandbox import run as sandbox_run
 
 
 def serving_objects(store, g: generations.Generation) -> set[str]:
@@ -71,8 +74,6 @@ def capability_dirs(store, gens) -> tuple[set[Path], set[Path]]:
 
 def policy(store, gens, buffer_dir: Path):
     """(SandboxPolicy, object ids granted) for an image serving any of `gens`."""
-    from ledger.sandbox import SandboxPolicy
-
     objects: set[str] = set()
     for g in gens:
         objects |= serving_objects(store, g)
@@ -95,9 +96,20 @@ def policy(store, gens, buffer_dir: Path):
     return p, objects
 
 
-def rules(p) -> dict:
-    """The bootstrap's rules (python -m ledger.sandbox --rules-file): every grant of the policy."""
-    return {"grants": [[g.path, g.kind] for g in p.grants()], "network": p.network, "landlock": True}
+def rules(p, *, landlock: bool = True) -> tuple[dict, bytes]:
+    """The bootstrap's rules (ledger/sandbox/__main__.py) for the image, and its seccomp program.
+
+    Beyond the policy's grants: no TCP (network=False), no socket() of any family -- the image
+    serves on the listening socket and talks over the socketpair the keeper hands it, so it can
+    open no socket of its own and reach neither the keeper's control socket nor any other --,
+    no ptrace, no capabilities, a private /dev/shm. Refused syscalls fail with EPERM (the keeper
+    runs no seccomp supervisor for it)."""
+    return sandbox_run.bootstrap_rules(p.grants(), p, landlock=landlock, notify=None, shm="private")
+
+
+def confinement(status: str, prog: bytes) -> dict:
+    """What the image's bootstrap reported it applied (raises SandboxUnavailable otherwise)."""
+    return sandbox_run.read_confinement([status.splitlines()], prog).as_dict()
 
 
 def scratch_dir(buffer_dir: Path, session: str) -> Path:

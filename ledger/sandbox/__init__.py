@@ -13,6 +13,9 @@ Public API
 
 The modules
     landlock.py    the Landlock syscalls (ctypes) and the rights each grant kind carries
+    seccomp.py     the BPF filter (sockets, ptrace, namespaces, ...) and the parent's Supervisor
+                   that records every refused syscall
+    privileges.py  dropping every capability; the private /dev/shm (mount namespace + tmpfs)
     policy.py      SandboxPolicy, Grant, system_allowances, the refusal rules
     audit_hook.py  the child's sitecustomize that records attempts outside the policy
     run.py         run_sandboxed, SandboxResult, the parent's defensive reading of the record
@@ -20,8 +23,9 @@ The modules
 
 How a run works
     The parent validates the policy, resolves every grant to a concrete path, and starts
-    `python -E -s -S -m ledger.sandbox --rules-file F --status-dir D --cwd DIR -- argv...`.
-    That bootstrap applies Landlock to itself, reports into D/<its pid>, then execs argv. With a
+    `python -E -s -S .../ledger/sandbox/__main__.py --rules-file F --status-dir D --cwd DIR -- argv`.
+    That bootstrap gives itself a private /dev/shm, drops every capability, applies Landlock and
+    the seccomp filter to itself, reports into D/<its pid>, then execs argv. With a
     launcher (torchrun), the launcher starts N bootstraps and each confines itself.
     Landlock domains are inherited across exec and fork and can never be lifted, so the target
     and all its descendants stay confined.
@@ -46,7 +50,7 @@ Recording denials
 
 from ledger.sandbox.landlock import landlock_abi
 from ledger.sandbox.policy import Grant, SandboxPolicy, system_allowances
-from ledger.sandbox.run import DeniedAttempt, SandboxResult, run_sandboxed
+from ledger.sandbox.run import Confinement, DeniedAttempt, SandboxResult, SyscallDenial, run_sandboxed
 
 __all__ = ["landlock_abi", "SandboxPolicy", "Grant", "system_allowances", "DeniedAttempt",
-           "SandboxResult", "run_sandboxed"]
+           "SandboxResult", "run_sandboxed", "Confinement", "SyscallDenial"]

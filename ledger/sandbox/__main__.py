@@ -1,8 +1,24 @@
-"""The bootstrap: `python -E -s -S -m ledger.sandbox --rules-file F ... -- argv`.
+"""The bootstrap: `python -E -s -S .../ledger/sandbox/__main__.py --rules-file F ... -- argv`.
 
 A fresh, single-threaded interpreter that confines itself and then execs argv, so nothing of the
-caller's state (threads, locks held at fork time) is in the confined process. Stdlib only below
-this package (-s -S: no site-packages).
+caller's state (threads, locks held at fork time) is in the confined process. It imports only
+the standard library and its sibling modules landlock, privileges and seccomp (-s -S: no
+site-packages); run.bootstrap_command() starts it as a file, so ledger/__init__ is not imported.
+
+The rules (JSON, written by the parent: run.bootstrap_rules):
+  grants        [[path, kind], ...]       Landlock rules (landlock.KIND_RIGHTS)
+  network       bool                      TCP allowed (Landlock) and AF_INET/6 SOCK_STREAM (seccomp)
+  landlock      bool                      False: unsandboxed, none of the below is applied
+  seccomp       hex                       the filter program to install (seccomp.program)
+  notify        path | null               the parent's seccomp Supervisor socket
+  shm           "private" | "inherit"     make /dev/shm private here, or check that the launcher did
+  caller_mntns  int                       the caller's mount namespace ("inherit" must differ)
+Every one of them is required when landlock is true: a missing one is a refusal, never less.
+
+The order: private /dev/shm (needs CAP_SYS_ADMIN, or a user namespace) -> Landlock ruleset (opens
+the granted paths, which may need the caller's authority) -> drop all capabilities ->
+no_new_privs + landlock_restrict_self -> seccomp (last: it refuses unshare and mount) -> report ->
+exec. Reports: `ok <abi>`, then `confined <json>` (what was applied), on the status fd or file.
 """
 
 from __future__ import annotations
@@ -10,13 +26,22 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import signal
+import socket
 import sys
 from typing import Sequence
 
-from ledger.sandbox import landlock
+if __package__:   # python -m ledger.sandbox
+    from ledger.sandbox import landlock, privileges, seccomp
+else:             # python .../ledger/sandbox/__main__.py (run.bootstrap_command): the siblings are
+    # found beside this file, and ledger's package __init__ (which may import anything, e.g.
+    # blake3 from site-packages, which -s -S leaves out) is never imported
+    import landlock
+    import privileges
+    import seccomp
 
 _PR_SET_PDEATHSIG = 1
 BOOTSTRAP_FAILED = 120
@@ -40,6 +65,8 @@ def main(args: Sequence[str]) -> int:
                     help="SIGKILL when the parent (a launcher) dies; it may not outlive it")
     ap.add_argument("--launcher", action="store_true",
                     help="start a launcher: only --die-with-parent, then exec argv UNconfined")
+    ap.add_argument("--private-shm", action="store_true",
+                    help="(with --launcher) give the launcher and all it starts a private /dev/shm")
     ap.add_argument("--cwd", default=None)
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     ns = ap.parse_args(args)
@@ -53,6 +80,8 @@ def main(args: Sequence[str]) -> int:
             return BOOTSTRAP_FAILED        # could not arm it, or the parent is already gone
     if ns.launcher:
         try:
+            if ns.private_shm:   # every rank then shares this one tmpfs (NCCL's shm transport)
+                privileges.private_shm()
             os.execvp(argv[0], argv)
         except (OSError, IndexError) as e:
             print(f"ledger.sandbox: cannot start the launcher {argv[:1]}: {e}", file=sys.stderr)
@@ -79,13 +108,14 @@ def main(args: Sequence[str]) -> int:
         grants = [(str(p), str(k)) for p, k in rules["grants"] if k in landlock.KIND_RIGHTS]
         if not argv:
             raise ValueError("no command given")
-        abi = landlock.restrict_self(grants, network=bool(rules.get("network", True))) \
-            if rules.get("landlock", True) else 0
+        confined = confine(rules, grants) if rules.get("landlock", True) else None
     except Exception as e:   # nothing of the caller's has run: fail closed
         report(f"error {type(e).__name__}: {e}")
         print(f"ledger.sandbox: {e}", file=sys.stderr)
         return BOOTSTRAP_FAILED
-    report(f"ok {abi}")
+    report(f"ok {confined['landlock_abi'] if confined else 0}")
+    if confined:
+        report("confined " + json.dumps(confined, sort_keys=True))
     os.environ["LEDGER_SANDBOX_PID"] = str(os.getpid())   # exec keeps the pid
     try:
         if ns.cwd:
@@ -97,6 +127,41 @@ def main(args: Sequence[str]) -> int:
         print(f"ledger.sandbox: cannot run {argv[0]}: {e}", file=sys.stderr)
         return 126 if e.errno == errno.EACCES else 127
     return 127   # pragma: no cover - execvpe does not return
+
+
+def confine(rules: dict, grants: list[tuple[str, str]]) -> dict:
+    """Apply everything the rules ask for to this (single-threaded) process; what was applied.
+    Raises on the first thing that cannot be applied: the caller then refuses to run."""
+    missing = [k for k in ("network", "seccomp", "notify", "shm", "caller_mntns") if k not in rules]
+    if missing:
+        raise ValueError(f"the rules lack {', '.join(missing)}: refusing to confine less")
+    network = bool(rules["network"])
+    if rules["shm"] == "private":
+        namespaces = privileges.private_shm()
+    elif rules["shm"] == "inherit":
+        namespaces = "launcher"
+        if not privileges.shm_is_private(int(rules["caller_mntns"])):
+            raise OSError("the launcher did not give this process a private /dev/shm")
+    else:
+        raise ValueError(f"unknown shm mode {rules['shm']!r}")
+    prog = bytes.fromhex(rules["seccomp"])
+    notify = None
+    if rules["notify"]:
+        # connected now: once the filter is on, socket(AF_UNIX) is refused
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        notify.connect(rules["notify"])
+    ruleset, abi = landlock.ruleset(grants, network=network)
+    dropped = privileges.drop_all()
+    landlock.enforce(ruleset, abi)
+    listener = seccomp.install(prog, listener=notify is not None)
+    if notify is not None:
+        seccomp.send_listener(notify, listener)
+        os.close(listener)
+        notify.close()
+    return {"landlock_abi": abi, "seccomp_sha256": hashlib.sha256(prog).hexdigest(),
+            "seccomp_supervised": notify is not None, "capabilities_dropped": dropped,
+            "capabilities_left": sorted(k for k, v in privileges.capability_sets().items() if v),
+            "shm": "private", "namespaces": namespaces, "no_new_privs": True}
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import hashlib
 import json
 import os
 import select
@@ -22,11 +23,13 @@ from typing import Iterable, Mapping, Sequence
 
 import ledger
 from ledger.errors import BadInput, InternalError, SandboxUnavailable
-from ledger.sandbox import audit_hook
+from ledger.sandbox import audit_hook, privileges, seccomp
 from ledger.sandbox.landlock import EXEC_KINDS, READ_KINDS, WRITE_KINDS, landlock_abi
 from ledger.sandbox.policy import Grant, SandboxPolicy, within
+from ledger.sandbox.seccomp import SyscallDenial
 
-__all__ = ["DeniedAttempt", "SandboxResult", "run_sandboxed"]
+__all__ = ["Confinement", "DeniedAttempt", "SandboxResult", "SyscallDenial", "bootstrap_command", "bootstrap_rules",
+           "read_confinement", "run_sandboxed"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,69 @@ class DeniedAttempt:
 
 
 @dataclass(frozen=True)
+class Confinement:
+    """What the bootstrap applied, as every confined process reported it (the parent checks that
+    they agree and that the filter they installed is the one it built)."""
+    landlock_abi: int
+    seccomp_filter: str              # b3:<BLAKE3 of the BPF program bytes>
+    seccomp_supervised: bool         # refused syscalls are reported to the parent
+    capabilities_dropped: tuple[str, ...]   # held (effective, permitted or bounding) before
+    capabilities_left: tuple[str, ...]      # capability sets still non-empty (normally none)
+    shm_private: bool
+    namespaces: str                  # "mount", "user+mount", or "launcher" (made by it)
+    no_new_privs: bool
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["capabilities_dropped"] = list(self.capabilities_dropped)
+        d["capabilities_left"] = list(self.capabilities_left)
+        return d
+
+
+def bootstrap_rules(grants: Sequence[Grant], policy: SandboxPolicy, *, landlock: bool = True,
+                    notify: str | None = None, shm: str = "private") -> tuple[dict, bytes]:
+    """The bootstrap's rules (see ledger/sandbox/__main__.py) and the seccomp program in them.
+
+    notify: a seccomp.Supervisor's socket path (refused syscalls are recorded), else they only
+    fail with EPERM. shm: "private" (the bootstrap makes it), "inherit" (a launcher did)."""
+    prog = seccomp.program(network=policy.network, supervised=notify is not None)
+    return ({"grants": [[g.path, g.kind] for g in grants], "network": policy.network, "landlock": landlock,
+             "seccomp": prog.hex(), "notify": notify, "shm": shm,
+             "caller_mntns": privileges.mount_namespace()}, prog)
+
+
+def read_confinement(reports: Sequence[Sequence[str]], prog: bytes) -> Confinement:
+    """The Confinement named by the bootstraps' reports (their lines after `ok <abi>`).
+    Raises SandboxUnavailable unless each reported one, with this filter, and they agree."""
+    seen = []
+    for lines in reports:
+        found = [x for x in lines[1:] if x.startswith("confined ")]
+        try:
+            c = json.loads(found[0][len("confined "):]) if len(found) == 1 else None
+        except ValueError:
+            c = None
+        if not isinstance(c, dict):
+            raise SandboxUnavailable("a confined process did not report what was applied; nothing is trusted")
+        if c.get("seccomp_sha256") != hashlib.sha256(prog).hexdigest():
+            raise SandboxUnavailable("a confined process installed another seccomp filter than the one built for it")
+        seen.append(c)
+    if not seen:
+        raise SandboxUnavailable("no confined process reported")
+    first = seen[0]
+    try:
+        conf = Confinement(
+            landlock_abi=min(int(c["landlock_abi"]) for c in seen), seccomp_filter=seccomp.filter_id(prog),
+            seccomp_supervised=all(c["seccomp_supervised"] is True for c in seen),
+            capabilities_dropped=tuple(first["capabilities_dropped"]),
+            capabilities_left=tuple(sorted({str(x) for c in seen for x in c["capabilities_left"]})),
+            shm_private=all(c["shm"] == "private" for c in seen), namespaces=str(first["namespaces"]),
+            no_new_privs=all(c["no_new_privs"] is True for c in seen))
+    except (KeyError, TypeError, ValueError):
+        raise SandboxUnavailable("a confined process reported its confinement in an unknown form") from None
+    return conf
+
+
+@dataclass(frozen=True)
 class SandboxResult:
     returncode: int
     sandboxed: bool            # False only when the caller asked for unsandboxed=True
@@ -57,11 +123,16 @@ class SandboxResult:
     timed_out: bool = False
     audit_truncated: bool = False   # the hook's record was cut short or partly unreadable
     processes: int = 1         # how many processes confined themselves and reported (launcher: N)
+    confinement: Confinement | None = None     # None only when unsandboxed
+    syscall_denials: tuple[SyscallDenial, ...] = ()   # refused by seccomp, reported by the kernel
+    syscall_denials_truncated: bool = False
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["denied_attempts"] = [a.as_dict() for a in self.denied_attempts]
         d["protected_attempts"] = [a.as_dict() for a in self.protected_attempts]
+        d["confinement"] = self.confinement.as_dict() if self.confinement else None
+        d["syscall_denials"] = [a.as_dict() for a in self.syscall_denials]
         return d
 
 
@@ -205,6 +276,15 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def bootstrap_command() -> list[str]:
+    """How to start the bootstrap: `[python, -E, -s, -S, .../ledger/sandbox/__main__.py]`.
+
+    -E: ignore PYTHON* (so the bootstrap itself neither loads the audit hook nor the caller's
+    PYTHONPATH); -s -S: no site-packages. Started as a file, not with -m, so that importing it
+    never runs ledger/__init__.py."""
+    return [sys.executable, "-E", "-s", "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
+
+
 def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                   env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
                   timeout: float | None = None, unsandboxed: bool = False,
@@ -239,6 +319,9 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         if not policy.network and abi < 4:
             raise SandboxUnavailable(f"policy denies network but Landlock ABI {abi} cannot "
                                      "restrict TCP (needs 4); nothing was run")
+        why = seccomp.available()
+        if why:
+            raise SandboxUnavailable(f"no seccomp filter can be built here ({why}); nothing was run")
     policy.check()
     if processes < 1 or (processes > 1 and not launcher):
         raise BadInput("run_sandboxed: several processes need a launcher that starts them")
@@ -246,6 +329,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         raise BadInput(f"run_sandboxed: cwd {cwd} is not a folder")
 
     work = tempfile.mkdtemp(prefix="ledger-sandbox-")
+    supervisor = None
     try:
         scratch = os.path.join(work, "scratch")
         hookdir = os.path.join(work, "hook")
@@ -279,18 +363,23 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         child_env["PYTHONDONTWRITEBYTECODE"] = "1"
         target_cwd = os.path.abspath(cwd) if cwd is not None else scratch
 
-        rules = os.path.join(work, "rules.json")   # a file: argv strings are capped at 128 KiB
-        with open(rules, "w") as f:
-            json.dump({"grants": [[g.path, g.kind] for g in grants], "network": policy.network,
-                       "landlock": not unsandboxed}, f)
         status_dir = os.path.join(work, "status")     # one report per bootstrap, named by its pid
         os.mkdir(status_dir, 0o700)
-        # -E: ignore PYTHON* (so the bootstrap itself neither loads the hook nor the caller's
-        # PYTHONPATH); -s -S: no site-packages; `-m` finds ledger through cwd = package root.
-        bootstrap = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox"]
+        # Refused syscalls are reported by the kernel to this process (the child cannot forge or
+        # suppress that record); each bootstrap hands its filter's notification fd over here.
+        supervisor = None if unsandboxed else seccomp.Supervisor(os.path.join(work, "seccomp.sock")).start()
+        rules_body, prog = bootstrap_rules(grants, policy, landlock=not unsandboxed,
+                                           notify=supervisor.path if supervisor else None,
+                                           shm="inherit" if launcher else "private")
+        rules = os.path.join(work, "rules.json")   # a file: argv strings are capped at 128 KiB
+        with open(rules, "w") as f:
+            json.dump(rules_body, f)
+        bootstrap = bootstrap_command()
         # A launcher is put in its own session like any child here, out of reach of signals to
-        # ours, so it is armed to die with this process; its processes die with it in turn.
-        cmd = [*([*bootstrap, "--launcher", "--", *launcher] if launcher else []),
+        # ours, so it is armed to die with this process; its processes die with it in turn. It
+        # makes the private /dev/shm that all of them share (NCCL's shm transport needs one).
+        shm = ["--private-shm"] if not unsandboxed else []
+        cmd = [*([*bootstrap, "--launcher", *shm, "--", *launcher] if launcher else []),
                *bootstrap, "--rules-file", rules, "--status-dir", status_dir,
                *(["--die-with-parent"] if launcher else []), "--cwd", target_cwd, "--", *argv]
         start = time.monotonic()
@@ -312,6 +401,8 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         _kill_group(proc.pid)
         returncode = proc.wait()
         stdout, stderr = out.text(5.0), err.text(5.0)
+        if supervisor is not None:
+            supervisor.close()
         reports = []
         for name in sorted(os.listdir(status_dir)):
             with open(os.path.join(status_dir, name), "rb") as f:
@@ -326,6 +417,10 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                                          stderr=stderr[-2000:])
             raise InternalError(f"sandbox bootstrap failed: {detail}", stderr=stderr[-2000:])
         enforced = min(int(r[0].split()[1]) for r in reports)
+        confinement = None if unsandboxed else read_confinement(reports, prog)
+        if supervisor is not None and supervisor.listeners != len(reports):
+            raise SandboxUnavailable(f"{supervisor.listeners} of {len(reports)} confined process(es) handed "
+                                     "their seccomp notifications to the parent", stderr=stderr[-2000:])
         status = [line for r in reports for line in r[1:]]
 
         roots = classifier_roots(grants, proc.pid)
@@ -339,7 +434,11 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                              denied_attempts=tuple(denied),
                              protected_attempts=tuple(a for a in denied if a.protected),
                              stdout_tail=stdout, stderr_tail=stderr, wall_s=wall, timed_out=timed_out,
-                             audit_truncated=truncated, processes=len(reports))
+                             audit_truncated=truncated, processes=len(reports), confinement=confinement,
+                             syscall_denials=supervisor.denials() if supervisor else (),
+                             syscall_denials_truncated=bool(supervisor and supervisor.truncated))
     finally:
+        if supervisor is not None:
+            supervisor.close()
         shutil.rmtree(work, ignore_errors=True)
 
