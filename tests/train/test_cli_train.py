@@ -21,7 +21,7 @@ def test_too_big_example_is_rejected_with_the_memory_requirement(tmp_path):
     ledger_cmd("init", cwd=tmp_path, check=True)
     p = ledger_cmd("compile", EXAMPLES / "too-big.toml", "--target", "rtx3070-8gb", "--json", cwd=tmp_path)
     assert p.returncode == 3
-    assert p.stdout == ""
+    assert json.loads(p.stdout)["error"] == "CompileRejected"   # --json: the error as JSON on stdout
     assert "memory: the plan needs" in p.stderr and "rtx3070-8gb has 8.00 GiB" in p.stderr
     assert "largest micro-batch that fits" in p.stderr
 
@@ -91,11 +91,11 @@ def test_import_hf_dir_and_train_from_it(tmp_path):
     t = ledger_cmd("train", plan, "--json", cwd=tmp_path)
     assert t.returncode == 0, t.stderr
     assert json.loads(t.stdout)["steps"] == 2
-    # pickled weights and foreign tokenizers are refused, by name
+    # an unreadable tokenizer (bad input) and pickled weights (refused: never unpickled) are named
     (src / "tokenizer.json").write_text("{}")
     p = ledger_cmd("import-base", src, cwd=tmp_path)
     assert p.returncode == 2 and "tokenizer" in p.stderr
     (src / "tokenizer.json").unlink()
     (src / "model.safetensors").rename(src / "pytorch_model.bin")
     p = ledger_cmd("import-base", src, cwd=tmp_path)
-    assert p.returncode == 2 and "never unpickles" in p.stderr
+    assert p.returncode == 3 and "never unpickles" in p.stderr
