@@ -64,7 +64,8 @@ def _arg(i: int) -> int:          # low 32 bits of syscall argument i (little-en
     return 16 + 8 * i
 
 
-AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+NETLINK_ROUTE = 0
 SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
 CLONE_NAMESPACES = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
     | 0x20000000 | 0x40000000     # NEWTIME NEWNS NEWCGROUP NEWUTS NEWIPC NEWUSER NEWPID NEWNET
@@ -151,7 +152,12 @@ def program(*, network: bool, supervised: bool) -> bytes:
     if network:
         a.op(_JEQ_K, AF_INET, "inet", 0)
         a.op(_JEQ_K, AF_INET6, "inet", 0)
+        a.op(_JEQ_K, AF_NETLINK, "netlink", 0)
     a.op(_RET_K, deny)
+    if network:
+        a.label("netlink")
+        a.op(_LD_W_ABS, _arg(2))
+        a.op(_JEQ_K, NETLINK_ROUTE, "allow", "deny")
     if network:
         a.label("inet")
         a.op(_LD_W_ABS, _arg(1))
