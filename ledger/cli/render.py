@@ -59,8 +59,9 @@ def _summary(r: dict, losses=None) -> list[Segment]:
     """What a record did, as styled segments (the `what` column of `ledger log`)."""
     p = r["payload"]
     bits: list[list[Segment]] = []
-    for name, target in sorted((p.get("refs") or {}).items()):
-        bits.append([(f"{name}→{common.short(target, 8) if target else 'deleted'}", None)])
+    refs = p.get("refs")  # a well-chained record may still be ill-formed: `log` shows it, verify names it
+    for name, target in sorted(refs.items() if isinstance(refs, dict) else []):
+        bits.append([(f"{name}→{common.short(str(target), 8) if target else 'deleted'}", None)])
     if isinstance(p.get("verdict_name"), str) and p["verdict_name"]:
         bits.append([(p["verdict_name"], VERDICT_STYLE.get(p["verdict_name"]))])
         codes = p.get("reasons") if r["kind"] == "refusal" else p.get("reason_codes")

@@ -6,7 +6,8 @@ replays the whole journal into a fresh file and swaps it in atomically, so a los
 corrupt index is always recoverable. Only the lock holder opens the file read-write; readers
 open it read-only and retry briefly while a writer is mid-update (a few milliseconds).
 
-To index a new record kind: add a branch in `rows_for` (and a table in SCHEMA if needed).
+To index a new record kind: give its payload class in ledger/records.py a `project` (and a
+table in SCHEMA if needed); `rows_for` applies it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
-from ledger.errors import BadInput, LedgerError
-from ledger.store import faults
+from ledger.errors import BadInput, InternalError, LedgerError
+from ledger.store import faults, schema
 
 INDEX_VERSION = 2  # 2: the outcomes table
-GEN_RE = re.compile(r"^gen-(\d+)$")
 
 SCHEMA = {
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
@@ -49,43 +48,37 @@ def _ts(s: str) -> str:
 
 
 def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
-    """Rows each table gains from one journal record. `get_json(id)` reads structured objects."""
+    """Rows each table gains from one journal record. `get_json(id)` reads structured objects.
+
+    The journal and objects rows are the store's own; every other table is a record kind's
+    projection (registered by ledger/records.py into store/schema.py), so this module knows no
+    receipt, verdict or turn internals. A record whose envelope breaks the store's rules gets its
+    journal row only, and one whose payload breaks its kind's schema gets no kind rows: `verify`
+    names both, and the index never makes rows up for them."""
     p = rec["payload"]
     out: dict[str, list[tuple]] = {
         "journal": [(rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
                      rec["inputs"], rec["outputs"], json.dumps(p, sort_keys=True))],
     }
+    if schema.envelope_problem(p) is not None:
+        return out
     objs = p.get("objects") or []
     if objs:
-        out["objects"] = [(o[0], o[1], o[2], p.get("name"), rec["seq"]) for o in objs]
-    for name, target in (p.get("refs") or {}).items():
-        m = GEN_RE.match(name)
-        if m and target:
-            g = get_json(target)
-            out.setdefault("generations", []).append(
-                (int(m.group(1)), target, g.get("parent"), g.get("base"), g.get("adapter"), g.get("receipt"),
-                 g.get("verdict"), rec["seq"], _ts(rec["time"])))
-    if rec["kind"] in ("train", "reproduce") and p.get("receipt"):
-        r = get_json(p["receipt"])
-        losses = r.get("losses") or []
-        out["receipts"] = [(p["receipt"], rec["seq"], r.get("plan"), r.get("spec"), r.get("rung"), r.get("adapter"),
-                            len(losses), losses[-1] if losses else None, (r.get("timings") or {}).get("tokens_per_s"))]
-        out["metrics"] = [(p["receipt"], i + 1, "loss", float(v)) for i, v in enumerate(losses)]
-    if rec["kind"] == "judge" and p.get("verdict"):
-        # Keys of ledger.verdicts.Verdict.to_json(): reason codes, the pinned suite hash, and the
-        # scored set's mean delta and one-sided p (candidate better); None when decided unscored.
-        v = get_json(p["verdict"])
-        st = (v.get("statistics") or {}).get("scored") or {}
-        out["verdicts"] = [(p["verdict"], rec["seq"], v.get("verdict"), list(v.get("reason_codes") or []),
-                            v.get("candidate"), v.get("incumbent"), (v.get("suite") or {}).get("pinned_hash"),
-                            st.get("mean"), st.get("p_better"))]
-    if rec["kind"] == "record" and p.get("turns"):
-        batch = get_json(p["turns"])
-        first = int(p.get("first", 1))
-        out["turns"] = [(t.get("id"), rec["seq"], first + i, t.get("situation"), t.get("action"), t.get("outcome"),
-                         bool(t.get("refusal")), t.get("time"), t.get("generation")) for i, t in enumerate(batch.get("turns", []))]
-    if rec["kind"] == "outcome" and p.get("turn"):
-        out["outcomes"] = [(p["turn"], rec["seq"], p.get("outcome"), p.get("time"))]
+        name = p.get("name")
+        out["objects"] = [(o[0], o[1], o[2], name if isinstance(name, str) else None, rec["seq"]) for o in objs]
+    batches = [project(rec, get_json) for project in schema.common_projections()]
+    h = schema.hooks(rec["kind"])
+    if h is not None:
+        try:
+            batches.append(h.project(rec, get_json))  # checks the payload against the kind's schema first
+        except BadInput:
+            pass  # ill-formed: verify reports it by seq; the index keeps the journal row only
+    for rows_by_table in batches:
+        for table, rows in rows_by_table.items():
+            if table not in COLUMNS or table in ("journal", "objects", "refs", "meta"):
+                raise InternalError(f"a projection of {rec['kind']!r} records wrote to table {table!r}",
+                                    "a record kind may fill only its own tables (store/index.py SCHEMA)")
+            out.setdefault(table, []).extend(rows)
     return out
 
 

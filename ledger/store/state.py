@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, JournalCorrupt
 from ledger.store.ids import is_id
+from ledger.store.schema import envelope_problem
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,12 @@ class State:
     counters: dict = field(default_factory=dict)
 
     def apply(self, rec: dict) -> "State":
+        # A well-chained record whose refs or counters are not what the fold needs cannot be
+        # folded: say which record, as corruption, rather than fail inside the fold.
+        bad = envelope_problem(rec["payload"])
+        if bad is not None:
+            raise JournalCorrupt(f"journal record {rec['seq']} ({str(rec['kind'])[:64]}) is ill-formed: {bad}",
+                                 "see `ledger verify`; restore .ledger/journal from a backup or bundle", seq=rec["seq"])
         refs = self.refs
         changes = rec["payload"].get("refs")
         if changes:

@@ -3,7 +3,10 @@
 Like restic's `check` / `check --read-data`: the structural pass reads the journal, the
 caches and the object *names*; the data pass rehashes every object's bytes. Findings are
 errors (exit 4, naming ids and records), warnings (recoverable: torn tail, stale index)
-or information (dangling objects that gc would remove).
+or information (dangling objects that gc would remove). Every record is also checked for
+meaning: its envelope and its kind's schema (store/schema.py, filled by ledger/records.py), the
+kinds of the objects it names, and that HEAD names a generation; a failure is an error naming
+the record's seq.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ledger.store import index
+from ledger.errors import LedgerError, StoreCorrupt
+from ledger.store import index, schema
 from ledger.store.ids import PREFIX, find_ids
 from ledger.store.objects import hash_file
-from ledger.store.state import fold
+from ledger.store.state import State
 
 
 @dataclass
@@ -30,6 +34,73 @@ class Report:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "errors": self.errors, "warnings": self.warnings, "info": self.info, "stats": self.stats}
+
+
+def _fold_well_formed(records) -> State:
+    """The fold over the records whose envelope can be folded (verify reports the others)."""
+    st = State()
+    for r in records:
+        if schema.envelope_problem(r["payload"]) is None:
+            st = st.apply(r)
+    return st
+
+
+def _object_kind(store, oid: str, cache: dict) -> str | None:
+    """The "kind" of structured object `oid`; "" when it is present but not a JSON object with a
+    kind; None when it cannot be read (missing or corrupt objects are reported on their own)."""
+    if oid not in cache:
+        try:
+            obj = store.get_json(oid)
+        except StoreCorrupt:
+            cache[oid] = None
+        except LedgerError:
+            cache[oid] = ""
+        else:
+            k = obj.get("kind") if isinstance(obj, dict) else None
+            cache[oid] = k if isinstance(k, str) else ""
+    return cache[oid]
+
+
+def _check_records(store, records, rep: Report) -> State:
+    """Each record against its kind's schema and the objects it names; HEAD against the
+    generations. Returns the fold of the well-formed records (docs/store-format.md, "Record schemas")."""
+    kinds: dict[str, str | None] = {}
+
+    def bad(rec, message):
+        rep.errors.append({"what": "record", "seq": rec["seq"], "id": rec["id"], "kind": rec["kind"][:64],
+                           "message": f"record {rec['seq']} ({rec['kind'][:64]}) is ill-formed: {message}"})
+
+    def wrong_kind(rec, where, oid, want):
+        got = _object_kind(store, oid, kinds)
+        if got is not None and got != want:
+            what = f"a {got!r} object" if got else "not a structured object"
+            bad(rec, f"{where} names {oid}, which is {what}, not a {want!r} object")
+
+    state = State()
+    for rec in records:
+        problem = schema.record_problem(rec)
+        if problem is not None:
+            bad(rec, problem)
+            if schema.envelope_problem(rec["payload"]) is not None:
+                continue  # cannot be folded: its refs are not refs
+        else:
+            h = schema.hooks(rec["kind"])
+            for key, (oid, want) in (h.object_kinds(rec["payload"]) if h else {}).items():
+                wrong_kind(rec, f"payload.{key}", oid, want)
+        for name, target in (rec["payload"].get("refs") or {}).items():
+            want = schema.ref_object_kind(name)
+            if want and target is not None:
+                wrong_kind(rec, f"ref {name}", target, want)
+        state = state.apply(rec)
+    head = state.refs.get("HEAD")
+    gens = {t for n, t in state.refs.items() if schema.GEN_REF_RE.match(n)}
+    if head is not None and head not in gens:
+        last = next((r for r in reversed(records) if schema.envelope_problem(r["payload"]) is None
+                     and "HEAD" in (r["payload"].get("refs") or {})), None)
+        rep.errors.append({"what": "head", "id": head, "seq": last["seq"] if last else None,
+                           "message": f"HEAD names {head}, which no gen-N ref names: HEAD is not a generation"
+                                      + (f" (moved there by record {last['seq']}, {last['kind'][:64]})" if last else "")})
+    return state
 
 
 def verify(store, read_data: bool = False, progress=None) -> Report:
@@ -57,7 +128,7 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         rep.warnings.append({"what": "journal-tail", "seq": len(scan.records),
                              "message": f"damaged journal tail of {len(scan.torn)} bytes after record {len(scan.records)} "
                                         "(ignored; the next write moves it aside)"})
-    st = fold(scan.records)
+    st = _check_records(store, scan.records, rep)
 
     cache = store._load_cache()
     if cache:
@@ -72,7 +143,7 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
                 and j.prefix_digest(cache["offset"]) != cache["digest"] and scan.broken_at is None:
             rep.errors.append({"what": "journal", "seq": cache["seq"],
                                "message": "journal bytes before the last known head changed: history was rewritten"})
-        elif cache["seq"] <= st.seq and cache["refs"] != fold([r for r in scan.records if r["seq"] <= cache["seq"]]).refs:
+        elif cache["seq"] <= st.seq and cache["refs"] != _fold_well_formed(r for r in scan.records if r["seq"] <= cache["seq"]).refs:
             rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold (it is rebuilt on the next write)"})
 
     # Objects the journal reaches, and their sizes as recorded when they were written.

@@ -1,0 +1,716 @@
+"""Every journal record kind, in one place: its name, a frozen payload dataclass, to/from payload,
+and its index projection.
+
+A payload dataclass names the fields its writer puts in `payload`; `from_payload(dict)` checks
+their types and meaning (ids are well-formed `b3:` ids, counts are non-negative integers, turn
+names look like t42, ...) and raises BadInput naming the field; `to_payload()` gives the dict back
+(`from_payload(p).to_payload() == p`). Keys a kind does not model are kept verbatim in `extra`,
+so a newer writer's fields survive a round trip. The store-owned envelope (refs, counters,
+objects) is checked by ledger/store/schema.py, not here.
+
+Layering: the store may import only errors and itself, so this module sits above it and
+registers each kind's check and projection into store/schema.py when imported. ledger/__init__
+imports this module, so the registry is full before any store is opened (see schema.py).
+
+The rules written here are the MUST rules of docs/store-format.md, "Record schemas".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import ClassVar
+
+from ledger.errors import BadInput
+from ledger.store import schema
+from ledger.store.ids import is_id
+
+TURN_RE = re.compile(r"^t[1-9]\d*$")
+ENVELOPE = ("refs", "counters", "objects")
+_INT64 = 1 << 63
+
+
+# --- absent: an optional field the writer did not write (omitted again by to_payload) ------------
+class _Absent:
+    _it = None
+
+    def __new__(cls):
+        if cls._it is None:
+            cls._it = super().__new__(cls)
+        return cls._it
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+# --- field checks: each returns None or says what the value should be -----------------------------
+Check = Callable[[object], str | None]
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64
+
+
+def ID(v):
+    return None if is_id(v) else "a b3: id"
+
+
+def STR(v):
+    return None if isinstance(v, str) else "a string"
+
+
+def TEXT(v):
+    return None if isinstance(v, str) and v.strip() else "a non-empty string"
+
+
+def INT(v):
+    return None if _int(v) else "an integer"
+
+
+def COUNT(v):
+    return None if _int(v) and v >= 0 else "a non-negative integer"
+
+
+def SEQ1(v):
+    return None if _int(v) and v >= 1 else "an integer >= 1"
+
+
+def BOOL(v):
+    return None if isinstance(v, bool) else "true or false"
+
+
+def NUM(v):
+    return None if (_int(v) or isinstance(v, float)) and math.isfinite(v) else "a finite number"
+
+
+def OBJ(v):
+    return None if isinstance(v, dict) else "an object"
+
+
+def LIST(v):
+    return None if isinstance(v, list) else "a list"
+
+
+def ANY(v):
+    return None
+
+
+def TURN(v):
+    return None if isinstance(v, str) and TURN_RE.match(v) else "a turn name like t42"
+
+
+def opt_(check: Check) -> Check:
+    """`check`, or null."""
+    def c(v):
+        return None if v is None else (None if check(v) is None else f"{check(v)} or null")
+    c.__name__ = f"opt_{check.__name__}"
+    return c
+
+
+def list_of(check: Check) -> Check:
+    def c(v):
+        if not isinstance(v, list):
+            return "a list"
+        for i, x in enumerate(v):
+            if check(x) is not None:
+                return f"a list whose items are each {check(x)} (item {i} is not)"
+        return None
+    c.__name__ = f"list_of_{check.__name__}"
+    return c
+
+
+def map_of(check: Check) -> Check:
+    def c(v):
+        if not isinstance(v, dict):
+            return "an object"
+        for k, x in v.items():
+            if check(x) is not None:
+                return f"an object whose values are each {check(x)} ({k[:80]!r} is not)"
+        return None
+    c.__name__ = f"map_of_{check.__name__}"
+    return c
+
+
+def shape(**checks: Check) -> Check:
+    """An object with these keys (each checked; more keys are allowed)."""
+    def c(v):
+        if not isinstance(v, dict):
+            return "an object"
+        for k, ck in checks.items():
+            if k not in v:
+                return f"an object with {k!r}"
+            if ck(v[k]) is not None:
+                return f"an object whose {k!r} is {ck(v[k])}"
+        return None
+    c.__name__ = "shape"
+    return c
+
+
+def one_of(*values: str) -> Check:
+    def c(v):
+        return None if v in values else "one of " + ", ".join(values)
+    c.__name__ = "one_of"
+    return c
+
+
+OPT_ID, OPT_STR, OPT_INT, OPT_NUM, OPT_OBJ = opt_(ID), opt_(STR), opt_(INT), opt_(NUM), opt_(OBJ)
+IDS = list_of(ID)
+STRS = list_of(STR)
+
+
+def need(check: Check, *, key: str | None = None, object_kind: str | None = None):
+    """A field the writer always writes. `object_kind`: the id must name a structured object of
+    that "kind" (checked by verify, which reads objects)."""
+    return field(metadata={"check": check, "key": key, "object_kind": object_kind})
+
+
+def opt(check: Check, *, key: str | None = None, object_kind: str | None = None):
+    """A field the writer writes only sometimes (ABSENT when it did not)."""
+    return field(default=ABSENT, metadata={"check": check, "key": key, "object_kind": object_kind})
+
+
+# --- the base -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Payload:
+    """One record kind's payload. Subclasses set KIND and declare their fields with need/opt."""
+    KIND: ClassVar[str] = ""
+    refs: object = field(default=ABSENT, metadata={"envelope": True})
+    counters: object = field(default=ABSENT, metadata={"envelope": True})
+    objects: object = field(default=ABSENT, metadata={"envelope": True})
+    extra: Mapping = field(default_factory=dict, metadata={"envelope": True})
+
+    @classmethod
+    def _fields(cls):
+        return [f for f in fields(cls) if not f.metadata.get("envelope")]
+
+    @classmethod
+    def from_payload(cls, p: object) -> Payload:
+        """Check `p` against this kind's schema; raises BadInput naming the field."""
+        if not isinstance(p, dict):
+            raise BadInput(f"a {cls.KIND} record's payload must be an object")
+        bad = schema.envelope_problem(p)
+        if bad is not None:
+            raise BadInput(f"{cls.KIND} record: {bad}")
+        kw, used = {}, set(ENVELOPE)
+        for f in cls._fields():
+            key = f.metadata["key"] or f.name
+            used.add(key)
+            if key not in p:
+                if f.default is MISSING:
+                    raise BadInput(f"{cls.KIND} record: payload.{key} is missing")
+                continue
+            problem = f.metadata["check"](p[key])
+            if problem is not None:
+                raise BadInput(f"{cls.KIND} record: payload.{key} must be {problem}")
+            kw[f.name] = p[key]
+        for k in ENVELOPE:
+            if k in p:
+                kw[k] = p[k]
+        obj = cls(**kw, extra={k: v for k, v in p.items() if k not in used})
+        obj.check_meaning()
+        return obj
+
+    def check_meaning(self) -> None:
+        """Rules across fields (first <= last, ...); raises BadInput."""
+
+    def to_payload(self) -> dict:
+        out = dict(self.extra)
+        for f in self._fields():
+            v = getattr(self, f.name)
+            if v is not ABSENT:
+                out[f.metadata["key"] or f.name] = v
+        for k in ENVELOPE:
+            v = getattr(self, k)
+            if v is not ABSENT:
+                out[k] = v
+        return out
+
+    def object_kinds(self) -> dict[str, tuple[str, str]]:
+        """{payload key: (id, the kind its object must have)} for the ids present."""
+        out = {}
+        for f in self._fields():
+            v = getattr(self, f.name)
+            if f.metadata["object_kind"] and isinstance(v, str):
+                out[f.metadata["key"] or f.name] = (v, f.metadata["object_kind"])
+        return out
+
+    @staticmethod
+    def project(rec: dict, p: Payload, get_json) -> dict[str, list[tuple]]:
+        """Rows of the kind's own index tables (none for most kinds)."""
+        return {}
+
+
+def _ts(s: str) -> str:
+    return s.rstrip("Z").replace("T", " ")
+
+
+def _json_obj(get_json, oid) -> dict:
+    """The structured object `oid`, or {} when it is not a JSON object (verify names such a ref;
+    a missing or corrupt object still raises its StoreCorrupt error)."""
+    try:
+        v = get_json(oid)
+    except BadInput:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+# --- the store ----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Init(Payload):
+    KIND: ClassVar[str] = "init"
+    format: int = need(SEQ1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Add(Payload):
+    KIND: ClassVar[str] = "add"
+    path: str = need(STR)
+    kind: str = need(STR)
+    size: int = need(COUNT)
+    name: str = opt(TEXT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportBase(Payload):
+    KIND: ClassVar[str] = "import-base"
+    base: str = need(ID, object_kind="base")
+    name: str = opt(TEXT)
+
+
+# --- generations and the learn cycle --------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Genesis(Payload):
+    KIND: ClassVar[str] = "genesis"
+    generation: int = need(COUNT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Commit(Payload):
+    KIND: ClassVar[str] = "commit"
+    generation: int = need(COUNT)
+    cycle: int = need(SEQ1)
+    verdict_name: str = need(TEXT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal(Payload):
+    KIND: ClassVar[str] = "refusal"
+    cycle: int = need(SEQ1)
+    verdict_name: str = need(TEXT)
+    reasons: list = need(LIST)
+    receipt: str | None = need(OPT_ID)
+    verdict: str | None = need(OPT_ID)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollback(Payload):
+    KIND: ClassVar[str] = "rollback"
+    head: int = need(COUNT)
+    from_: int = need(COUNT, key="from")
+    to: int = need(COUNT)
+    reason: str = need(STR)
+
+    def check_meaning(self) -> None:
+        if self.head != self.to:
+            raise BadInput(f"rollback record: payload.head ({self.head}) and payload.to ({self.to}) differ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capability(Payload):
+    KIND: ClassVar[str] = "capability"
+    capability: str = need(TEXT)
+    action: str = need(one_of("add", "replace"))
+    module: str = need(ID)
+    manifest: str = need(ID, object_kind="capability-manifest")
+    grants: list = need(list_of(OBJ))
+    generation: int = need(COUNT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapabilityGrant(Payload):
+    KIND: ClassVar[str] = "capability-grant"
+    capability: str = need(TEXT)
+    action: str = need(one_of("grant"))
+    grants: list = need(list_of(OBJ))
+    previous: list = need(list_of(OBJ))
+    generation: int = need(COUNT)
+
+
+# --- plans, training, receipts ---------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Compile(Payload):
+    KIND: ClassVar[str] = "compile"
+    plan: str = need(ID, object_kind="plan")
+    spec: str = need(ID, object_kind="spec")
+    target: str = need(TEXT)
+    spec_source: str = opt(ID)
+
+
+def _receipt_rows(rec: dict, rid: str, get_json) -> dict[str, list[tuple]]:
+    """The receipts and metrics tables: a receipt's plan, spec, rung, adapter and per-step losses."""
+    r = _json_obj(get_json, rid)
+    losses = r.get("losses") if isinstance(r.get("losses"), list) else []
+    losses = [v for v in losses if (_int(v) or isinstance(v, float))]
+    timings = r.get("timings") if isinstance(r.get("timings"), dict) else {}
+    tps = timings.get("tokens_per_s")
+    return {"receipts": [(rid, rec["seq"], r.get("plan"), r.get("spec"), r.get("rung"), r.get("adapter"), len(losses),
+                          losses[-1] if losses else None, tps if isinstance(tps, (int, float)) else None)],
+            "metrics": [(rid, i + 1, "loss", float(v)) for i, v in enumerate(losses)]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Train(Payload):
+    """An SFT run (trainer absent) or a DPO run (trainer "dpo", with sft_adapter and dataset)."""
+    KIND: ClassVar[str] = "train"
+    receipt: str = need(ID)
+    adapter: str | None = need(OPT_ID)
+    rung: str = need(TEXT)
+    unsandboxed: bool = need(BOOL)
+    wall_s: float = need(NUM)
+    plan: str = opt(ID, object_kind="plan")
+    trainer: str = opt(TEXT)
+    sft_adapter: str | None = opt(OPT_ID)
+    dataset: str = opt(ID)
+
+    @staticmethod
+    def project(rec, p, get_json):
+        return _receipt_rows(rec, p.receipt, get_json)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint(Payload):
+    KIND: ClassVar[str] = "checkpoint"
+    checkpoint: str = need(ID, object_kind="checkpoint")
+    plan: str = need(ID, object_kind="plan")
+    step: int = need(COUNT)
+    run: str = need(STR)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reproduce(Payload):
+    KIND: ClassVar[str] = "reproduce"
+    comparison: str = need(ID, object_kind="comparison")
+    of: str = need(ID)
+    outcome: str = need(TEXT)
+    receipt: str = opt(ID)
+
+    @staticmethod
+    def project(rec, p, get_json):
+        return _receipt_rows(rec, p.receipt, get_json) if p.receipt else {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxViolation(Payload):
+    KIND: ClassVar[str] = "sandbox-violation"
+    run: str = need(STR)
+    trainer: str = need(TEXT)
+    violations: list = need(list_of(OBJ))
+    checkpoints: list = need(IDS)
+    sandboxed: bool = need(BOOL)
+    policy: object = need(ANY)
+    plan: str = opt(ID)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackStart(Payload):
+    KIND: ClassVar[str] = "track-start"
+    run: str = need(TEXT)
+    version: int = need(SEQ1)
+    params: object = need(ANY)
+    seeds: object = need(ANY)
+    data: dict = need(map_of(ID))
+    loss: object = need(ANY)
+    source: object = need(ANY)
+    started: float = need(NUM)
+    pid: int = need(INT)
+    host: str = need(STR)
+    argv: list = need(STRS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackMetrics(Payload):
+    KIND: ClassVar[str] = "track-metrics"
+    run: str = need(ID)
+    metrics: str = need(ID, object_kind="metrics")
+    rows: int = need(COUNT)
+    first_step: int = need(INT)
+    last_step: int = need(INT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Track(Payload):
+    KIND: ClassVar[str] = "track"
+    run: str = need(ID)
+    receipt: str = need(ID, object_kind="receipt")
+    status: str = need(TEXT)
+    rung: str = need(TEXT)
+    name: str = need(STR)
+
+
+# --- the gate -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Seal(Payload):
+    KIND: ClassVar[str] = "seal"
+    suite: str = need(ID, object_kind="suite")
+    suite_hash: str = need(TEXT)
+    scored: int = need(COUNT)
+    canaries: int = need(COUNT)
+    repin: bool = need(BOOL)
+    reason: str | None = need(OPT_STR)
+    previous: dict | None = need(opt_(shape(suite=ID, suite_hash=STR)))
+    changes: object = need(ANY)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judge(Payload):
+    KIND: ClassVar[str] = "judge"
+    verdict: str = need(ID, object_kind="verdict")
+    verdict_name: str = need(TEXT)
+    reason_codes: list = need(STRS)
+    learner_view: str = need(ID, object_kind="learner-view")
+    suite_hash: str = need(STR)
+    suite_ref: str = need(ID, object_kind="suite")
+    recomputed_suite_hash: str | None = need(OPT_STR)
+    candidate: str | None = need(OPT_ID)
+    incumbent: str | None = need(OPT_ID)
+    scored: bool = need(BOOL)
+    budget_counted: bool = need(BOOL)
+    budget: dict | None = need(opt_(shape(used=COUNT, of=COUNT)))
+    wall_s: float = need(NUM)
+    score_s: float = need(NUM)
+
+    @staticmethod
+    def project(rec, p, get_json):
+        # Keys of ledger.verdicts.Verdict.to_json(): reason codes, the pinned suite hash, and the
+        # scored set's mean delta and one-sided p (candidate better); None when decided unscored.
+        v = _json_obj(get_json, p.verdict)
+        stats = v.get("statistics") if isinstance(v.get("statistics"), dict) else {}
+        st = stats.get("scored") if isinstance(stats.get("scored"), dict) else {}
+        suite = v.get("suite") if isinstance(v.get("suite"), dict) else {}
+        codes = v.get("reason_codes") if isinstance(v.get("reason_codes"), list) else []
+
+        def num(x):
+            return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+        return {"verdicts": [(p.verdict, rec["seq"], v.get("verdict"), [str(c) for c in codes], v.get("candidate"),
+                              v.get("incumbent"), suite.get("pinned_hash"), num(st.get("mean")), num(st.get("p_better")))]}
+
+
+# --- experience -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Record(Payload):
+    """A batch of turns (from `ledger record` or the image's buffer: then with requests, image
+    and context)."""
+    KIND: ClassVar[str] = "record"
+    turns: str = need(ID, object_kind="turns")
+    first: int = need(SEQ1)
+    count: int = need(COUNT)
+    requests: list = opt(list_of(OPT_STR))
+    image: dict = opt(shape(session=STR, **{"from": INT, "upto": INT}))
+    context: str = opt(ID, object_kind="image-context")
+
+    @staticmethod
+    def project(rec, p, get_json):
+        batch = _json_obj(get_json, p.turns)
+        turns = batch.get("turns") if isinstance(batch.get("turns"), list) else []
+        rows = []
+        for i, t in enumerate(turns):
+            t = t if isinstance(t, dict) else {}
+            rows.append((t.get("id"), rec["seq"], p.first + i, t.get("situation"), t.get("action"), t.get("outcome"),
+                         bool(t.get("refusal")), t.get("time"), t.get("generation")))
+        return {"turns": rows}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome(Payload):
+    KIND: ClassVar[str] = "outcome"
+    turn: str = need(TURN)
+    outcome: str = need(TEXT)
+    time: str = need(STR)
+
+    @staticmethod
+    def project(rec, p, get_json):
+        return {"outcomes": [(p.turn, rec["seq"], p.outcome, p.time)]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Export(Payload):
+    KIND: ClassVar[str] = "export"
+    dataset: str = need(ID)
+    first: int = need(SEQ1)
+    last: int = need(SEQ1)
+    cycle: int = opt(SEQ1)
+
+    def check_meaning(self) -> None:
+        if self.last < self.first:
+            raise BadInput(f"export record: payload.last ({self.last}) is before payload.first ({self.first})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Image(Payload):
+    """The image's lifecycle (start, pause, resume, restart, stop) with its new context."""
+    KIND: ClassVar[str] = "image"
+    event: str = need(TEXT)
+    generation: str | None = need(OPT_ID)
+    gen: int | None = need(OPT_INT)
+    restored: str | None = need(OPT_ID)
+    context: str = need(ID, object_kind="image-context")
+
+
+# --- kernels ------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class KernelBuild(Payload):
+    KIND: ClassVar[str] = "kernel-build"
+    record: str = need(ID, object_kind="kernel-build")
+    kernel: str = need(TEXT)
+    target: str = need(TEXT)
+    arch: str = need(STR)
+    cubin: str = need(ID)
+    target_profile: dict = need(OBJ)
+    gate_dropped: str = opt(ID)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelTest(Payload):
+    KIND: ClassVar[str] = "kernel-test"
+    record: str = need(ID, object_kind="kernel-test")
+    kernel: str = need(TEXT)
+    target: str = need(TEXT)
+    build: str = need(ID)
+    worst_rel_l2: float | None = need(OPT_NUM)
+    tolerance: float = need(NUM)
+    unwritten: object = need(ANY)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelBench(Payload):
+    KIND: ClassVar[str] = "kernel-bench"
+    record: str = need(ID, object_kind="kernel-bench")
+    kernel: str = need(TEXT)
+    target: str = need(TEXT)
+    build: str = need(ID)
+    shape: str = need(STR)
+    candidate_median_s: float | None = need(OPT_NUM)
+    baseline_median_s: float | None = need(OPT_NUM)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelGate(Payload):
+    KIND: ClassVar[str] = "kernel-gate"
+    record: str = need(ID, object_kind="kernel-gate")
+    kernel: str = need(TEXT)
+    target: str = need(TEXT)
+    build: str = need(ID)
+    code_object: str = need(ID)
+    verdict: str = need(TEXT)
+    code: str | None = need(OPT_STR)
+
+
+# --- sharing ------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Import(Payload):
+    """A bundle import or pull (with manifest, segment, objects_new) or a fetch (with walked)."""
+    KIND: ClassVar[str] = "import"
+    source: str = need(STR)
+    namespace: str | None = need(OPT_STR)
+    signers: list = need(list_of(OBJ))
+    bytes_new: int = need(COUNT)
+    absent: list = need(IDS)
+    manifest: str = opt(ID)
+    segment: str | None = opt(OPT_ID)
+    objects_new: int = opt(COUNT)
+    walked: int = opt(COUNT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remote(Payload):
+    KIND: ClassVar[str] = "remote"
+    remote: dict = need(shape(name=TEXT, action=one_of("add", "remove")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Key(Payload):
+    KIND: ClassVar[str] = "key"
+    key: dict = need(shape(name=TEXT, fingerprint=TEXT))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trust(Payload):
+    KIND: ClassVar[str] = "trust"
+    trust: dict = opt(shape(name=TEXT, fingerprint=TEXT))
+    untrust: dict = opt(shape(fingerprint=TEXT))
+
+    def check_meaning(self) -> None:
+        if (self.trust is ABSENT) == (self.untrust is ABSENT):
+            raise BadInput("trust record: payload must hold exactly one of trust and untrust")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting(Payload):
+    KIND: ClassVar[str] = "setting"
+    setting: dict = need(shape(require_signatures=BOOL))
+
+
+# --- the registry ---------------------------------------------------------------------------------
+KINDS: dict[str, type[Payload]] = {c.KIND: c for c in (
+    Init, Add, ImportBase, Genesis, Commit, Refusal, Rollback, Capability, CapabilityGrant, Compile, Train,
+    Checkpoint, Reproduce, SandboxViolation, TrackStart, TrackMetrics, Track, Seal, Judge, Record, Outcome,
+    Export, Image, KernelBuild, KernelTest, KernelBench, KernelGate, Import, Remote, Key, Trust, Setting)}
+
+# The refs whose targets must be objects of a kind (verify reads them): HEAD and gen-N are
+# generation manifests; the suite ref is a sealed suite manifest.
+REF_KINDS = {"HEAD": "generation", "suite": "suite"}
+
+
+def ref_object_kind(name: str) -> str | None:
+    if schema.GEN_REF_RE.match(name):
+        return "generation"
+    return REF_KINDS.get(name)
+
+
+def parse(rec: dict) -> Payload:
+    """The typed payload of a journal record; BadInput if its kind is not one of KINDS or its
+    payload breaks the kind's schema."""
+    cls = KINDS.get(rec.get("kind"))
+    if cls is None:
+        raise BadInput(f"record kind {str(rec.get('kind'))[:64]!r} is not one this version defines")
+    return cls.from_payload(rec.get("payload"))
+
+
+def _generation_rows(rec: dict, get_json) -> dict[str, list[tuple]]:
+    """The generations table: one row per gen-N ref a record sets, from the manifest it names."""
+    rows = []
+    for name, target in (rec["payload"].get("refs") or {}).items():
+        m = schema.GEN_REF_RE.match(name)
+        if m and target:
+            g = _json_obj(get_json, target)
+            rows.append((int(m.group(1)), target, g.get("parent"), g.get("base"), g.get("adapter"), g.get("receipt"),
+                         g.get("verdict"), rec["seq"], _ts(rec["time"])))
+    return {"generations": rows} if rows else {}
+
+
+def _hooks(cls: type[Payload]) -> schema.KindHooks:
+    def check(payload):
+        cls.from_payload(payload)
+
+    def project(rec, get_json):
+        return cls.project(rec, cls.from_payload(rec["payload"]), get_json)
+
+    def object_kinds(payload):
+        return cls.from_payload(payload).object_kinds()
+
+    return schema.KindHooks(cls.KIND, check, project, object_kinds)
+
+
+for _cls in KINDS.values():
+    schema.register(_hooks(_cls))
+schema.register_common(_generation_rows)
+schema.register_ref_kinds(ref_object_kind)

@@ -1,0 +1,157 @@
+"""What the store knows about the meaning of a record: the envelope every record shares, and the
+hooks that the layers above register for the record kinds they define.
+
+Why the hooks live here and the kinds do not: store/ may import only errors and itself (the
+import-layer rule), yet `verify` must check each record against its kind's schema and the index
+must project each kind into its tables. So the store owns the interface (KindHooks) and the
+registry, and `ledger/records.py` — one home per record kind — fills it. `ledger/__init__.py`
+names that module (`use_kinds_from`) and the registry imports it on first use, so every store
+opened through `ledger` has every kind, and light commands (`ledger --help`) do not pay the
+~25 ms of building 30 dataclasses. With no module named, asking for kinds is an InternalError:
+nothing indexes or verifies with a partial registry.
+
+The envelope is the store's own part of every payload (docs/store-format.md, "Record schemas"):
+  refs      {name: id | null}       the ref changes the fold applies (null deletes)
+  counters  {name: integer}         counter deltas the fold adds
+  objects   [[id, size >= 0, kind]] what the transaction wrote or referenced, with sizes
+A record whose envelope breaks these rules cannot be folded: the fold raises JournalCorrupt
+naming its seq (`envelope_problem`), so no command acts on a state it cannot compute.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ledger.errors import BadInput, InternalError
+from ledger.store.ids import is_id
+
+GetJson = Callable[[str], object]
+Rows = dict[str, list[tuple]]
+
+GEN_REF_RE = re.compile(r"^gen-(\d+)$")
+MAX_KIND_LEN = 64
+_INT64 = 1 << 63
+
+
+@dataclass(frozen=True)
+class KindHooks:
+    """The store's view of one record kind, registered from above (ledger/records.py).
+
+    check(payload)               raises BadInput naming the field whose type or meaning is wrong
+    project(rec, get_json)       rows the index gains from a record whose payload passed `check`
+    object_kinds(payload)        {field: (id, kind the object must have)} for verify to open"""
+    kind: str
+    check: Callable[[dict], None]
+    project: Callable[[dict, GetJson], Rows]
+    object_kinds: Callable[[dict], dict[str, tuple[str, str]]]
+
+
+_KINDS: dict[str, KindHooks] = {}
+_SOURCE: list[str] = []     # the module that registers the kinds (ledger.records), loaded on first use
+_COMMON: list[Callable[[dict, GetJson], Rows]] = []
+_REF_KINDS: list[Callable[[str], str | None]] = []
+
+
+def register(hooks: KindHooks) -> None:
+    if hooks.kind in _KINDS and _KINDS[hooks.kind] is not hooks:
+        raise InternalError(f"record kind {hooks.kind!r} is registered twice")
+    _KINDS[hooks.kind] = hooks
+
+
+def register_common(project: Callable[[dict, GetJson], Rows]) -> None:
+    """A projection applied to every record with a well-formed envelope (generations from refs)."""
+    if project not in _COMMON:
+        _COMMON.append(project)
+
+
+def register_ref_kinds(fn: Callable[[str], str | None]) -> None:
+    """`fn(ref name)` -> the "kind" the ref's target object must have, or None for any object."""
+    _REF_KINDS[:] = [fn]
+
+
+def ref_object_kind(name: str) -> str | None:
+    _loaded()
+    return _REF_KINDS[0](name) if _REF_KINDS else None
+
+
+def use_kinds_from(module: str) -> None:
+    """Name the module whose import registers every record kind (called by ledger/__init__)."""
+    _SOURCE[:] = [module]
+
+
+def _loaded() -> dict[str, KindHooks]:
+    if not _KINDS:
+        if not _SOURCE:
+            raise InternalError("no record kinds are registered (no module was named with use_kinds_from)",
+                                "import the ledger package (its __init__ names ledger.records) before opening a store")
+        importlib.import_module(_SOURCE[0])  # registers through register() while importing
+    return _KINDS
+
+
+def hooks(kind: str) -> KindHooks | None:
+    return _loaded().get(kind)
+
+
+def kinds() -> frozenset[str]:
+    return frozenset(_loaded())
+
+
+def common_projections() -> tuple[Callable[[dict, GetJson], Rows], ...]:
+    _loaded()
+    return tuple(_COMMON)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64
+
+
+def envelope_problem(payload: object) -> str | None:
+    """What is wrong with a payload's store-owned part (refs, counters, objects), or None."""
+    if not isinstance(payload, dict):
+        return "the payload is not an object"
+    refs = payload.get("refs")
+    if refs is not None:
+        if not isinstance(refs, dict):
+            return f"payload.refs must be an object of name -> id, not {type(refs).__name__}"
+        for name, target in refs.items():
+            if not name or any(c.isspace() for c in name) or name.startswith("b3:"):
+                return f"payload.refs has a bad ref name {name[:80]!r}"
+            if target is not None and not is_id(target):
+                return f"payload.refs[{name[:80]!r}] must be an id or null"
+    counters = payload.get("counters")
+    if counters is not None:
+        if not isinstance(counters, dict):
+            return f"payload.counters must be an object of name -> integer, not {type(counters).__name__}"
+        for name, d in counters.items():
+            if not _is_int(d):
+                return f"payload.counters[{name[:80]!r}] must be an integer"
+    objects = payload.get("objects")
+    if objects is not None:
+        if not isinstance(objects, list):
+            return f"payload.objects must be a list of [id, size, kind], not {type(objects).__name__}"
+        for o in objects:
+            if not (isinstance(o, list) and len(o) == 3 and is_id(o[0]) and _is_int(o[1]) and o[1] >= 0
+                    and isinstance(o[2], str)):
+                return "payload.objects entries must be [id, size >= 0, kind]"
+    return None
+
+
+def record_problem(rec: dict) -> str | None:
+    """The envelope problem of a parsed record, or its kind's schema problem; None when it means
+    something. The record's own fields were checked by journal.parse_line."""
+    p = envelope_problem(rec["payload"])
+    if p is not None:
+        return p
+    if not rec["kind"] or len(rec["kind"]) > MAX_KIND_LEN:
+        return f"the kind must be 1 to {MAX_KIND_LEN} characters"
+    h = hooks(rec["kind"])
+    if h is None:
+        return None  # a kind this version does not define: the envelope is all it can check
+    try:
+        h.check(rec["payload"])
+    except BadInput as e:
+        return e.message
+    return None
