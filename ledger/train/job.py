@@ -409,7 +409,11 @@ def sandbox_record(res, policy: SandboxPolicy) -> dict:
             "denied_attempts": [a.as_dict() for a in res.denied_attempts],
             "protected_attempts": [a.as_dict() for a in res.protected_attempts],
             "audit_truncated": res.audit_truncated, "child_wall_s": round(res.wall_s, 3),
-            "processes": res.processes}
+            "processes": res.processes,
+            # what confined it: Landlock ABI, seccomp filter id, dropped capabilities, private /dev/shm
+            "confinement": res.confinement.as_dict() if res.confinement else None,
+            "syscall_denials": [d.as_dict() for d in res.syscall_denials],
+            "syscall_denials_truncated": res.syscall_denials_truncated}
 
 
 def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = None,
