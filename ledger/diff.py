@@ -1,4 +1,8 @@
-"""`ledger diff A B`: what changed between two generations, receipts or plans, field by field.
+"""`ledger diff A B`: what changed between two generations, receipts, plans or specs, field by field.
+
+A and B may be anything that names one of those: an object id or prefix, a ref (HEAD, gen-N, a
+name), a journal record id as `ledger log` prints it (its receipt, plan or generation), or a
+tracked run's id (`run:…`, as `ledger runs` prints it: its receipt).
 
 Everything is compared as data: the two objects are flattened to dotted paths and every
 leaf that differs is reported. On top of that, generations bring in their receipts (every
@@ -9,7 +13,10 @@ from the safetensors files; no torch).
 
 from __future__ import annotations
 
-from ledger.errors import BadInput
+import json
+
+from ledger.errors import BadInput, UnknownRef
+from ledger.store.ids import is_id
 
 LONG_LIST = 8  # lists longer than this (e.g. per-step losses) are summarised, not listed
 
@@ -93,8 +100,39 @@ def _deltas(store, tree: str) -> dict:
     return out
 
 
+DIFFABLE = ("generation", "receipt", "plan", "spec")
+
+
+def _from_record(store, ref: str) -> str | None:
+    """The object a journal record stands for, when `ref` is (a prefix of) a record's id."""
+    hexpart = ref.removeprefix("b3:").removeprefix("run:")
+    if len(hexpart) < 8 or any(c not in "0123456789abcdef" for c in hexpart):
+        return None
+    if ref.startswith("run:"):  # a tracked run: the receipt its end record wrote
+        _, rows = store.query(f"SELECT receipt FROM runs WHERE run LIKE 'run:{hexpart}%' LIMIT 2")
+        if len(rows) > 1:
+            raise BadInput(f"{ref!r} matches more than one run", "give more hex digits")
+        return rows[0][0] if rows and rows[0][0] else None
+    cols, rows = store.query(f"SELECT payload FROM journal WHERE id LIKE 'b3:{hexpart}%' LIMIT 2")
+    if len(rows) != 1:
+        if len(rows) > 1:
+            raise BadInput(f"{ref!r} matches more than one journal record", "give more hex digits")
+        return None
+    payload = json.loads(rows[0][0])
+    for key in ("receipt", "generation", "plan", "spec"):
+        if is_id(payload.get(key)):
+            return payload[key]
+    gens = [v for k, v in (payload.get("refs") or {}).items() if k.startswith("gen-") and is_id(v)]
+    return gens[0] if len(gens) == 1 else None
+
+
 def _load(store, ref: str):
-    oid = store.resolve(ref)
+    try:
+        oid = store.resolve(ref)
+    except UnknownRef:
+        oid = _from_record(store, ref)
+        if oid is None:
+            raise
     return oid, store.get_json(oid)
 
 
@@ -104,9 +142,13 @@ def diff(store, a_ref: str, b_ref: str) -> dict:
     ka, kb = _kind(a), _kind(b)
     if ka != kb:
         raise BadInput(f"cannot diff a {ka or 'blob'} with a {kb or 'blob'}", "diff two generations, two receipts or two plans")
-    if ka not in ("generation", "receipt", "plan"):
-        raise BadInput(f"diff compares generations, receipts or plans, not {ka or 'blobs'}")
+    if ka not in DIFFABLE:
+        raise BadInput(f"diff compares generations, receipts, plans or specs, not {ka or 'blobs'}",
+                       "pass two ids of the same kind, e.g. `ledger diff gen-1 gen-2` or two receipt ids from `ledger runs`")
     out = {"kind": ka, "a": {"ref": a_ref, "id": ida}, "b": {"ref": b_ref, "id": idb}, "fields": field_changes(a, b)}
+    if ka == "receipt":
+        # a receipt names its plan by id; what a reader wants is the settings that differ
+        out["config"] = field_changes(_config(store, a), _config(store, b))
     if ka == "generation":
         out["a"]["name"], out["b"]["name"] = f"gen-{a['n']}", f"gen-{b['n']}"
         if a.get("receipt") and b.get("receipt"):
@@ -118,6 +160,18 @@ def diff(store, a_ref: str, b_ref: str) -> dict:
     elif ka == "receipt" and a.get("adapter") and b.get("adapter"):
         out["adapter"] = adapter_norms(store, a["adapter"], b["adapter"])
     return out
+
+
+def _config(store, receipt: dict) -> dict:
+    """The settings behind a receipt: its plan's config (SFT, reproduce), the DPO config, or a
+    tracked run's params."""
+    if receipt.get("trainer") == "tracked":
+        return {"params": receipt.get("params") or {}, "seeds": receipt.get("seeds") or {}}
+    if receipt.get("trainer") == "dpo":
+        return {"config": receipt.get("config") or {}}
+    if is_id(receipt.get("plan")) and store.has(receipt["plan"]):
+        return {"config": store.get_json(receipt["plan"]).get("config") or {}}
+    return {}
 
 
 def _data_range(store, rid: str | None) -> dict | None:

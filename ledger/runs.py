@@ -1,0 +1,195 @@
+"""Every training run in one table: ledger's own (SFT, DPO, reproduce) and tracked ones.
+
+The index holds one `run_rows` row per record that starts, ends or re-runs a run (projected by
+`rows_for`, registered with the record kinds in ledger/records.py); the `runs` view keeps each
+run's latest row and joins the newest verdict on its adapter. Key hyper-parameters are columns
+(lr, r, alpha, steps, batch, seed, base), read from the plan (SFT), the DPO config, or the
+params a tracked run was given under their usual names (`PARAM_NAMES`); the rest stay in `params`.
+
+A tracked run's status in the index is `started` until its end record arrives; `list_runs` turns
+that into `running` (its process still holds the live lock) or `interrupted` (it does not).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from ledger.errors import BadInput
+from ledger.train.track import RUN_PREFIX, is_live, run_id
+
+TABLE = "run_rows"
+COLUMNS_SQL = ("run VARCHAR, seq BIGINT, time TIMESTAMP, trainer VARCHAR, name VARCHAR, status VARCHAR, "
+               "rung VARCHAR, receipt VARCHAR, adapter VARCHAR, base VARCHAR, lr DOUBLE, r BIGINT, alpha DOUBLE, "
+               "steps BIGINT, batch BIGINT, seed BIGINT, final_loss DOUBLE, metrics JSON, params JSON")
+VIEW_SQL = f"""
+CREATE OR REPLACE VIEW runs AS
+SELECT r.run, r.trainer, r.name, r.status, v.verdict, r.rung, r.lr, r.r, r.alpha, r.steps, r.batch, r.seed,
+       r.base, r.final_loss, r.metrics, r.params, r.receipt, r.adapter, r.seq, r.time
+FROM (SELECT *, row_number() OVER (PARTITION BY run ORDER BY seq DESC) AS _n FROM {TABLE}) r
+LEFT JOIN (SELECT candidate, verdict, row_number() OVER (PARTITION BY candidate ORDER BY seq DESC) AS _m
+           FROM verdicts) v ON v.candidate = r.adapter AND v._m = 1
+WHERE r._n = 1
+"""
+# Where a tracked run's params name the key hyper-parameters (first match wins).
+PARAM_NAMES = {
+    "lr": ("lr", "learning_rate"),
+    "r": ("r", "lora_r", "rank"),
+    "alpha": ("alpha", "lora_alpha"),
+    "steps": ("steps", "max_steps", "num_steps"),
+    "batch": ("batch", "batch_size", "per_device_train_batch_size", "micro_batch"),
+    "seed": ("seed",),
+    "base": ("base", "model", "model_name"),
+}
+SORTABLE = ("seq", "time", "name", "trainer", "status", "verdict", "rung", "lr", "r", "alpha", "steps", "batch",
+            "seed", "final_loss")
+
+
+def _num(v, kind=float):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if kind is int:
+        return int(v) if float(v).is_integer() and abs(v) < 2 ** 63 else None
+    return float(v) if math.isfinite(v) else None
+
+
+def _param(params: dict, key: str, kind=float):
+    for name in PARAM_NAMES[key]:
+        if name in params:
+            v = params[name]
+            if kind is str:
+                return v if isinstance(v, str) else None
+            return _num(v, kind)
+    return None
+
+
+def _ts(s: str) -> str:
+    return s.rstrip("Z").replace("T", " ")
+
+
+def _final_loss(losses) -> float | None:
+    return _num(losses[-1]) if isinstance(losses, list) and losses else None
+
+
+def _row(rec: dict, **c) -> tuple:
+    return (c["run"], rec["seq"], _ts(rec["time"]), c["trainer"], c.get("name"), c["status"], c.get("rung"),
+            c.get("receipt"), c.get("adapter"), c.get("base"), c.get("lr"), c.get("r"), c.get("alpha"), c.get("steps"),
+            c.get("batch"), c.get("seed"), c.get("final_loss"),
+            json.dumps(c.get("metrics") or {}, sort_keys=True), json.dumps(c.get("params") or {}, sort_keys=True))
+
+
+def _tracked_columns(params: dict, seeds: dict) -> dict:
+    seed = _param(params, "seed", int)
+    if seed is None and len(seeds) == 1:
+        seed = _num(next(iter(seeds.values())), int)
+    return {"lr": _param(params, "lr"), "r": _param(params, "r", int), "alpha": _param(params, "alpha"),
+            "steps": _param(params, "steps", int), "batch": _param(params, "batch", int), "seed": seed,
+            "base": _param(params, "base", str), "params": params}
+
+
+def rows_for(rec: dict, get_json) -> list[tuple]:
+    """run_rows gained from one record (train, reproduce, track-start, track); [] for others."""
+    kind, p = rec["kind"], rec["payload"]
+    if kind == "track-start":
+        params, seeds = p.get("params") or {}, p.get("seeds") or {}
+        return [_row(rec, run=run_id(rec["id"]), trainer="tracked", name=p.get("run"), status="started",
+                     **_tracked_columns(params, seeds))]
+    if kind == "track":
+        body = get_json(p["receipt"])
+        params, seeds = body.get("params") or {}, body.get("seeds") or {}
+        final = (body.get("metrics") or {}).get("final") or {}
+        return [_row(rec, run=p["run"], trainer="tracked", name=body.get("name"), status=body.get("status"),
+                     rung=body.get("rung"), receipt=p["receipt"], final_loss=_final_loss(body.get("losses")),
+                     metrics=final, **_tracked_columns(params, seeds))]
+    if kind in ("train", "reproduce") and p.get("receipt"):
+        body = get_json(p["receipt"])
+        status = "finished" if body.get("stopped") is None else "stopped"
+        common = {"rung": body.get("rung"), "receipt": p["receipt"], "adapter": body.get("adapter"),
+                  "base": body.get("base"), "final_loss": _final_loss(body.get("losses")), "status": status}
+        if body.get("trainer") == "dpo":
+            cfg = body.get("config") or {}
+            return [_row(rec, run=p["receipt"], trainer="dpo", name=kind, lr=_num(cfg.get("lr")),
+                         r=_num(cfg.get("r"), int), alpha=_num(cfg.get("alpha")), steps=_num(cfg.get("steps"), int),
+                         batch=_num(cfg.get("batch"), int), seed=_num(cfg.get("seed"), int),
+                         metrics={k: v for k, v in (body.get("dpo") or {}).items() if _num(v) is not None},
+                         params=cfg, **common)]
+        plan = get_json(body["plan"]) if body.get("plan") else {}
+        c = plan.get("config") or {}
+        lora, opt, data, seeds = (c.get(k) or {} for k in ("lora", "optimizer", "data", "seeds"))
+        batch = _num(data.get("micro_batch"), int)
+        if batch is not None and _num(data.get("grad_accum"), int):
+            batch *= data["grad_accum"]
+        return [_row(rec, run=p["receipt"], trainer="sft" if kind == "train" else "reproduce", name=kind,
+                     lr=_num(opt.get("lr")), r=_num(lora.get("r"), int), alpha=_num(lora.get("alpha")),
+                     steps=_num(data.get("steps"), int), batch=batch, seed=_num(seeds.get("lora_init"), int),
+                     metrics={"loss": common["final_loss"]} if common["final_loss"] is not None else {},
+                     params={k: c[k] for k in ("lora", "optimizer", "data", "seeds", "schedule") if k in c},
+                     **common)]
+    return []
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One training run as `ledger runs` shows it."""
+
+    run: str
+    trainer: str
+    name: str | None
+    status: str
+    verdict: str | None
+    rung: str | None
+    lr: float | None
+    r: int | None
+    alpha: float | None
+    steps: int | None
+    batch: int | None
+    seed: int | None
+    base: str | None
+    final_loss: float | None
+    metrics: dict
+    params: dict
+    receipt: str | None
+    adapter: str | None
+    seq: int
+    time: str
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+FIELDS = tuple(RunRow.__dataclass_fields__)
+
+
+def list_runs(store, *, where: str | None = None, sort: str = "seq", descending: bool = False,
+              limit: int | None = None) -> list[RunRow]:
+    """The runs view, filtered by a SQL condition over its columns (`--where "lr > 1e-3"`)."""
+    if sort not in SORTABLE:
+        raise BadInput(f"cannot sort runs by {sort!r}", f"sort by one of: {', '.join(SORTABLE)}")
+    if limit is not None and limit < 1:
+        raise BadInput(f"--limit must be positive, not {limit}", "e.g. --limit 20")
+    sql = "SELECT * FROM runs"
+    if where:
+        if ";" in where:
+            raise BadInput("--where is one SQL condition, not a statement", "e.g. --where \"lr >= 1e-3 and r = 8\"")
+        sql += f" WHERE ({where})"
+    sql += f" ORDER BY {sort} {'DESC' if descending else 'ASC'} NULLS LAST, seq"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    try:
+        cols, rows = store.query(sql)
+    except BadInput as e:
+        if where:
+            raise BadInput(f"--where {where!r} is not a condition over the runs columns: {e.message}",
+                           f"columns: {', '.join(FIELDS)}; e.g. --where \"status = 'finished' and lr < 1e-2\"") from None
+        raise
+    out = []
+    for values in rows:
+        d = dict(zip(cols, values))
+        d["metrics"] = json.loads(d["metrics"]) if d["metrics"] else {}
+        d["params"] = json.loads(d["params"]) if d["params"] else {}
+        d["time"] = str(d["time"])
+        if d["status"] == "started" and d["run"].startswith(RUN_PREFIX):
+            d["status"] = "running" if is_live(store, d["run"]) else "interrupted"
+        out.append(RunRow(**{k: d.get(k) for k in FIELDS}))
+    return out
