@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ledger.errors import BadInput, UnknownRef
+from ledger.errors import BadInput, JournalCorrupt, UnknownRef
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
 FIELDS = ("parent", "base", "adapter", "capabilities", "kernels", "receipt", "verdict", "note")
@@ -46,9 +46,10 @@ def _fields(m: dict) -> dict:
 
 
 def from_manifest(oid: str, m: dict) -> Generation:
-    if not isinstance(m, dict) or m.get("kind") != "generation":
+    n = m.get("n") if isinstance(m, dict) else None
+    if not isinstance(m, dict) or m.get("kind") != "generation" or not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise BadInput(f"{oid} is not a generation manifest")
-    return Generation(n=int(m["n"]), id=oid, **_fields(m))
+    return Generation(n=n, id=oid, **_fields(m))
 
 
 def numbers(store) -> list[int]:
@@ -62,8 +63,17 @@ def load(store, ref: str) -> Generation:
 
 
 def head(store) -> Generation | None:
+    """The live generation, or None before the first. HEAD naming anything but a generation
+    manifest is a damaged journal (a record moved it there), never bad input from the user."""
     oid = store.state.refs.get("HEAD")
-    return from_manifest(oid, store.get_json(oid)) if oid else None
+    if not oid:
+        return None
+    try:
+        return from_manifest(oid, store.get_json(oid))
+    except BadInput:
+        raise JournalCorrupt(f"HEAD names {oid}, which is not a generation manifest",
+                             "run `ledger verify` to see the record that moved it; restore .ledger/journal "
+                             "from a backup or bundle") from None
 
 
 def new_generation(tx, store, note: str = "", **changes) -> Generation:
