@@ -9,16 +9,21 @@ brings up to date from the journal.
 
 from __future__ import annotations
 
+import difflib
+import fcntl
 import json
 import os
+import re
+import shutil
 import sys
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.errors import (BadInput, JournalCorrupt, MissingObject, NotAStore, StoreCorrupt, UnknownRef,
+from ledger.errors import (BadInput, CorruptObject, InternalError, JournalCorrupt, MissingObject, NotAStore, StoreCorrupt, UnknownRef,
                            UnsupportedFormat)
-from ledger.store import canonical, faults, fsio, index
+from ledger.store import canonical, faults, fsio, index, trees
 from ledger.store.ids import PREFIX, hash_bytes, is_id, find_ids
 from ledger.store.journal import Journal, default_actor, make_record
 from ledger.store.lock import Lock
@@ -60,28 +65,36 @@ class Transaction:
         key = self.store.stat_key(path)
         cached = self.store.stat_cache_get(key)
         if cached:
-            return self._note(cached, path.stat().st_size, kind)
-        if path.stat().st_size >= PRELOAD_INDEX_BYTES and not self.store._index_deferred:
+            return self._note(cached, key.size, kind)
+        if key.size >= PRELOAD_INDEX_BYTES and not self.store._index_deferred:
             index.preload()
-        oid, size, _ = self.store.objects.put_file(path, progress)
+        oid, size, _ = self.store.objects.put_file(path, progress, expect_stat=key.identity)
         self.stat_pending.append((key, oid))
         return self._note(oid, size, kind)
 
     def put_tree(self, directory: str | Path, kind: str = "tree", progress=None) -> str:
-        """Every regular file under `directory` as a blob, then a tree object listing them."""
-        root = Path(directory)
-        entries = []
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames.sort()
-            for name in sorted(filenames):
-                p = Path(dirpath) / name
-                if p.is_symlink() or not p.is_file():
-                    raise BadInput(f"{p} is not a regular file", "ledger stores regular files only; remove links and special files")
-                oid = self.put_file(p, progress=progress)
-                st = p.stat()
-                entries.append({"path": p.relative_to(root).as_posix(), "id": oid, "size": st.st_size,
-                                "exec": bool(st.st_mode & 0o111)})
-        return self.put_json({"kind": "tree", "entries": entries}, kind)
+        """Every regular file under `directory` as a blob, then a tree object listing them
+        (ledger/store/trees.py: names are bytes, escaped where they are not UTF-8)."""
+        return trees.put_tree(self, directory, kind, progress)
+
+    def record_object(self, oid: str, kind: str) -> str:
+        """Name an object already in the store as written by this transaction (it goes into
+        the record's `objects`, so gc, bundles and the index see it). Refuses an absent one."""
+        return self._note(oid, self.store.objects.size(oid), kind)
+
+
+def _fs_stat(path) -> os.stat_result:
+    """stat(2), in one place: the stat cache's keys and its racy check read the same clock."""
+    return os.stat(path)
+
+
+@dataclass(frozen=True)
+class StatKey:
+    """A stat-cache entry's name, and what is needed to judge and use a hit."""
+    path: Path                 # the entry's file under cache/stat/
+    size: int                  # bytes covered (a file's size, or a folder's total)
+    newest_ns: int             # newest mtime/ctime of the files covered (the racy check)
+    identity: tuple | None     # (dev, ino, size, mtime_ns) of a single file: put_file checks it
 
 
 TAIL_SYNC_MAX = 10_000  # index catch-up reads up to this many records from the journal's end
@@ -102,6 +115,7 @@ class Store:
         self._state: State | None = None
         self._scan_end = 0
         self._index_deferred = 0  # > 0 inside index_deferred(): commits leave the index behind
+        self._work_locks: dict[Path, int] = {}  # work folder -> the fd holding its flock
 
     # --- opening ------------------------------------------------------------------------
     @classmethod
@@ -159,6 +173,18 @@ class Store:
             self._scan_end = scan.end
         return self._state
 
+    def refresh(self) -> State:
+        """Fold the journal again (another process may have committed since this Store
+        object last read it) and return the current state."""
+        self._state = None
+        return self.state
+
+    @property
+    def journal_end(self) -> int:
+        """Byte offset just after the last whole record of the state last folded."""
+        self.state
+        return self._scan_end
+
     def get_bytes(self, oid: str) -> bytes:
         return self.objects.get_bytes(oid)
 
@@ -174,9 +200,27 @@ class Store:
     def export_file(self, oid: str, dest) -> None:
         self.objects.export_file(oid, Path(dest))
 
+    @staticmethod
+    def _ref_hint(name: str, refs: dict) -> str:
+        """Did-you-mean for a ref: the closest names (`Head` → HEAD, `gen1` → gen-1), else what exists."""
+        names = sorted(n.removeprefix("name/") for n in refs if not n.startswith(("remote:", "key:", "setting:")))
+        folded = {n.lower().replace("-", "").replace("_", ""): n for n in names}
+        key = name.lower().replace("-", "").replace("_", "")
+        close = [folded[key]] if key in folded else difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            return "did you mean " + " or ".join(f"`{c}`" for c in close) + "?"
+        if key == "head" or re.fullmatch(r"gen\d+", key):
+            return "no generation is committed yet: `ledger run` makes gen-1 (see `ledger gens`)"
+        if not names:
+            return "the store has no refs yet; pass an object id (8+ hex digits), e.g. from `ledger log`"
+        shown = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
+        return f"refs here: {shown}; or pass an object id (8+ hex digits)"
+
     def resolve(self, name: str) -> str:
         """An exact id, a ref (HEAD, gen-N, a name given to `add --name`), or an 8+ hex prefix."""
         if is_id(name):
+            if not self.objects.has(name):
+                self._not_stored(name)
             return name
         refs = self.state.refs
         for candidate in (name, f"name/{name}"):
@@ -185,7 +229,36 @@ class Store:
         try:
             return self.objects.resolve_prefix(name)
         except UnknownRef:
-            raise UnknownRef(f"unknown name or id: {name!r}") from None
+            raise UnknownRef(f"unknown name or id: {name!r}", self._ref_hint(name, refs)) from None
+
+    def _not_stored(self, oid: str):
+        """An exact id with no regular file behind it: corruption if the journal reaches it
+        (missing or damaged), else just an id this store never had (bad input, exit 2)."""
+        try:
+            self.objects.size(oid)  # raises CorruptObject for a directory, link or FIFO in its place
+        except MissingObject:
+            pass
+        if oid in self.closure(self.roots()):
+            raise MissingObject(oid)
+        raise UnknownRef(f"{oid} is not in this store (not found)", "check the id; `ledger log` lists what was stored")
+
+    def replace_damaged(self, oid: str, source) -> bool:
+        """Replace a missing or damaged object with a verified copy (`source`: its bytes, or a
+        file holding them). The copy must hash to `oid` (CorruptObject otherwise, nothing
+        changes); the swap is one rename. Returns True if it replaced something, False if the
+        stored copy was intact. Takes the lock unless the caller holds it (a transaction)."""
+        if self.lock.held:
+            done = self.objects.replace_damaged(oid, source)
+        else:
+            with self.locked(float(os.environ.get("LEDGER_LOCK_WAIT", "0"))):
+                done = self.objects.replace_damaged(oid, source)
+        self._report_repairs()
+        return done
+
+    def _report_repairs(self) -> None:
+        while self.objects.repaired:
+            oid = self.objects.repaired.pop(0)
+            self.warnings.append(f"replaced the damaged copy of object {oid} with a verified one")
 
     def query(self, sql: str):
         return index.query(self.root, sql)
@@ -285,43 +358,92 @@ class Store:
         if not wait:  # None or 0 (the CLI's default): LEDGER_LOCK_WAIT may still ask to wait
             wait = float(os.environ.get("LEDGER_LOCK_WAIT", "0"))
         with self.locked(wait):
-            st, end = self._writer_state()
-            # Code inside the transaction reads store.state (HEAD, counters): it must see the
-            # state this transaction appends to, not whatever this object folded earlier.
-            self._state, self._scan_end = st, end
-            tx = Transaction(self, kind, actor or default_actor())
-            yield tx
-            check_ref_changes(tx.refs)
-            for oid in tx.inputs + tx.outputs + list(tx.refs.values()):
-                if oid is not None and not self.objects.has(oid):
-                    raise UnknownRef(f"transaction refers to {oid}, which is not in the store")
-            payload = dict(tx.payload)
-            if tx.refs:
-                payload["refs"] = dict(tx.refs)
-            if tx.objects:
-                payload["objects"] = [[oid, size, k] for oid, (size, k) in sorted(tx.objects.items())]
-            rec = make_record(st.seq + 1, st.head, kind, tx.inputs, tx.outputs, tx.actor, payload)
-            faults.point("tx.before-append")
+            with self.transaction_held(kind, actor) as tx:
+                yield tx
+
+    @contextmanager
+    def transaction_held(self, kind: str, actor: str | None = None):
+        """A transaction for a caller that holds the lock already (inside `locked()`), e.g.
+        gc, which decides only under the lock whether there is anything to record."""
+        if not self.lock.held:
+            raise InternalError("transaction_held() outside locked()")
+        st, end = self._writer_state()
+        # Code inside the transaction reads store.state (HEAD, counters): it must see the
+        # state this transaction appends to, not whatever this object folded earlier.
+        self._state, self._scan_end = st, end
+        tx = Transaction(self, kind, actor or default_actor())
+        yield tx
+        check_ref_changes(tx.refs)
+        for oid in tx.inputs + tx.outputs + list(tx.refs.values()):
+            if oid is not None and not self.objects.has(oid):
+                raise UnknownRef(f"transaction refers to {oid}, which is not in the store")
+        payload = dict(tx.payload)
+        if tx.refs:
+            payload["refs"] = dict(tx.refs)
+        if tx.objects:
+            payload["objects"] = [[oid, size, k] for oid, (size, k) in sorted(tx.objects.items())]
+        rec = make_record(st.seq + 1, st.head, kind, tx.inputs, tx.outputs, tx.actor, payload)
+        faults.point("tx.before-append")
+        try:
+            new_end = self.journal.append(rec, end)
+        except OSError as e:
+            raise fsio.io_error(e, "appending to the journal") from e
+        # --- committed. Everything below is derived and recoverable. ---
+        faults.point("tx.committed")
+        self._report_repairs()
+        tx.record = rec
+        st = st.apply(rec)
+        self._state, self._scan_end = st, new_end
+        try:
+            for key, oid in tx.stat_pending:
+                self.stat_cache_put(key, oid)
+            self._write_cache(st, new_end)
+            faults.point("tx.cache-written")
+            if not self._index_deferred:
+                self.sync_index(st)
+        except Exception as e:  # noqa: BLE001 - derived state only; the commit stands
+            if os.environ.get("LEDGER_DEBUG") == "1":
+                raise
+            self.warnings.append(f"committed, but updating caches failed ({e}); run `ledger index rebuild`")
+
+    # --- work folders -------------------------------------------------------------------
+    def work_folder(self, prefix: str) -> Path:
+        """A fresh folder under tmp/ for work done outside the lock (a training run's inputs
+        and outputs). This process holds a flock on it until `discard_work_folder` or its exit,
+        so gc can tell a live run's folder (kept) from a killed one's (removed)."""
+        if not prefix or "/" in prefix or prefix.startswith("."):
+            raise BadInput(f"bad work folder prefix {prefix!r}")
+        while True:
             try:
-                new_end = self.journal.append(rec, end)
+                self.tmp.mkdir(exist_ok=True)
             except OSError as e:
-                raise fsio.io_error(e, "appending to the journal") from e
-            # --- committed. Everything below is derived and recoverable. ---
-            faults.point("tx.committed")
-            tx.record = rec
-            st = st.apply(rec)
-            self._state, self._scan_end = st, new_end
+                raise fsio.io_error(e, "creating tmp/") from e
+            path = self.tmp / f"{prefix}-{uuid.uuid4().hex[:12]}"
             try:
-                for key, oid in tx.stat_pending:
-                    self.stat_cache_put(key, oid)
-                self._write_cache(st, new_end)
-                faults.point("tx.cache-written")
-                if not self._index_deferred:
-                    self.sync_index(st)
-            except Exception as e:  # noqa: BLE001 - derived state only; the commit stands
-                if os.environ.get("LEDGER_DEBUG") == "1":
-                    raise
-                self.warnings.append(f"committed, but updating caches failed ({e}); run `ledger index rebuild`")
+                path.mkdir()
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as e:
+                raise fsio.io_error(e, "creating a work folder") from e
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a gc that judged it is removing it
+            # a gc may have taken this fresh folder for a dead one before we locked it
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._work_locks[path] = fd
+                return path
+            os.close(fd)
+
+    def discard_work_folder(self, path: Path) -> None:
+        """Remove a work folder made by `work_folder` and give up its lock."""
+        path = Path(path)
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            fd = self._work_locks.pop(path, None)
+            if fd is not None:
+                os.close(fd)
 
     def _ensure_dirs(self) -> None:
         """Recreate the scratch directories a writer needs (tmp/ may be deleted like a cache);
@@ -336,36 +458,72 @@ class Store:
             self.warnings.append("recreated the missing tmp/ directory")
 
     # --- stat cache ---------------------------------------------------------------------
+    # git's "racy" rule: a file's stat says nothing about a rewrite within the same timestamp
+    # tick. An entry is trusted only if every file it covers was last modified strictly before
+    # the entry itself was written (both times from the filesystem's clock): such an entry is
+    # never written (stat_cache_put), and one that reads as racy is ignored (stat_cache_get).
     def _key(self, text: str) -> Path:
-        return self.root / "cache" / "stat" / hash_bytes(text.encode())[len(PREFIX):][:32]
+        return self.root / "cache" / "stat" / hash_bytes(text.encode("utf-8", "surrogateescape"))[len(PREFIX):][:32]
 
     @staticmethod
-    def _stat_text(path: Path) -> str:
-        st = path.stat()
-        return f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-
-    def stat_key(self, path: Path) -> Path:
-        return self._key(self._stat_text(path))
-
-    def tree_key(self, directory: Path) -> Path:
-        """Key of a directory: every file's stat line, so any change anywhere misses."""
-        lines = []
-        for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
-            dirnames.sort()
-            lines.extend(self._stat_text(Path(dirpath) / f) for f in sorted(filenames))
-        return self._key("tree\0" + "\n".join(lines))
-
-    def stat_cache_get(self, key: Path) -> str | None:
+    def _stat_line(path: Path) -> tuple[str, os.stat_result]:
         try:
-            oid = key.read_text().strip()
-        except (OSError, UnicodeDecodeError):
+            st = _fs_stat(path)
+            real = path.resolve()
+        except FileNotFoundError:
+            raise BadInput(f"{path} vanished while it was being added", "retry when nothing is changing it") from None
+        except OSError as e:
+            raise BadInput(f"cannot read {path}: {e.strerror}", "check its permissions") from None
+        return f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}", st
+
+    def stat_key(self, path: Path) -> "StatKey":
+        text, st = self._stat_line(Path(path))
+        return StatKey(self._key(text), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns),
+                       (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+    def tree_key(self, directory: Path) -> "StatKey":
+        """Key of a directory: every file's stat line, so any change anywhere misses."""
+        lines, newest, total = [], 0, 0
+
+        def fail(e: OSError):
+            raise BadInput(f"{e.filename} could not be read while adding ({e.strerror})",
+                           "retry when nothing is changing the folder") from None
+
+        for dirpath, dirnames, filenames in os.walk(directory, followlinks=False, onerror=fail):
+            dirnames.sort()
+            for f in sorted(filenames):
+                text, st = self._stat_line(Path(dirpath) / f)
+                lines.append(text)
+                newest, total = max(newest, st.st_mtime_ns, st.st_ctime_ns), total + st.st_size
+        return StatKey(self._key("tree\0" + "\n".join(lines)), total, newest, None)
+
+    def stat_cache_get(self, key: "StatKey") -> str | None:
+        try:
+            fd, st = fsio.open_regular(key.path)
+        except (OSError, fsio.NotRegular):
             return None
+        try:
+            data = os.read(fd, 128)
+        finally:
+            os.close(fd)
+        if key.newest_ns >= _fs_stat(key.path).st_mtime_ns:
+            return None  # racy: written within the tick of the file's last change
+        oid = data.decode("ascii", "replace").strip()
         return oid if is_id(oid) and self.objects.has(oid) else None
 
-    def stat_cache_put(self, key: Path, oid: str) -> None:
+    def stat_cache_put(self, key: "StatKey", oid: str) -> None:
         try:
-            key.parent.mkdir(parents=True, exist_ok=True)
-            fsio.atomic_write(key, oid.encode(), self.tmp, durable=False)
+            key.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = fsio.tmp_path(self.tmp)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                fsio.write_all(fd, oid.encode(), "writing the stat cache")
+            finally:
+                os.close(fd)
+            if key.newest_ns >= _fs_stat(tmp).st_mtime_ns:
+                os.unlink(tmp)  # racy: the next add re-hashes rather than trust this stat
+                return
+            os.replace(tmp, key.path)
         except OSError:
             pass  # a cache; losing an entry only costs a rehash
 
@@ -378,7 +536,7 @@ class Store:
             find_ids(r["payload"], out)
         return out
 
-    def closure(self, roots, missing: set | None = None) -> set[str]:
+    def closure(self, roots, missing: set | None = None, damaged: set | None = None) -> set[str]:
         """Every object reachable from `roots`, following ids inside structured objects."""
         seen: set[str] = set()
         stack = list(roots)
@@ -387,18 +545,22 @@ class Store:
             if oid in seen:
                 continue
             seen.add(oid)
-            p = self.objects.path(oid)
             try:
-                with open(p, "rb") as f:
-                    head = f.read(1)
-                    if head != b"{" or os.fstat(f.fileno()).st_size > (256 << 20):
-                        continue
-                    f.seek(0)
-                    data = f.read()
-            except FileNotFoundError:
+                fd, st = self.objects.open(oid)
+            except MissingObject:
                 if missing is not None:
                     missing.add(oid)
                 continue
+            except (CorruptObject, fsio.StorageIOError):
+                if damaged is not None:
+                    damaged.add(oid)
+                continue
+            try:
+                if st.st_size > (256 << 20) or os.pread(fd, 1, 0) != b"{":
+                    continue
+                data = fsio.read_bounded(fd, st.st_size)
+            finally:
+                os.close(fd)
             try:
                 obj = canonical.loads(data)
             except BadInput:
