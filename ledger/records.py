@@ -324,6 +324,22 @@ class Rollback(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Adopt(Payload):
+    """An imported generation made live (judged by the local gate unless forced, with a reason)."""
+    KIND: ClassVar[str] = "adopt"
+    generation: int = need(COUNT)
+    source_ref: str = need(TEXT)
+    source: str = need(ID, object_kind="generation")
+    forced: bool = need(BOOL)
+    reason: str | None = need(OPT_STR)
+    verdict: str | None = need(OPT_ID)
+
+    def check_meaning(self) -> None:
+        if not self.forced and self.verdict is None:
+            raise BadInput("adopt record: an adoption that was not forced must name the verdict that accepted it")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Capability(Payload):
     KIND: ClassVar[str] = "capability"
     capability: str = need(TEXT)
@@ -661,7 +677,7 @@ class Setting(Payload):
 
 # --- the registry ---------------------------------------------------------------------------------
 KINDS: dict[str, type[Payload]] = {c.KIND: c for c in (
-    Init, Add, ImportBase, Genesis, Commit, Refusal, Rollback, Capability, CapabilityGrant, Compile, Train,
+    Init, Add, ImportBase, Genesis, Commit, Refusal, Rollback, Adopt, Capability, CapabilityGrant, Compile, Train,
     Checkpoint, Reproduce, SandboxViolation, TrackStart, TrackMetrics, Track, Seal, Judge, Record, Outcome,
     Export, Image, KernelBuild, KernelTest, KernelBench, KernelGate, Import, Remote, Key, Trust, Setting)}
 
