@@ -7,10 +7,10 @@
     verdict.learner_view()   # {"verdict": ..., "best_score": ...}: all the learner may see
 """
 
-from ledger.verdicts.budget import BudgetCheck, check_budget
+from ledger.verdicts.budget import BudgetCheck, budget_key, check_budget
 from ledger.verdicts.contamination import (ContaminationReport, NgramOverlap, check_contamination,
-                                           fold_text, fold_tokens, ngrams)
-from ledger.verdicts.gate import GateInputs, decide
+                                           fold_stream, fold_text, fold_tokens, ngrams)
+from ledger.verdicts.gate import GateInputs, check_export, contamination_options, decide
 from ledger.verdicts.reasons import (ACCEPT, GAMED_THE_EVALUATOR, NO_IMPROVEMENT, REASON_CODES,
                                      REGRESSED, SUITE_CHANGED, VERDICTS, Reason)
 from ledger.verdicts.scores import Scores
@@ -25,7 +25,7 @@ __all__ = [
     "SUITE_CHANGED", "VERDICTS", "BootstrapInterval", "BudgetCheck", "CanaryStats",
     "ContaminationReport", "DriftCheck", "GateInputs", "GateSettings", "NgramOverlap",
     "PairedStats", "Reason", "ScoredChecks", "Scores", "SignFlipResult", "Verdict",
-    "bootstrap_mean_interval", "check_budget", "check_contamination", "content_hash", "decide",
-    "fold_text", "fold_tokens", "ngrams", "paired_stats", "sign_flip_test", "suite_hash",
+    "bootstrap_mean_interval", "budget_key", "check_budget", "check_contamination", "check_export",
+    "contamination_options", "content_hash", "decide", "fold_stream", "fold_text", "fold_tokens", "ngrams", "paired_stats", "sign_flip_test", "suite_hash",
     "suite_hash_payload",
 ]

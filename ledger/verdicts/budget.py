@@ -1,19 +1,47 @@
 """Query budget of a sealed suite (GATE.md, holdout hygiene).
 
 Every gate run leaks a little about the suite, even through a verdict alone: a learner that
-retries often enough can fit the holdout by selection. So each suite hash gets a fixed number of
-runs, B = budget_multiplier * |S| (default 2|S|), and when they are spent the gate refuses until
-the suite is rotated (a new sealed suite, explicitly pinned). Runs decided before any scoring
-(SuiteChanged on the hash, contamination found before scoring) reveal nothing and do not count.
+retries often enough can fit the holdout by selection. So each set of scored documents gets a
+fixed number of runs, B = budget_multiplier * |S| (default 2|S|), and when they are spent the
+gate refuses until the suite is rotated (new documents, explicitly pinned). Runs decided before
+any scoring (SuiteChanged on the hash, contamination found before scoring) reveal nothing and
+do not count.
+
+What leaks is the scored documents' content, so that is what the budget is keyed on
+(`budget_key`: their content with the scorer, tokenizer and base), not the pin's suite hash:
+the suite hash covers the canary documents, which carry a canary string drawn fresh at every
+seal, so re-pinning the same documents would otherwise start a fresh budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ledger.errors import BadInput, Refused
 from ledger.verdicts.reasons import BUDGET_SPENT
 from ledger.verdicts.settings import GateSettings
+from ledger.verdicts.suite_hash import b3, canonical_json
+
+# Part of the hashed object: changing what the key covers must change every key.
+BUDGET_KEY_FORMAT = "ledger.gate-budget/1"
+
+
+def budget_key(scored_contents: Iterable[str], *, scorer_version: str, tokenizer_id: str,
+               base_weights_id: str) -> str:
+    """The budget's key: `b3:` over the scored documents' content hashes (a multiset: sorted,
+    duplicates kept; no doc ids, so renaming a document is not a rotation) with the scorer
+    version, tokenizer and base. The canary documents are not part of it."""
+    hashes = list(scored_contents)
+    if not hashes or not all(isinstance(h, str) and h for h in hashes):
+        raise BadInput("a budget key needs the content hash of every scored document")
+    for name, v in (("scorer_version", scorer_version), ("tokenizer_id", tokenizer_id),
+                    ("base_weights_id", base_weights_id)):
+        if not isinstance(v, str) or not v:
+            raise BadInput(f"{name} must be a non-empty string, got {v!r}")
+    return b3(canonical_json({"format": BUDGET_KEY_FORMAT, "scored": sorted(hashes),
+                              "scorer_version": scorer_version, "tokenizer_id": tokenizer_id,
+                              "base_weights_id": base_weights_id}))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 from ledger.errors import BadInput
 from ledger.verdicts import reasons as R
 from ledger.verdicts.budget import BudgetCheck, check_budget
-from ledger.verdicts.contamination import ContaminationReport
+from ledger.verdicts.contamination import ContaminationReport, check_contamination
 from ledger.verdicts.reasons import Reason
 from ledger.verdicts.scores import Scores
 from ledger.verdicts.settings import GateSettings
@@ -54,6 +54,19 @@ class GateInputs:
     dpo: Mapping[str, Any] | None = None
 
 
+def contamination_options(settings: GateSettings) -> dict:
+    """check_contamination's keyword options that these settings record."""
+    return {"window": settings.ngram_chars, "min_doc_chars": settings.min_doc_chars,
+            "canary_window": settings.canary_window}
+
+
+def check_export(training_texts, suite_texts, canary_string, settings: GateSettings, *,
+                 shared_text=()) -> ContaminationReport:
+    """check_contamination with the options `settings` name (what a verdict will record)."""
+    return check_contamination(training_texts, suite_texts, canary_string, shared_text=shared_text,
+                               **contamination_options(settings))
+
+
 # "The scored set improves" means mean d^S < 0 beyond float noise: documents moved by +0.01 and
 # -0.01 (2.01 - 2.0, 1.99 - 2.0) average to about -1e-16, which is no gain, and must not turn a
 # canaries_worse Regressed into a divergence verdict by rounding alone.
@@ -76,12 +89,15 @@ def _validate(inputs: GateInputs) -> dict | None:
     c = inputs.contamination
     if c is not None and not isinstance(c, ContaminationReport):
         raise BadInput("gate input contamination must be a ContaminationReport")
-    if c is not None and c.ngram_n != inputs.settings.ngram_n:
-        # The verdict records ngram_n from the settings; a report made with another n would
-        # make that record false.
-        raise BadInput(f"contamination was checked with {c.ngram_n}-grams but the gate settings "
-                       f"say ngram_n = {inputs.settings.ngram_n}",
-                       hint="call check_contamination(..., n=settings.ngram_n)")
+    st = inputs.settings
+    if c is not None and (c.window, c.min_doc_chars, c.canary_window) != (
+            st.ngram_chars, st.min_doc_chars, st.canary_window):
+        # The verdict records the contamination settings; a report made with others would make
+        # that record false.
+        raise BadInput(f"contamination was checked with windows of {c.window} characters "
+                       f"(min_doc_chars {c.min_doc_chars}, canary_window {c.canary_window}) but the "
+                       f"gate settings say {st.ngram_chars} ({st.min_doc_chars}, {st.canary_window})",
+                       hint="call check_contamination(..., **contamination_options(settings))")
     if inputs.dpo is None:
         return None
     if not isinstance(inputs.dpo, Mapping):
@@ -109,7 +125,7 @@ def _scored_checks(scores: Scores, st: PairedStats, s: GateSettings) -> ScoredCh
     )
 
 
-def _canary_stats(scores: Scores, mean_s: float, s: GateSettings) -> CanaryStats | None:
+def _canary_stats(scores: Scores, s: GateSettings) -> CanaryStats | None:
     ids = scores.canary_ids
     if not ids:
         return None
@@ -118,7 +134,7 @@ def _canary_stats(scores: Scores, mean_s: float, s: GateSettings) -> CanaryStats
     tau = max(s.tau_k_abs, s.tau_k_rel * inc_mean)
     return CanaryStats(
         k=len(ids), mean_delta=float(np.mean(dk)), incumbent_mean_loss=inc_mean, tau_k=tau,
-        divergence_threshold=max(tau, s.divergence_lambda * abs(mean_s)),
+        divergence_threshold=s.divergence_bar(inc_mean),
         worse=int(np.count_nonzero(dk > 0)), worse_needed=s.canaries_worse_needed(len(ids)),
         paired=paired_stats(dk, s))
 
@@ -168,7 +184,7 @@ def _notes(scores: Scores | None, inputs: GateInputs, drift: DriftCheck | None) 
         if c.unchecked_docs:
             notes.append(Reason(R.DOCS_TOO_SHORT_FOR_NGRAM_CHECK,
                                 f"{len(c.unchecked_docs)} suite documents have fewer than "
-                                f"{c.ngram_n} tokens and no {c.ngram_n}-gram to check"))
+                                f"{c.min_doc_chars} folded characters: too short to check"))
     return notes
 
 
@@ -182,7 +198,7 @@ def _contamination_reasons(c: ContaminationReport) -> list[Reason]:
     if c.overlaps:
         out.append(Reason(R.NGRAM_OVERLAP,
                           f"{len(c.overlaps)} suite document{'s' if len(c.overlaps) != 1 else ''} "
-                          f"share a {c.ngram_n}-gram with the training export"))
+                          f"found in the training export (folded text)"))
     return out
 
 
@@ -252,7 +268,7 @@ def decide(inputs: GateInputs) -> Verdict:
 
     st = paired_stats(scores.scored_deltas(), s)
     ch = _scored_checks(scores, st, s)
-    canary = _canary_stats(scores, st.mean, s)
+    canary = _canary_stats(scores, s)
     drift = _drift(scores, s)
     full = dict(base, budget=budget, budget_counted=budget is not None, drift=drift,
                 scores=scores, scored=st, checks=ch, canary=canary,
@@ -274,7 +290,8 @@ def decide(inputs: GateInputs) -> Verdict:
     if c is not None and c.contaminated:
         return Verdict(R.GAMED_THE_EVALUATOR, tuple(_contamination_reasons(c)), **full)
 
-    # Rule 3: divergence. An effect-size rule by design: 4 canaries cannot reach p <= 0.05.
+    # Rule 3: divergence. An effect-size rule by design (4 canaries cannot reach p <= 0.05), with
+    # a bar fixed by the settings and the incumbent: it does not rise with the scored gain.
     scored_gain = st.mean < -_MEAN_NOISE
     if (canary is not None and scored_gain and canary.mean_delta >= canary.divergence_threshold
             and canary.worse >= canary.worse_needed):

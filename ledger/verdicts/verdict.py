@@ -101,7 +101,7 @@ class CanaryStats:
     mean_delta: float
     incumbent_mean_loss: float
     tau_k: float  # max(tau_k_abs, tau_k_rel * incumbent_mean_loss)
-    divergence_threshold: float  # max(tau_k, lambda * |mean d^S|)
+    divergence_threshold: float  # settings.divergence_bar(incumbent_mean_loss): not the scored gain
     worse: int  # canaries with d > 0
     worse_needed: int  # ceil(canary_worse_fraction * K)
     paired: PairedStats  # display only: with K = 4 no test can reach p <= 0.05

@@ -2,8 +2,11 @@
 
 Numbers are chosen so each case is checkable by hand; the comments do the arithmetic.
 Default incumbent loss is 2.0 nats/token, so the 10% relative limit is +0.2 per document and
-tau_K = max(0.01, 1% of 2.0) = 0.02.
+tau_K = max(0.01, 1% of 2.0) = 0.02. Decisions use verdicts_helpers.HAND (eta_min 0.01, a
+divergence bar of 0.02) unless a test says otherwise.
 """
+
+import dataclasses
 
 import json
 
@@ -14,7 +17,7 @@ from ledger.verdicts import decide
 from ledger.verdicts.gate import GateInputs
 from ledger.verdicts.scores import Scores
 from ledger.verdicts.settings import GateSettings
-from verdicts_helpers import (HASH, OTHER_HASH, canary_report, inputs, make_scores,
+from verdicts_helpers import (HAND, HASH, OTHER_HASH, canary_report, inputs, make_scores,
                               ngram_report, shifted)
 
 # 10 scored documents all better by 0.1: p = 1/1024, mean -0.1 <= -eta (0.01), 10/10 wins.
@@ -52,7 +55,7 @@ def test_not_significant_with_four_documents():
 
 
 # These cases isolate one rule, so they use a tolerance below their mean move.
-FINE = GateSettings(unchanged_tolerance=0.001)
+FINE = dataclasses.replace(HAND, unchanged_tolerance=0.001)
 
 
 def test_below_eta_only():
@@ -162,8 +165,8 @@ def test_canaries_slightly_worse_without_gain_is_not_regressed():
 
 # --- GamedTheEvaluator: divergence ------------------------------------------------------------
 def test_divergence():
-    # scored mean -0.04 (significant, would Accept); canaries all +0.05.
-    # threshold = max(tau_K = 0.02, 0.5 * 0.04 = 0.02) = 0.02 <= 0.05; 4 of 4 worse >= 3.
+    # scored mean -0.04 (significant, would Accept); canaries all +0.05 >= the bar 0.02;
+    # 4 of 4 worse >= 3.
     v = decide(inputs(shifted(n=10, delta=-0.04, canary_delta=0.05)))
     assert v.verdict == "GamedTheEvaluator" and codes(v) == ["canary_divergence"]
     assert v.canary.divergence_threshold == pytest.approx(0.02)
@@ -179,20 +182,37 @@ def test_divergence_needs_three_of_four_canaries_worse():
     assert decide(inputs(two)).verdict == "Accept"
 
 
-def test_divergence_scales_with_the_scored_gain():
-    # scored mean -0.2 -> lambda * 0.2 = 0.1 > canary mean 0.05: canaries moved less than half
-    # the gain, which is allowed -> Accept. With canaries at +0.12 it is divergence.
-    assert decide(inputs(shifted(n=10, delta=-0.2, canary_delta=0.05))).verdict == "Accept"
-    assert codes(decide(inputs(shifted(n=10, delta=-0.2, canary_delta=0.12)))) == ["canary_divergence"]
+@pytest.mark.parametrize("gain", [-0.04, -0.2, -1.0, -1.27])
+def test_divergence_bar_does_not_move_with_the_scored_gain(gain):
+    # gate/1's bar was max(tau_K, 0.5 |mean d^S|): a memoriser that gained 1.27 nats/token
+    # (issue 16) hid +0.35 of canary damage under a bar of 0.63. gate/2's bar is fixed.
+    v = decide(inputs(shifted(n=10, delta=gain, canary_delta=0.05, base=2.5)))
+    assert codes(v) == ["canary_divergence"]
+    assert v.canary.divergence_threshold == pytest.approx(0.02)
+    # the same at the calibrated defaults: the issue's memoriser is caught, at any gain
+    v = decide(inputs(shifted(n=10, delta=gain, canary_delta=0.35, base=2.5), settings=GateSettings()))
+    assert codes(v) == ["canary_divergence"] and v.canary.divergence_threshold == pytest.approx(0.15)
+    # and below the bar nothing about the gain pushes it over
+    v = decide(inputs(shifted(n=10, delta=gain, canary_delta=0.14, base=2.5), settings=GateSettings()))
+    assert "canary_divergence" not in codes(v)
+
+
+def test_divergence_bar_can_be_relative_to_the_incumbent_canary_loss():
+    rel = dataclasses.replace(HAND, divergence_rel=0.02)
+    # incumbent canary loss 5.0 -> bar max(0.02, 0.1) = 0.1; canaries +0.05 < 0.1
+    v = decide(inputs(shifted(n=10, delta=-0.04, canary_delta=0.05, canary_base=5.0), settings=rel))
+    assert v.verdict == "Accept" and v.canary.divergence_threshold == pytest.approx(0.1)
+    # at loss 2.0 the bar is max(0.02, 0.04) = 0.04 <= 0.05 -> divergence
+    v = decide(inputs(shifted(n=10, delta=-0.04, canary_delta=0.05, canary_base=2.0), settings=rel))
+    assert codes(v) == ["canary_divergence"]
 
 
 def test_tau_k_is_relative_to_incumbent_canary_loss():
-    # incumbent canary loss 5.0 -> tau_K = max(0.01, 0.05) = 0.05; canaries +0.03 < 0.05.
-    assert decide(inputs(shifted(n=10, delta=-0.04, canary_delta=0.03,
-                                 canary_base=5.0))).verdict == "Accept"
-    # same +0.03 at incumbent loss 2.0: tau_K = 0.02 <= 0.03 -> divergence
-    v = decide(inputs(shifted(n=10, delta=-0.04, canary_delta=0.03, canary_base=2.0)))
-    assert codes(v) == ["canary_divergence"]
+    # tau_K (canaries_worse, rule 5): at incumbent canary loss 5.0, max(0.01, 0.05) = 0.05
+    v = decide(inputs(shifted(n=10, delta=0.0, canary_delta=0.03, canary_base=5.0)))
+    assert v.canary.tau_k == pytest.approx(0.05) and "canaries_worse" not in codes(v)
+    v = decide(inputs(shifted(n=10, delta=0.0, canary_delta=0.03, canary_base=2.0)))
+    assert v.canary.tau_k == pytest.approx(0.02) and "canaries_worse" in codes(v)
     # at loss 0.5, 1% is 0.005 and the absolute floor 0.01 applies
     v = decide(inputs(shifted(n=10, delta=-0.01, canary_delta=0.0, canary_base=0.5)))
     assert v.canary.tau_k == 0.01
@@ -342,11 +362,11 @@ def test_no_canaries_and_no_contamination_check_are_noted():
 
 # --- settings are honoured ----------------------------------------------------------------
 def test_settings_change_the_decision_and_are_recorded():
-    strict = GateSettings(eta_min=0.2)
+    strict = dataclasses.replace(HAND, eta_min=0.2)
     v = decide(inputs(shifted(**GOOD), settings=strict))
     assert codes(v) == ["below_eta"]
     assert v.to_json()["rule"]["parameters"]["eta_min"] == 0.2
-    loose = GateSettings(win_fraction=0.6)
+    loose = dataclasses.replace(HAND, win_fraction=0.6)
     assert decide(inputs(make_scores([2.0] * 10, [1.5] * 6 + [2.01] * 4),
                          settings=loose)).verdict == "Accept"
 
@@ -382,11 +402,20 @@ def test_scores_are_copied():
     assert sc.candidate_scored["a"] == 1.0
 
 
-def test_contamination_report_must_use_the_settings_ngram_length():
+def test_contamination_report_must_use_the_settings_window():
     from ledger.verdicts import check_contamination
     from verdicts_helpers import CANARY, SUITE_TEXT
-    rep = check_contamination(["x"], SUITE_TEXT, CANARY, n=8)
-    with pytest.raises(BadInput, match="8-grams"):
+    rep = check_contamination(["x"], SUITE_TEXT, CANARY, window=30)
+    with pytest.raises(BadInput, match="windows of 30 characters"):
         decide(inputs(shifted(**GOOD), contamination=rep))
-    v = decide(inputs(shifted(**GOOD), contamination=rep, settings=GateSettings(ngram_n=8)))
+    v = decide(inputs(shifted(**GOOD), contamination=rep, settings=dataclasses.replace(HAND, ngram_chars=30)))
     assert v.verdict == "Accept"
+
+
+def test_every_verdict_records_the_rule_version():
+    from ledger.verdicts import RULE_VERSION
+    assert RULE_VERSION == "gate/2"
+    for sc, kw in ((shifted(**GOOD), {}), (None, {"recomputed": OTHER_HASH}),
+                   (None, {"contamination": canary_report()}), (shifted(n=10, delta=0.3), {})):
+        v = decide(inputs(sc, **kw))
+        assert v.to_json()["rule"]["version"] == "gate/2", v.verdict

@@ -39,7 +39,7 @@ def test_every_branch_is_canonical_json():
 def test_record_has_everything_gate_md_lists():
     v = every_branch()["accept"]
     j = v.to_json()
-    assert j["rule"]["version"] == "gate/1" and j["rule"]["parameters"]["alpha"] == 0.05
+    assert j["rule"]["version"] == "gate/2" and j["rule"]["parameters"]["alpha"] == 0.05
     assert j["incumbent"] == "gen-1" and j["candidate"].startswith("b3:")
     assert j["suite"]["matches"] is True
     assert j["budget"] == {"used": 1, "of": 20, "counted": True}

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ledger.verdicts import GateInputs, Scores, check_contamination
+from ledger.verdicts import GateInputs, GateSettings, Scores, check_contamination
+
+# The unit tests' hand arithmetic is on a small scale (moves of 0.04 nats/token), so they decide
+# under thresholds of that scale: eta_min 0.01 and a divergence bar of 0.02. The calibrated
+# defaults (eta_min 0.08, divergence bar 0.15) are checked in test_verdicts_settings.py and,
+# end to end, by tests/gate/test_calibration.py.
+HAND = GateSettings(eta_min=0.01, divergence_abs=0.02)
 
 HASH = "b3:" + "ab" * 32
 OTHER_HASH = "b3:" + "cd" * 32
@@ -56,8 +62,10 @@ def ngram_report():
                                 "database -- without a backup and I"], SUITE_TEXT, CANARY)
 
 
-def inputs(scores=None, *, pinned=HASH, recomputed=HASH, contamination="clean", **kw) -> GateInputs:
+def inputs(scores=None, *, pinned=HASH, recomputed=HASH, contamination="clean", settings=HAND,
+           **kw) -> GateInputs:
     if contamination == "clean":
         contamination = clean_report()
+    kw["settings"] = settings
     return GateInputs(incumbent_id="gen-1", candidate_id="b3:" + "ee" * 32, pinned_hash=pinned,
                       recomputed_hash=recomputed, scores=scores, contamination=contamination, **kw)
