@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 from ledger.errors import BadInput
+from ledger.store import trees
+from ledger.store.state import check_ref_changes
 
 
 def add_path(store, path, kind: str | None = None, name: str | None = None, wait: float = 0.0, bar=None) -> dict:
@@ -21,8 +23,6 @@ def add_path(store, path, kind: str | None = None, name: str | None = None, wait
         raise BadInput(f"{path} is not a regular file or directory")
     ref = f"name/{name}" if name else None
     if ref:
-        from ledger.store.state import check_ref_changes
-
         check_ref_changes({ref: None})
     is_dir = path.is_dir()
     kind = kind or ("tree" if is_dir else "blob")
@@ -39,7 +39,10 @@ def add_path(store, path, kind: str | None = None, name: str | None = None, wait
             oid = tx.put_file(path, kind, progress=bar)
             size = tx.objects[oid][0]
         tx.outputs.append(oid)
-        tx.payload.update({"path": os.path.abspath(path), "kind": kind, "size": size})
+        shown, escaped = trees.encode_name(os.path.abspath(path))  # names are bytes: escape non-UTF-8
+        tx.payload.update({"path": shown, "kind": kind, "size": size})
+        if escaped:
+            tx.payload["path_escaped"] = True
         if ref:
             tx.payload["name"] = name
             tx.refs[ref] = oid

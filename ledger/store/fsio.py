@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from ledger.errors import LedgerError
@@ -42,6 +43,54 @@ def fs_type(path: Path) -> str | None:
         return fstype
     except OSError:
         return None
+
+
+class NotRegular(Exception):
+    """What is at a path is not a regular file (callers turn this into their typed error)."""
+
+    def __init__(self, path, kind: str):
+        super().__init__(f"{path} is a {kind}, not a regular file")
+        self.path, self.kind = path, kind
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISLNK, "symbolic link"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file" if not stat.S_ISREG(mode) else "regular file"
+
+
+def open_regular(path) -> tuple[int, os.stat_result]:
+    """Open a file for reading that may be hostile: never follow a link, never block (a FIFO
+    opened with O_NONBLOCK returns at once), and accept only a regular file (fstat of what was
+    opened, so nothing can be swapped in between). Raises NotRegular, FileNotFoundError or
+    another OSError. The caller closes the fd and reads at most st_size bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegular(path, "symbolic link") from None
+        if e.errno == errno.ENXIO:
+            raise NotRegular(path, "socket") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegular(path, file_kind(st.st_mode))
+    return fd, st
+
+
+def read_bounded(fd: int, size: int) -> bytes:
+    """Read exactly `size` bytes from fd (a regular file): fewer means it shrank under us."""
+    parts, got = [], 0
+    while got < size:
+        b = os.pread(fd, min(size - got, 64 << 20), got)
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
 
 
 def write_all(fd: int, data, what: str = "write") -> None:

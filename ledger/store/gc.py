@@ -1,21 +1,37 @@
-"""Garbage collection: delete only what no journal record reaches.
+"""Garbage collection: delete only what no journal record reaches, and only dead scratch.
 
 Reachability is computed from the journal itself (inputs, outputs and every id mentioned
 in any payload, then the closure through structured objects), never from caches. A dry run
 is the default; pruning needs the lock, so no transaction can be writing objects meanwhile.
+
+tmp/ holds two things: files a lock holder was writing (a crashed writer's leftovers: gc runs
+under the lock, so none is being written) and work folders of runs outside the lock (a
+training run). A work folder is live while its process holds a flock on it
+(`Store.work_folder`); gc takes that flock itself before removing one, so it never removes a
+live run's folder, and one that a killed run left behind goes. What was removed is recorded
+in the journal as a `gc` record (counts and tmp/ names only: ids of deleted objects would be
+references to nothing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import errno
+import fcntl
+import os
+import shutil
+import stat
+from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
+from ledger.store import fsio
 
 
 @dataclass(frozen=True)
 class GcPlan:
     unreachable: tuple = ()       # (id, size)
-    tmp_files: tuple = ()         # names in tmp/
+    tmp_files: tuple = ()         # names in tmp/ that are not work folders
+    work_dead: tuple = ()         # work folders in tmp/ no live process holds
+    work_live: tuple = ()         # work folders in tmp/ a live run holds (kept)
     reachable: int = 0
     pruned: bool = False
 
@@ -25,7 +41,42 @@ class GcPlan:
 
     def to_json(self) -> dict:
         return {"pruned": self.pruned, "reachable": self.reachable, "unreachable": [list(x) for x in self.unreachable],
-                "unreachable_bytes": self.bytes, "tmp_files": list(self.tmp_files)}
+                "unreachable_bytes": self.bytes, "tmp_files": list(self.tmp_files),
+                "work_folders_removed" if self.pruned else "work_folders_dead": list(self.work_dead),
+                "work_folders_live": list(self.work_live)}
+
+
+def _folder_is_live(path) -> bool:
+    """Someone holds the folder's flock (Store.work_folder). Asks without keeping it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # closing drops a flock we took
+
+
+def _scan_tmp(store) -> tuple[tuple, tuple, tuple]:
+    files, dead, live = [], [], []
+    if not store.tmp.is_dir():
+        return (), (), ()
+    for p in sorted(store.tmp.iterdir()):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            (live if _folder_is_live(p) else dead).append(p.name)
+        else:
+            files.append(p.name)   # regular files, and links or FIFOs: never opened, only unlinked
+    return tuple(files), tuple(dead), tuple(live)
 
 
 def plan(store) -> GcPlan:
@@ -33,16 +84,62 @@ def plan(store) -> GcPlan:
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
     reachable = store.closure(store.roots(scan.records))
-    unreachable = tuple((oid, p.stat().st_size) for oid, p in store.objects.iter_ids() if oid not in reachable)
-    tmp = tuple(sorted(p.name for p in store.tmp.iterdir())) if store.tmp.is_dir() else ()
-    return GcPlan(unreachable, tmp, len(reachable))
+    unreachable = []
+    for oid, p in store.objects.iter_ids():
+        if oid in reachable:
+            continue
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        unreachable.append((oid, st.st_size if stat.S_ISREG(st.st_mode) else 0))
+    files, dead, live = _scan_tmp(store)
+    return GcPlan(tuple(unreachable), files, dead, live, len(reachable))
+
+
+def _remove_dead_folder(path) -> bool:
+    """Remove a work folder after taking its flock ourselves (so its run cannot be live and
+    no new run can be starting in it). False if a run holds it after all."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+        shutil.rmtree(path)  # never follows links inside (rmtree is symlink-attack safe with dir fds)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _remove_object_file(p) -> None:
+    st = os.lstat(p)
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(p)   # a directory in an object's place: junk, and unreachable
+    else:
+        os.unlink(p)
 
 
 def prune(store) -> GcPlan:
     with store.locked():
         p = plan(store)
-        for oid, _ in p.unreachable:
-            store.objects.remove(oid)
-        for name in p.tmp_files:
-            (store.tmp / name).unlink(missing_ok=True)
-        return GcPlan(p.unreachable, p.tmp_files, p.reachable, pruned=True)
+        try:
+            for oid, _ in p.unreachable:
+                _remove_object_file(store.objects.path(oid))
+            for name in p.tmp_files:
+                (store.tmp / name).unlink(missing_ok=True)
+            removed = tuple(name for name in p.work_dead if _remove_dead_folder(store.tmp / name))
+        except OSError as e:
+            raise fsio.io_error(e, "removing unreachable files") from e
+        live = p.work_live + tuple(n for n in p.work_dead if n not in removed)
+        done = GcPlan(p.unreachable, p.tmp_files, removed, live, p.reachable, pruned=True)
+        if p.unreachable or p.tmp_files or removed:
+            with store.transaction_held("gc") as tx:
+                tx.payload.update({"objects_removed": len(p.unreachable), "bytes_removed": done.bytes,
+                                   "tmp_files_removed": len(p.tmp_files), "work_folders_removed": list(removed)})
+        return done

@@ -23,16 +23,25 @@ CHUNK = 16 << 20  # 16 MiB: large enough for multi-threaded hashing, small enoug
 MMAP_MIN = 4 << 20
 
 
-def hash_file(path: Path) -> str:
-    """Rehash a file as fast as b3sum does: memory-mapped and multi-threaded for large files."""
-    size = os.stat(path).st_size
+def hash_fd(fd: int, size: int) -> str:
+    """Hash the first `size` bytes of an open regular file: memory-mapped and multi-threaded
+    for large files, as fast as b3sum."""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     if size >= MMAP_MIN:
-        h.update_mmap(path)
-    else:
-        with open(path, "rb") as f:
-            h.update(f.read())
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
+            h.update(view)
+    elif size:
+        h.update(fsio.read_bounded(fd, size))
     return PREFIX + h.hexdigest()
+
+
+def hash_file(path: Path) -> str:
+    """Rehash a file, never following a link or blocking on a special file (NotRegular)."""
+    fd, st = fsio.open_regular(path)
+    try:
+        return hash_fd(fd, st.st_size)
+    finally:
+        os.close(fd)
 
 
 def _hash_window(h, fd: int, off: int, n: int) -> None:
@@ -47,6 +56,7 @@ class ObjectStore:
     def __init__(self, root: Path):
         self.dir = root / "objects"
         self.tmp = root / "tmp"
+        self.repaired: list[str] = []  # ids whose damaged copy a write replaced (the caller reports them)
 
     # --- naming -------------------------------------------------------------------------
     def path(self, oid: str) -> Path:
@@ -56,13 +66,48 @@ class ObjectStore:
         return self.dir / h[:2] / h[2:]
 
     def has(self, oid: str) -> bool:
-        return self.path(oid).is_file()
+        """A regular file is stored under this id (not a link, directory or FIFO)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.path(oid)).st_mode)
+        except FileNotFoundError:
+            return False
 
     def size(self, oid: str) -> int:
         try:
-            return self.path(oid).stat().st_size
+            st = os.lstat(self.path(oid))
         except FileNotFoundError:
             raise MissingObject(oid) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise self._not_regular(oid, fsio.file_kind(st.st_mode))
+        return st.st_size
+
+    @staticmethod
+    def _not_regular(oid: str, kind: str) -> CorruptObject:
+        return CorruptObject(oid, f"object {oid} is a {kind}, not a stored file",
+                             "restore it from a remote or bundle (`ledger pull`, or `ledger add` of the original); "
+                             "then `ledger verify --read-data`")
+
+    def open(self, oid: str) -> tuple[int, os.stat_result]:
+        """Open an object's file for reading, safely (see fsio.open_regular); typed errors."""
+        try:
+            return fsio.open_regular(self.path(oid))
+        except FileNotFoundError:
+            raise MissingObject(oid) from None
+        except fsio.NotRegular as e:
+            raise self._not_regular(oid, e.kind) from None
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+
+    def intact(self, oid: str) -> bool:
+        """The stored file is present, regular and hashes to its id (False on any damage)."""
+        try:
+            fd, st = self.open(oid)
+        except (MissingObject, CorruptObject):
+            return False
+        try:
+            return hash_fd(fd, st.st_size) == oid
+        finally:
+            os.close(fd)
 
     def iter_ids(self):
         """Every object file present (for verify and gc only — state comes from the journal)."""
@@ -86,11 +131,17 @@ class ObjectStore:
         return matches[0]
 
     # --- reading (always verified) ------------------------------------------------------
-    def get_bytes(self, oid: str) -> bytes:
+    def get_bytes(self, oid: str, max_size: int | None = None) -> bytes:
+        """The verified bytes of an object; reads no more than the file's size (or max_size)."""
+        fd, st = self.open(oid)
         try:
-            data = self.path(oid).read_bytes()
-        except FileNotFoundError:
-            raise MissingObject(oid) from None
+            if max_size is not None and st.st_size > max_size:
+                raise BadInput(f"object {oid} is {st.st_size} bytes, more than the {max_size} expected here")
+            data = fsio.read_bounded(fd, st.st_size)
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+        finally:
+            os.close(fd)
         if hash_bytes(data) != oid:
             raise CorruptObject(oid)
         return data
@@ -103,58 +154,94 @@ class ObjectStore:
             raise BadInput(f"object {oid} is not a structured (JSON) object", "use `ledger cat` for blobs") from e
 
     def verify_file(self, oid: str) -> None:
-        p = self.path(oid)
-        if not p.is_file():
-            raise MissingObject(oid)
-        if hash_file(p) != oid:
+        fd, st = self.open(oid)
+        try:
+            ok = hash_fd(fd, st.st_size) == oid
+        finally:
+            os.close(fd)
+        if not ok:
             raise CorruptObject(oid)
 
     def export_file(self, oid: str, dest: Path) -> None:
         """Stream an object to `dest`, verifying while copying; dest appears only if it is good."""
-        src = self.path(oid)
         dest = Path(dest)
         tmp = dest.with_name(f".{dest.name}.ledger-tmp-{os.getpid()}")
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        fd, st = self.open(oid)
         try:
-            with open(src, "rb") as fi, open(tmp, "wb") as fo:
+            with open(tmp, "wb") as fo:
                 buf = bytearray(CHUNK)
-                while n := fi.readinto(buf):
+                done = 0
+                while done < st.st_size:
+                    n = os.preadv(fd, [memoryview(buf)[:min(CHUNK, st.st_size - done)]], done)
+                    if n == 0:
+                        break
                     view = memoryview(buf)[:n]
                     h.update(view)
                     fo.write(view)
+                    done += n
                 fo.flush()
                 os.fsync(fo.fileno())
             if PREFIX + h.hexdigest() != oid:
                 raise CorruptObject(oid)
             os.replace(tmp, dest)
-        except FileNotFoundError:
-            raise MissingObject(oid) from None
         finally:
+            os.close(fd)
             if tmp.exists():
                 tmp.unlink()
 
     # --- writing (lock holder only) -----------------------------------------------------
     def _install(self, tmp: Path, oid: str) -> bool:
-        """Rename a complete, fsynced tmp file into place. Returns False if it already existed."""
+        """Rename a complete, fsynced tmp file (hashing to oid) into place. Returns False if an
+        intact copy was there already. A damaged copy (wrong bytes, or a directory, link or
+        FIFO in its place) is replaced atomically, and said so in `repaired`."""
         dest = self.path(oid)
-        if dest.exists():
+        try:
+            present = os.lstat(dest)
+        except FileNotFoundError:
+            present = None
+        if present is not None and stat.S_ISREG(present.st_mode) and self.intact(oid):
             tmp.unlink()
             return False
         os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
         new_dir = not dest.parent.is_dir()
         dest.parent.mkdir(parents=True, exist_ok=True)
+        if present is not None and stat.S_ISDIR(present.st_mode):
+            # rename(2) cannot replace a directory with a file: move it out of objects/ first
+            # (into tmp/, which gc empties). The object is absent for that moment, never wrong.
+            os.rename(dest, fsio.tmp_path(self.tmp).with_suffix(".damaged"))
         faults.point("object.before-rename")
-        os.rename(tmp, dest)
+        os.rename(tmp, dest)  # atomic: readers see the damaged file or the good one
         faults.point("object.after-rename")
         fsio.fsync_dir(dest.parent)
         if new_dir:
             fsio.fsync_dir(self.dir)
+        if present is not None:
+            self.repaired.append(oid)
         return True
+
+    def replace_damaged(self, oid: str, source: bytes | Path) -> bool:
+        """Replace a missing or damaged object with a verified copy (lock holder only).
+
+        `source` is the object's bytes or a file holding them; it must hash to `oid`
+        (CorruptObject otherwise: nothing is changed). Returns True if the stored copy was
+        missing or damaged and is now replaced, False if it was intact already."""
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            if hash_bytes(data) != oid:
+                raise CorruptObject(oid, f"the copy offered for {oid} does not hash to it", "find an intact copy")
+            return not self.intact(oid) and self._write_new(data, oid)[1]
+        if self.intact(oid):
+            return False
+        return self.put_file(Path(source), expect=oid)[2]  # refuses a copy that hashes otherwise
 
     def put_bytes(self, data: bytes) -> tuple[str, bool]:
         oid = hash_bytes(data)
-        if self.has(oid):
+        if self.intact(oid):  # an existing copy is checked, so a re-put repairs a damaged one
             return oid, False
+        return self._write_new(data, oid)
+
+    def _write_new(self, data: bytes, oid: str) -> tuple[str, bool]:
         tmp = fsio.tmp_path(self.tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -172,7 +259,22 @@ class ObjectStore:
             tmp.unlink(missing_ok=True)
             raise
 
-    def put_file(self, src: Path, progress=None) -> tuple[str, int, bool]:
+    @staticmethod
+    def _open_source(src: Path) -> tuple[int, os.stat_result]:
+        """Open a file being added: a user's file, possibly changing under us. Its absence or
+        strangeness is bad input, not an I/O error of the store."""
+        try:
+            return fsio.open_regular(src)
+        except FileNotFoundError:
+            raise BadInput(f"{src} vanished while it was being added", "retry when nothing is changing it") from None
+        except fsio.NotRegular as e:
+            raise BadInput(f"{src} is a {e.kind}, not a regular file",
+                           "ledger stores regular files only; remove links and special files") from None
+        except OSError as e:
+            raise BadInput(f"cannot read {src}: {e.strerror}", "check its permissions") from None
+
+    def put_file(self, src: Path, progress=None, expect: str | None = None,
+                 expect_stat: tuple | None = None) -> tuple[str, int, bool]:
         """Copy a file into the store, hashing while copying. Memory stays small.
 
         The copy is done by the kernel (copy_file_range, as `cp` does), so its cost is the
@@ -180,10 +282,14 @@ class ObjectStore:
         the page cache through a short-lived memory map (no extra copy; multi-threaded BLAKE3,
         GIL released), so the id is the hash of exactly the bytes stored. The destination is
         ours alone, so no one can truncate it under the map. A source that changes during the
-        copy is refused.
+        copy is refused, and so is one that is not the file `expect_stat` (dev, ino, size,
+        mtime_ns) describes: the stat cache keys the entry by that stat.
         """
         src = Path(src)
-        st0 = os.stat(src)
+        fd_in, st0 = self._open_source(src)
+        if expect_stat is not None and (st0.st_dev, st0.st_ino, st0.st_size, st0.st_mtime_ns) != tuple(expect_stat):
+            os.close(fd_in)
+            raise BadInput(f"{src} changed while it was being added", "retry when nothing is writing to it")
         tmp = fsio.tmp_path(self.tmp)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
         try:
@@ -193,7 +299,7 @@ class ObjectStore:
 
                 with ThreadPoolExecutor(1) as pool:  # one worker: windows are hashed in order
                     pending = []
-                    self._copy(src, fd, st0.st_size, progress,
+                    self._copy(fd_in, fd, st0.st_size, progress,
                                on_window=lambda off, n: pending.append(pool.submit(_hash_window, h, fd, off, n)))
                     for f in pending:
                         f.result()
@@ -201,10 +307,12 @@ class ObjectStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            st1 = os.stat(src)
+            st1 = os.fstat(fd_in)
             if (st0.st_size, st0.st_mtime_ns) != (st1.st_size, st1.st_mtime_ns) or os.stat(tmp).st_size != st0.st_size:
                 raise BadInput(f"{src} changed while it was being added", "retry when nothing is writing to it")
             oid = PREFIX + h.hexdigest()
+            if expect is not None and oid != expect:
+                raise CorruptObject(expect, f"the copy offered for {expect} ({src}) does not hash to it", "find an intact copy")
             return oid, st0.st_size, self._install(tmp, oid)
         except OSError as e:
             tmp.unlink(missing_ok=True)
@@ -212,35 +320,36 @@ class ObjectStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        finally:
+            os.close(fd_in)
 
     @staticmethod
-    def _copy(src: Path, fd_out: int, size: int, progress, on_window) -> None:
+    def _copy(fd_in: int, fd_out: int, size: int, progress, on_window) -> None:
+        """Copy `size` bytes of fd_in (the caller's, opened safely) to fd_out's position."""
         step = 64 << 20
-        with open(src, "rb", buffering=0) as fi:
-            fd_in = fi.fileno()
-            done = 0
-            kernel = True
-            while done < size:
-                faults.io_check("copying a file into the store")
-                if kernel:
-                    try:
-                        n = os.copy_file_range(fd_in, fd_out, min(step, size - done))
-                    except OSError as e:
-                        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or done:
-                            raise
-                        kernel = False  # this filesystem pair can't copy in-kernel: plain reads and writes
-                        continue
-                else:
-                    data = os.pread(fd_in, min(CHUNK, size - done), done)
-                    n = len(data)
-                    if n:
-                        fsio.write_all(fd_out, data, "copying a file into the store")
-                if n == 0:
-                    break  # the file shrank: caught by the size check after the copy
-                on_window(done, n)
-                done += n
-                if progress:
-                    progress(n)
+        done = 0
+        kernel = True
+        while done < size:
+            faults.io_check("copying a file into the store")
+            if kernel:
+                try:
+                    n = os.copy_file_range(fd_in, fd_out, min(step, size - done), done)
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or done:
+                        raise
+                    kernel = False  # this filesystem pair can't copy in-kernel: plain reads and writes
+                    continue
+            else:
+                data = os.pread(fd_in, min(CHUNK, size - done), done)
+                n = len(data)
+                if n:
+                    fsio.write_all(fd_out, data, "copying a file into the store")
+            if n == 0:
+                break  # the file shrank: caught by the size check after the copy
+            on_window(done, n)
+            done += n
+            if progress:
+                progress(n)
 
     def remove(self, oid: str) -> None:
         p = self.path(oid)

@@ -11,13 +11,15 @@ the record's seq.
 
 from __future__ import annotations
 
+import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ledger.errors import LedgerError, StoreCorrupt
-from ledger.store import index, schema
+from ledger.store import fsio, index, schema
+from ledger.store.fsio import StorageIOError
 from ledger.store.ids import PREFIX, find_ids
-from ledger.store.objects import hash_file
 from ledger.store.state import State
 
 
@@ -157,6 +159,8 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
     reachable = store.closure(roots, missing)
     for oid in sorted(missing):
         rep.errors.append({"what": "missing", "id": oid, "message": f"object {oid} is referenced but missing"})
+    # Objects that aren't regular files (a directory, link or FIFO in an object's place) are
+    # judged from lstat alone: nothing here opens what it cannot read safely.
 
     present = {}
     for oid, path in store.objects.iter_ids():
@@ -168,13 +172,23 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
             rep.errors.append({"what": "foreign-file", "id": None, "message": f"unexpected file in objects/: {path}"})
             continue
-        size = path.stat().st_size
+        fst = os.lstat(path)  # not `st`: that is the journal's fold, used below
+        if not stat.S_ISREG(fst.st_mode):
+            rep.errors.append({"what": "corrupt", "id": oid,
+                               "message": f"object {oid} is a {fsio.file_kind(fst.st_mode)}, not a stored file"})
+            continue
+        size = fst.st_size
         total += size
         if oid in sizes and sizes[oid] != size:
             rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
             continue
         if read_data:
-            if hash_file(path) != oid:
+            try:
+                good = store.objects.intact(oid)
+            except StorageIOError as e:
+                rep.errors.append({"what": "unreadable", "id": oid, "message": e.message})
+                continue
+            if not good:
                 rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} does not hash to its name"})
             if progress:
                 progress(size)
@@ -190,6 +204,8 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
     elif seq != st.seq:
         rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at {st.seq} (`ledger index rebuild`)"})
 
+    if not store.tmp.is_dir():
+        rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})
     tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
     if tmp:
         rep.info.append({"what": "tmp", "count": len(tmp), "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes (`ledger gc --prune`)"})
