@@ -122,21 +122,21 @@ def main() -> None:
         samples.setdefault("rsync -a (up to date)", []).append(sh(f"rsync -a {objects}/ {WORK / 'peer'}/"))
     # The same two pushes in-process (library calls): the engine's cost without the CLI's
     # fixed start-up (interpreter + imports), which no up-to-date check can avoid.
-    from ledger.sharing import remote as rm, transfer
+    from ledger.sharing import push, remote as rm
     from ledger.store import Store
 
     for _ in range(a.repeat):
         drop(WORK / "remote")
         st = Store.open(src)
         t0 = time.perf_counter()
-        transfer.push(st, rm.DirBackend(WORK / "remote"), ["bench"])
+        push.push(st, rm.DirBackend(WORK / "remote"), ["bench"])
         samples.setdefault("push, library (first)", []).append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        r = transfer.push(Store.open(src), rm.DirBackend(WORK / "remote"), ["bench"])
+        r = push.push(Store.open(src), rm.DirBackend(WORK / "remote"), ["bench"])
         samples.setdefault("push, library (up to date)", []).append(time.perf_counter() - t0)
         assert r.up_to_date
         t0 = time.perf_counter()
-        transfer.push(Store.open(src), rm.DirBackend(WORK / "remote"), ["bench"], full=True)
+        push.push(Store.open(src), rm.DirBackend(WORK / "remote"), ["bench"], full=True)
         samples.setdefault("push, library (--full check)", []).append(time.perf_counter() - t0)
     rows = {k: statistics.median(v) for k, v in samples.items()}
     py_start = statistics.median(run([PY, "-c", "pass"]) for _ in range(3))

@@ -16,21 +16,31 @@ The signatures sign the manifest (see signing.py), which names every object by h
 its offset and size, so they bind every data byte. Reading is defensive: the header size is
 bounded before it is read, it must be canonical JSON, offsets must be contiguous and the
 file length must equal header + data exactly (a truncated or extended file is refused).
-Nothing is ever unpickled or evaluated.
+Nothing is ever unpickled or evaluated. The bundle file is the path the user named (a link
+there is the user's own and is followed) but it must be a regular file: a FIFO or a device
+is refused before anything is read, so nothing can hang.
+
+`BundleSource` offers a bundle to admit.py like any remote (sources.Source): its one
+manifest, and each object's byte range, read with exactly the size the manifest announces.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
 
-from ledger.errors import BadInput, CorruptObject, StoreCorrupt, UnsupportedFormat
-from ledger.sharing import keys, manifest as mf, signing, transfer
-from ledger.store import canonical
+from ledger.errors import BadInput, CorruptObject, StoreCorrupt, UnknownRef, UnsupportedFormat
+from ledger.sharing import keys, signing
+from ledger.sharing import manifest as mf
+from ledger.sharing.admit import ImportResult, admit, check_namespace
+from ledger.sharing.pool import JOBS, NullProgress, Progress
+from ledger.sharing.sources import NotHeld, Offer
+from ledger.store import canonical, fsio
 from ledger.store.ids import PREFIX, hash_bytes
 from ledger.store.journal import default_actor, now
 
@@ -43,6 +53,8 @@ CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class Header:
+    """A bundle's checked table of contents and where its data starts."""
+
     origin: str
     created: str
     actor: str
@@ -52,6 +64,7 @@ class Header:
     file_size: int
 
     def to_json(self) -> dict:
+        """The header as JSON (`bundle ls --json`)."""
         return {"origin": self.origin, "created": self.created, "actor": self.actor, "manifest": self.manifest.id,
                 "refs": self.manifest.refs, "roots": list(self.manifest.roots), "objects": len(self.manifest.objects),
                 "bytes": self.manifest.total_bytes, "segment": self.manifest.segment, "absent": list(self.manifest.absent),
@@ -60,6 +73,8 @@ class Header:
 
 @dataclass(frozen=True)
 class CreateResult:
+    """What `bundle create` wrote."""
+
     path: str
     manifest: str
     refs: dict
@@ -71,20 +86,23 @@ class CreateResult:
     absent: tuple = ()      # ids the closure names that this store does not hold
 
     def to_json(self) -> dict:
+        """The result as JSON (`--json`)."""
         return dict(self.__dict__)
 
 
 def default_origin() -> str:
+    """The sender's user name, cleaned into a namespace (the receiver's default)."""
     user = default_actor().split("@")[0]
     clean = "".join(c if (c.isalnum() or c in "._-") else "-" for c in user).strip("-._")[:64]
     return clean or "bundle"
 
 
 def create(store, names, out: Path, key_name: str | None = None, origin: str | None = None,
-           progress: transfer.Progress | None = None) -> CreateResult:
-    progress = progress or transfer.NullProgress()
-    origin = transfer.check_namespace(origin or default_origin())
-    sel, man, seg, sigs, pub = transfer.prepare(store, names, key_name)
+           progress: Progress | None = None) -> CreateResult:
+    """Write the closure of `names` and its journal segment to the bundle file `out` (atomically)."""
+    progress = progress or NullProgress()
+    origin = check_namespace(origin or default_origin())
+    sel, man, seg, sigs, pub = mf.prepare(store, names, key_name)
     header = {"format": FORMAT, "version": VERSION, "algorithm": mf.ALGORITHM, "origin": origin, "created": now(),
               "actor": default_actor(), "manifest": man.to_json(), "signatures": sigs}
     hbytes = canonical.dumps(header)
@@ -121,7 +139,8 @@ def _copy_verified(store, oid: str, size: int, f, progress) -> None:
     """Copy an object into the bundle, hashing as we go: nothing corrupt is ever shared."""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     n = 0
-    with open(store.object_path(oid), "rb", buffering=0) as fi:
+    fd, _ = store.objects.open(oid)   # never a link or a special file (typed errors)
+    with open(fd, "rb", buffering=0) as fi:
         buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
         while k := fi.readinto(buf):
             view = memoryview(buf)[:k]
@@ -133,13 +152,24 @@ def _copy_verified(store, oid: str, size: int, f, progress) -> None:
         raise CorruptObject(oid)
 
 
-def read_header(path: Path) -> Header:
-    path = Path(path)
+def open_bundle(path: Path):
+    """The bundle file for reading: it must be a regular file (O_NONBLOCK: a FIFO cannot hang)."""
     try:
-        f = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise BadInput(f"cannot read bundle {path}: {e.strerror or e}") from None
-    with f:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise BadInput(f"{path} is a {fsio.file_kind(mode)}, not a bundle file",
+                       "bundles are regular files written by `ledger bundle create`")
+    return open(fd, "rb", buffering=0)
+
+
+def read_header(path: Path) -> Header:
+    """Read and check a bundle's header: bounded, canonical, exact fields, exact file length."""
+    path = Path(path)
+    with open_bundle(path) as f:
         size = os.fstat(f.fileno()).st_size
         lead = f.read(len(MAGIC) + 8)
         if len(lead) < len(MAGIC) + 8 or not lead.startswith(MAGIC):
@@ -184,46 +214,74 @@ def read_header(path: Path) -> Header:
                   signatures=h["signatures"], data_start=data_start, file_size=size)
 
 
-def _reader(path: Path, hdr: Header):
-    """fetch_fn for `transfer.admit`: stream one object's byte range, hashing it."""
-    offsets = {oid: (off, size) for oid, off, size in hdr.manifest.objects}
+class BundleSource:
+    """A bundle file as a sources.Source: one signed manifest; objects read by byte range."""
 
-    def fetch(oid, dest, on_bytes):
-        off, size = offsets[oid]
+    resumable = False   # all-or-nothing: nothing is installed until every check passed
+    loose = False       # it holds exactly its manifest's objects; there is nothing to walk
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.header = read_header(self.path)
+        self.label = f"bundle:{self.path.name}"
+        self._ranges = {oid: (off, size) for oid, off, size in self.header.manifest.objects}
+
+    def offers(self, names=None) -> list[Offer]:
+        """The bundle's manifest, for all its refs or the named ones."""
+        man = self.header.manifest
+        for n in names or ():
+            if n not in man.refs:
+                raise UnknownRef(f"bundle {self.path.name} has no ref {n!r}", "see `ledger bundle ls BUNDLE`")
+        return [Offer(manifest=man, signatures=tuple(self.header.signatures), refs=tuple(sorted(names or man.refs)),
+                      namespace=self.header.origin, what=f"bundle {self.path.name}")]
+
+    def offers_for(self, ids) -> list[Offer]:
+        """A bundle is imported whole: its one manifest."""
+        return self.offers()
+
+    def read(self, oid, size, dest, on_bytes, *, limit=0) -> str:
+        """Stream one object's byte range (exactly its manifest size), hashing it."""
+        if oid not in self._ranges:
+            raise NotHeld(oid)
+        off, have = self._ranges[oid]
+        if size is not None and size != have:
+            raise CorruptObject(oid, f"bundle {self.path.name} holds {oid} with {have} bytes; {size} were expected",
+                                "the bundle is not a copy of what this store recorded")
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        with open(path, "rb", buffering=0) as f:
-            f.seek(hdr.data_start + off)
-            left = size
+        with open_bundle(self.path) as f:
+            f.seek(self.header.data_start + off)
+            left = have
             while left:
                 chunk = f.read(min(CHUNK, left))
                 if not chunk:
-                    raise StoreCorrupt(f"bundle {path} ended inside object {oid}")
+                    raise StoreCorrupt(f"bundle {self.path} ended inside object {oid}")
                 h.update(chunk)
                 dest.write(chunk)
                 left -= len(chunk)
                 on_bytes(len(chunk))
         return PREFIX + h.hexdigest()
-    return fetch
 
 
-def import_bundle(store, path: Path, namespace: str | None = None, progress: transfer.Progress | None = None,
-                  jobs: int = transfer.JOBS) -> transfer.ImportResult:
+def import_bundle(store, path: Path, namespace: str | None = None, progress: Progress | None = None,
+                  jobs: int = JOBS) -> ImportResult:
     """Verify everything, then import into `namespace/…` (default: the bundle's origin) in one
     transaction. A bad bundle raises and changes nothing."""
-    path = Path(path)
-    hdr = read_header(path)
-    return transfer.admit(store, hdr.manifest, hdr.signatures, _reader(path, hdr),
-                          namespace=hdr.origin if namespace is None else namespace, source=f"bundle:{path.name}", progress=progress,
-                          all_or_nothing=True, jobs=jobs, what=f"bundle {path.name}")
+    src = BundleSource(path)
+    offer = src.offers()[0]
+    return admit(store, src, offer, namespace=offer.namespace if namespace is None else namespace,
+                 progress=progress, all_or_nothing=True, jobs=jobs)
 
 
 @dataclass(frozen=True)
 class Listing:
+    """What `bundle ls` shows: the header, its signers and the journal segment."""
+
     header: Header
     signers: tuple          # signing.Check
     records: tuple          # the segment's records (checked), or () if it has none
 
     def to_json(self) -> dict:
+        """The listing as JSON (`bundle ls --json`)."""
         return {**self.header.to_json(), "signers": [c.to_json() for c in self.signers],
                 "segment_records": [{"seq": r["seq"], "id": r["id"], "kind": r["kind"], "time": r["time"],
                                      "actor": r["actor"]} for r in self.records]}
@@ -241,10 +299,10 @@ def ls(store, path: Path) -> Listing:
         off, size = next((o, s) for i, o, s in hdr.manifest.objects if i == hdr.manifest.segment)
         if size > mf.MAX_SEGMENT:
             raise StoreCorrupt(f"bundle {path} claims a {size}-byte journal segment")
-        with open(path, "rb") as f:
+        with open_bundle(path) as f:
             f.seek(hdr.data_start + off)
             data = f.read(size)
         if hash_bytes(data) != hdr.manifest.segment:
             raise CorruptObject(hdr.manifest.segment, f"bundle {path}: the journal segment does not hash to its id")
-        records = transfer.verify_segment(trusted, data).records
+        records = mf.verify_segment(trusted, data).records
     return Listing(header=hdr, signers=tuple(checks), records=records)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ledger.errors import BadInput, StoreCorrupt, UnknownRef, UnsupportedFormat
+from ledger.sharing import keys, signing
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes, is_id
 from ledger.store.journal import FIELDS as RECORD_FIELDS
@@ -225,6 +226,7 @@ def gather(store, names) -> Selection:
 
 
 def assemble(store, refs: dict, roots: list, objects: set, segment_blob: bytes | None, absent=()) -> Manifest:
+    """The manifest of `objects` (plus the segment blob, if any), offsets in id order."""
     sized = {oid: store.objects.size(oid) for oid in objects}
     seg = None
     if segment_blob is not None:
@@ -236,3 +238,43 @@ def assemble(store, refs: dict, roots: list, objects: set, segment_blob: bytes |
         offset += sized[oid]
     return Manifest(refs=dict(refs), roots=tuple(sorted(roots)), objects=tuple(table), segment=seg,
                     absent=tuple(sorted(absent)))
+
+
+# --- signing what we share (the sender's side of a push or a bundle) -----------------------
+def _signer(store, key_name: str | None):
+    if key_name is None:
+        return None
+    sk = keys.private_key(store, key_name)
+    return sk, keys.own_keys(store)[key_name]
+
+
+def make_segment(sel: Selection, signer) -> bytes | None:
+    """The segment blob for a selection, each record signed when there is a signer."""
+    if not sel.records:
+        return None
+    sigs = {}
+    if signer:
+        sk, pub = signer
+        sigs = {r["id"]: [signing.sign(sk, pub, "record", r)] for r in sel.records}
+    return encode_segment(list(sel.records), sigs)
+
+
+def prepare(store, names, key_name: str | None):
+    """(selection, manifest, segment blob, manifest signatures, signer public key)."""
+    sel = gather(store, names)
+    signer = _signer(store, key_name)
+    seg = make_segment(sel, signer)
+    man = assemble(store, sel.refs, sel.roots, sel.objects, seg, sel.absent)
+    sigs = [signing.sign(signer[0], signer[1], "manifest", man.to_json())] if signer else []
+    return sel, man, seg, sigs, (signer[1] if signer else None)
+
+
+def verify_segment(trusted: dict, data: bytes) -> Segment:
+    """decode_segment, and every record signature it carries must verify (tampering otherwise)."""
+    seg = decode_segment(data)
+    for rec in seg.records:
+        for c in signing.verify(trusted, "record", rec, seg.signatures.get(rec["id"], [])):
+            if not c.valid:
+                raise StoreCorrupt(f"journal segment record {rec['seq']} carries a signature that does not verify",
+                                   "the segment was altered after it was signed")
+    return seg

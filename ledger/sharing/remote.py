@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,55 @@ class Backend(Protocol):
     def has_objects(self, oids: Iterable[str]) -> set[str]: ...
     def put_object(self, oid: str, src: Path, on_bytes: Callable[[int], None]) -> None: ...  # staged
     def flush(self) -> None: ...                                          # staged → durable, visible
-    def get_object(self, oid: str, dest, on_bytes: Callable[[int], None]) -> str: ...  # -> hash of what arrived
+    def get_object(self, oid: str, dest, on_bytes: Callable[[int], None], *, expect: int | None = None,
+                   limit: int = 0) -> str: ...  # -> hash of what arrived; bounded (check_size)
     def delete(self, key: str) -> None: ...
+
+
+def check_size(url: str, oid: str, have: int, expect: int | None, limit: int) -> int:
+    """How many bytes a download of `oid` may deliver, decided before the first byte moves:
+    exactly the announced size (a different size at the remote is damage or hostility), or,
+    when nothing announced one, at most `limit` (the receiving store's free space)."""
+    if expect is not None:
+        if have != expect:
+            raise CorruptObject(oid, f"object {oid} on {url} has {have} bytes; {expect} were announced",
+                                "the remote is damaged or hostile; nothing was written from it")
+        return expect
+    if have > limit:
+        raise fsio.StorageIOError(f"object {oid} on {url} is {have} bytes; the store has room for {limit}",
+                                  "free disk space; nothing was written")
+    return have
+
+
+def copy_capped(oid: str, url: str, read, cap: int, dest, on_bytes, h) -> None:
+    """Copy from `read(n)` to `dest` until EOF, hashing; more than `cap` bytes is refused (the
+    source grew while being read) after at most CHUNK bytes beyond the bound."""
+    total = 0
+    while chunk := read(min(CHUNK, cap - total + 1)):
+        total += len(chunk)
+        if total > cap:
+            raise CorruptObject(oid, f"object {oid} on {url} grew beyond its {cap} bytes while being read",
+                                "the remote is being written to or is hostile; nothing was written from it")
+        h.update(chunk)
+        dest.write(chunk)
+        on_bytes(len(chunk))
+
+
+def _not_regular(url: str, key: str, kind: str) -> CorruptObject | RemoteError:
+    msg = f"remote {url}: {key} is a {kind}, not a regular file"
+    hint = "the remote is damaged or hostile; ledger never follows links or reads special files there"
+    if key.startswith("objects/"):
+        return CorruptObject(PREFIX + key[len("objects/"):].replace("/", ""), msg, hint)
+    return RemoteError(msg, hint)
+
+
+def open_local(oid: str, src: Path) -> int:
+    """A store object to upload, opened safely (fsio.open_regular): a special file is damage."""
+    try:
+        return fsio.open_regular(src)[0]
+    except fsio.NotRegular as e:
+        raise CorruptObject(oid, f"object {oid} in this store is a {e.kind}, not a regular file",
+                            "`ledger repair --from REMOTE|BUNDLE` replaces it with a verified copy") from None
 
 
 def _hash_mismatch(oid: str, got: str) -> CorruptObject:
@@ -81,16 +129,24 @@ class DirBackend:
     def _wrap(self, e: OSError, what: str) -> RemoteError:
         return RemoteError(f"remote {self.url}: {what} failed: {e.strerror or e}")
 
+    def _open(self, key: str) -> int:
+        """Never follow a link or block on a FIFO in the remote (fsio.open_regular)."""
+        try:
+            return fsio.open_regular(self._p(key))[0]
+        except fsio.NotRegular as e:
+            raise _not_regular(self.url, key, e.kind) from None
+
     def read_small(self, key, limit):
         try:
-            with open(self._p(key), "rb") as f:
+            with open(self._open(key), "rb") as f:
                 data = f.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise self._wrap(e, f"reading {key}") from None
         if len(data) > limit:
-            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes", "the remote holds something that is not ledger's")
+            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes",
+                              "the remote holds something that is not ledger's")
         return data
 
     def write_small(self, key, data):
@@ -103,24 +159,30 @@ class DirBackend:
             raise self._wrap(e, f"writing {key}") from None
 
     def exists(self, key):
-        return self._p(key).is_file()
+        # lstat: a link is not a file of this remote (and is refused when read)
+        try:
+            return stat.S_ISREG(os.lstat(self._p(key)).st_mode)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise self._wrap(e, f"checking {key}") from None
 
     def list(self, prefix):
         base = self._p(prefix)
         out = []
-        for dirpath, _, files in os.walk(base):
-            for f in files:
+        for dirpath, _, names in os.walk(base):
+            for f in names:
                 out.append(Path(dirpath, f).relative_to(self.root).as_posix())
         return sorted(out)
 
     def has_objects(self, oids):
         # A stat per id: cheaper than listing a large remote when few ids are asked about.
-        return {o for o in oids if self._p(object_key(o)).is_file()}
+        return {o for o in oids if self.exists(object_key(o))}
 
     def put_object(self, oid, src, on_bytes):
         """Copy into tmp/, hashing what is written; staged for the next flush() if it matches."""
         dest = self._p(object_key(oid))
-        if dest.is_file():
+        if self.exists(object_key(oid)):
             return
         tmp = None
         try:
@@ -131,7 +193,7 @@ class DirBackend:
             h = blake3.blake3(max_threads=blake3.blake3.AUTO)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                with open(src, "rb", buffering=0) as fi:
+                with open(open_local(oid, src), "rb", buffering=0) as fi:
                     buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
                     while n := fi.readinto(buf):
                         view = memoryview(buf)[:n]
@@ -161,16 +223,12 @@ class DirBackend:
         except OSError as e:
             raise self._wrap(e, "making uploaded objects durable") from None
 
-    def get_object(self, oid, dest, on_bytes):
+    def get_object(self, oid, dest, on_bytes, *, expect=None, limit=0):
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
         try:
-            with open(self._p(object_key(oid)), "rb", buffering=0) as fi:
-                buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
-                while n := fi.readinto(buf):
-                    view = memoryview(buf)[:n]
-                    h.update(view)
-                    dest.write(view)
-                    on_bytes(n)
+            with open(self._open(object_key(oid)), "rb", buffering=0) as fi:
+                cap = check_size(self.url, oid, os.fstat(fi.fileno()).st_size, expect, limit)
+                copy_capped(oid, self.url, fi.read, cap, dest, on_bytes, h)
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -232,7 +290,8 @@ class S3Backend:
         except FileNotFoundError:
             return None
         if len(data) > limit:
-            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes", "the remote holds something that is not ledger's")
+            raise RemoteError(f"remote {self.url}: {key} is larger than {limit} bytes",
+                              "the remote holds something that is not ledger's")
         return data
 
     def write_small(self, key, data):
@@ -258,11 +317,12 @@ class S3Backend:
         return {o for o in oids if o in present}
 
     def put_object(self, oid, src, on_bytes):
-        size = os.path.getsize(src)
+        size = os.lstat(src).st_size
         path = self._p(object_key(oid))
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
         if size <= SMALL_PUT:
-            data = Path(src).read_bytes()
+            with open(open_local(oid, src), "rb") as fi:
+                data = fi.read(size + 1)
             h.update(data)
             got = PREFIX + h.hexdigest()
             if got != oid:
@@ -276,7 +336,7 @@ class S3Backend:
             # commit(), which happens after the bytes sent hash to the id.
             f = self.fs.open(path, "wb", autocommit=False, block_size=max(5 << 20, CHUNK))
             try:
-                with open(src, "rb") as fi:
+                with open(open_local(oid, src), "rb") as fi:
                     while chunk := fi.read(CHUNK):
                         h.update(chunk)
                         f.write(chunk)
@@ -294,15 +354,14 @@ class S3Backend:
     def flush(self):
         pass  # every upload above is already complete and visible
 
-    def get_object(self, oid, dest, on_bytes):
+    def get_object(self, oid, dest, on_bytes, *, expect=None, limit=0):
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
 
         def go():
             with self.fs.open(self._p(object_key(oid)), "rb", block_size=CHUNK) as f:
-                while chunk := f.read(CHUNK):
-                    h.update(chunk)
-                    dest.write(chunk)
-                    on_bytes(len(chunk))
+                # s3fs learns the size from its HEAD request when opening: check before reading
+                cap = check_size(self.url, oid, int(f.size), expect, limit)
+                copy_capped(oid, self.url, f.read, cap, dest, on_bytes, h)
         self._call(f"downloading {oid}", go)
         return PREFIX + h.hexdigest()
 

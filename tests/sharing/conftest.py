@@ -14,24 +14,28 @@ from ledger.store.verify import verify
 
 def make_history(store: Store, seed: int = 0, blob_size: int = 200_000) -> dict:
     """A small but real history: an added base blob, a dataset, a receipt naming both, and a
-    generation admitted by that receipt — every step its own transaction."""
+    generation admitted by that receipt — every step its own transaction, each record
+    well-formed for its kind (records.py), so `verify` of a store holding it is clean."""
     rnd = __import__("random").Random(seed)
     with store.transaction("add") as tx:
         base = tx.put_bytes(rnd.randbytes(blob_size), "weights")
         tx.outputs.append(base)
         tx.refs["name/base"] = base
+        tx.payload.update({"path": "base.bin", "kind": "file", "size": blob_size})
     with store.transaction("add") as tx:
         data = tx.put_json({"kind": "dataset", "rows": [f"row {i} {seed}" for i in range(20)]})
         tx.outputs.append(data)
         tx.refs["name/data"] = data
+        tx.payload.update({"path": "data.json", "kind": "file", "size": store.objects.size(data)})
     with store.transaction("train") as tx:
         adapter = tx.put_bytes(rnd.randbytes(blob_size // 4), "adapter")
         receipt = tx.put_json({"kind": "receipt", "base": base, "dataset": data, "adapter": adapter,
                                "losses": [2.0, 1.5, 1.2], "rung": "Learned", "seed": seed})
         tx.inputs.extend([base, data])
         tx.outputs.extend([adapter, receipt])
-        tx.payload["receipt"] = receipt
-    with store.transaction("commit") as tx:
+        tx.payload.update({"receipt": receipt, "adapter": adapter, "rung": "Learned", "unsandboxed": False,
+                           "wall_s": 1.0})
+    with store.transaction("genesis") as tx:
         gen = generations.new_generation(tx, store, base=base, adapter=adapter, receipt=receipt)
     return {"base": base, "data": data, "adapter": adapter, "receipt": receipt, "gen": gen.id, "gen_name": gen.name}
 

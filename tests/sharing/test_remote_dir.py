@@ -9,7 +9,7 @@ import pytest
 
 from ledger import generations
 from ledger.errors import CorruptObject, StoreCorrupt, UnknownRef, UnsupportedFormat
-from ledger.sharing import remote as rm, transfer
+from ledger.sharing import fetch, push, remote as rm, sources
 from ledger.store import Store, canonical
 from ledger.store.objects import hash_file
 
@@ -28,14 +28,14 @@ def remote_objects(root: Path) -> dict[str, Path]:
 def test_push_pull_round_trip(alice, bob, tmp_path):
     h = alice.history
     be = rm.DirBackend(tmp_path / "remote")
-    res = transfer.push(alice, be, ["HEAD", h["gen_name"]])
+    res = push.push(alice, be, ["HEAD", h["gen_name"]])
     assert res.objects_sent == res.objects_total and not res.up_to_date
     objs = remote_objects(tmp_path / "remote")
     assert all(hash_file(p) == oid for oid, p in objs.items())
     assert set(objs) >= {h[k] for k in ("base", "data", "adapter", "receipt", "gen")}
-    assert sorted(transfer.remote_refs(be)) == ["HEAD", h["gen_name"]]
+    assert sorted(sources.remote_refs(be)) == ["HEAD", h["gen_name"]]
     head_before = bob.state.refs.get("HEAD")
-    out = transfer.pull(bob, be, namespace="alice")
+    out = fetch.pull(bob, be, namespace="alice")
     assert len(out) == 1 and out[0].objects_new == res.objects_total
     bob = Store.open(bob.root)
     assert bob.state.refs.get("HEAD") == head_before
@@ -43,15 +43,15 @@ def test_push_pull_round_trip(alice, bob, tmp_path):
     assert bob.get_bytes(h["receipt"]) == alice.get_bytes(h["receipt"])
     assert_clean(bob.root)
     # pulling again moves nothing
-    again = transfer.pull(bob, be, ["HEAD"], namespace="alice")
+    again = fetch.pull(bob, be, ["HEAD"], namespace="alice")
     assert again[0].objects_new == 0
 
 
 def test_repush_of_an_up_to_date_store_moves_nothing(alice, tmp_path):
     be = rm.DirBackend(tmp_path / "remote")
-    first = transfer.push(alice, be, ["HEAD"])
+    first = push.push(alice, be, ["HEAD"])
     mtimes = {k: p.stat().st_mtime_ns for k, p in remote_objects(tmp_path / "remote").items()}
-    second = transfer.push(alice, be, ["HEAD"])
+    second = push.push(alice, be, ["HEAD"])
     assert second.up_to_date and second.objects_sent == 0 and second.bytes_sent == 0
     assert second.manifest == first.manifest
     assert {k: p.stat().st_mtime_ns for k, p in remote_objects(tmp_path / "remote").items()} == mtimes
@@ -60,31 +60,33 @@ def test_repush_of_an_up_to_date_store_moves_nothing(alice, tmp_path):
 def test_full_push_repairs_a_remote_that_lost_an_object(alice, bob, tmp_path):
     """The quick up-to-date check trusts the remote invariant; --full re-checks every object."""
     be = rm.DirBackend(tmp_path / "remote")
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     lost = remote_objects(tmp_path / "remote")[alice.history["data"]]
     lost.unlink()
-    assert transfer.push(alice, be, ["HEAD"]).up_to_date
+    assert push.push(alice, be, ["HEAD"]).up_to_date
     with pytest.raises(StoreCorrupt, match="lacks") as ei:
-        transfer.pull(bob, be, namespace="alice")
+        fetch.pull(bob, be, namespace="alice")
     assert "--full" in ei.value.hint
-    res = transfer.push(alice, be, ["HEAD"], full=True)
+    res = push.push(alice, be, ["HEAD"], full=True)
     assert not res.up_to_date and res.objects_sent == 1
-    transfer.pull(Store.open(bob.root), be, namespace="alice")
+    fetch.pull(Store.open(bob.root), be, namespace="alice")
     assert_clean(bob.root)
 
 
 def test_only_missing_objects_move(alice, tmp_path):
     be = rm.DirBackend(tmp_path / "remote")
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     before = set(remote_objects(tmp_path / "remote"))
     h = alice.history
     with alice.transaction("train") as tx:
         adapter = tx.put_bytes(b"a new adapter" * 1000)
         receipt = tx.put_json({"kind": "receipt", "base": h["base"], "dataset": h["data"], "adapter": adapter})
         tx.outputs.extend([adapter, receipt])
-    with alice.transaction("commit") as tx:
+        tx.payload.update({"receipt": receipt, "adapter": adapter, "rung": "Learned", "unsandboxed": False,
+                           "wall_s": 1.0})
+    with alice.transaction("genesis") as tx:
         generations.new_generation(tx, alice, adapter=adapter, receipt=receipt)
-    res = transfer.push(alice, be, ["HEAD"])
+    res = push.push(alice, be, ["HEAD"])
     after = set(remote_objects(tmp_path / "remote"))
     # new: adapter, receipt, generation manifest, segment and manifest — never base or data
     assert res.objects_sent == len(after - before) - 1  # the manifest is not counted as content
@@ -93,7 +95,7 @@ def test_only_missing_objects_move(alice, tmp_path):
 
 def test_verify_on_arrival_refuses_a_corrupt_remote_object(alice, bob, tmp_path):
     be = rm.DirBackend(tmp_path / "remote")
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     p = remote_objects(tmp_path / "remote")[alice.history["adapter"]]
     p.chmod(0o644)
     data = bytearray(p.read_bytes())
@@ -101,7 +103,7 @@ def test_verify_on_arrival_refuses_a_corrupt_remote_object(alice, bob, tmp_path)
     p.write_bytes(bytes(data))
     before = snapshot(bob.root)
     with pytest.raises(CorruptObject) as ei:
-        transfer.pull(bob, be, namespace="alice")
+        fetch.pull(bob, be, namespace="alice")
     assert ei.value.exit_code == 4 and alice.history["adapter"] in ei.value.message
     after = snapshot(bob.root)
     assert after[:2] == before[:2], "no record may commit"
@@ -110,33 +112,33 @@ def test_verify_on_arrival_refuses_a_corrupt_remote_object(alice, bob, tmp_path)
 
 def test_missing_remote_object_and_lying_ref_are_refused(alice, bob, tmp_path):
     be = rm.DirBackend(tmp_path / "remote")
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     ref = tmp_path / "remote" / "refs" / "HEAD"
     body = canonical.loads(ref.read_bytes())
     body["target"] = alice.history["base"]
     ref.write_bytes(canonical.dumps(body))
     with pytest.raises(StoreCorrupt, match="manifest says"):
-        transfer.pull(bob, be, namespace="alice")
+        fetch.pull(bob, be, namespace="alice")
     body["target"] = alice.history["gen"]
     ref.write_bytes(canonical.dumps(body))
     remote_objects(tmp_path / "remote")[alice.history["data"]].unlink()
     head = Store.open(bob.root).state.head
     with pytest.raises(StoreCorrupt, match="lacks"):
-        transfer.pull(bob, be, namespace="alice")
+        fetch.pull(bob, be, namespace="alice")
     assert Store.open(bob.root).state.head == head
 
 
 def test_foreign_remote_is_refused(alice, bob, tmp_path):
     root = tmp_path / "remote"
     be = rm.DirBackend(root)
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     (root / rm.MARKER).write_bytes(canonical.dumps({"format": "ledger-remote", "version": 1, "algorithm": "sha256"}))
     with pytest.raises(UnsupportedFormat):
-        transfer.pull(bob, be, namespace="alice")
+        fetch.pull(bob, be, namespace="alice")
     with pytest.raises(UnsupportedFormat):
-        transfer.push(alice, be, ["HEAD"])
+        push.push(alice, be, ["HEAD"])
     with pytest.raises(UnknownRef):
-        transfer.pull(bob, rm.DirBackend(tmp_path / "empty"), namespace="x")
+        fetch.pull(bob, rm.DirBackend(tmp_path / "empty"), namespace="x")
 
 
 def _cli_store(store):
@@ -151,7 +153,7 @@ def _probe_points(store, tmp_path, monkeypatch) -> list[str]:
     monkeypatch.setenv("LEDGER_FAULT_TRACE", str(trace))
     monkeypatch.setenv("LEDGER_SHARE_BATCH", "2")
     faults.reset()
-    transfer.push(store, rm.DirBackend(tmp_path / "probe"), ["HEAD"], jobs=1)
+    push.push(store, rm.DirBackend(tmp_path / "probe"), ["HEAD"], jobs=1)
     monkeypatch.delenv("LEDGER_FAULT_TRACE")
     faults.reset()
     return [line.split()[1] for line in trace.read_text().splitlines()]
@@ -184,7 +186,7 @@ def test_interrupted_push_resumes_and_sends_only_the_rest(alice, tmp_path, monke
     assert not res["up_to_date"]
     # the resumed remote is complete: a fresh store pulls and verifies
     c = Store.init(tmp_path / "carol")
-    transfer.pull(c, rm.DirBackend(root), namespace="alice")
+    fetch.pull(c, rm.DirBackend(root), namespace="alice")
     assert Store.open(c.root).state.refs["alice/HEAD"] == alice.history["gen"]
     assert_clean(c.root)
 
@@ -204,20 +206,20 @@ def test_killed_push_at_each_kind_of_point_resumes(alice, tmp_path, monkeypatch)
         assert p.returncode == -9, (n, p.stderr)
         visible = set(remote_objects(root))
         assert all(hash_file(path) == oid for oid, path in remote_objects(root).items())
-        res = transfer.push(Store.open(alice.root), rm.DirBackend(root), ["HEAD"])
+        res = push.push(Store.open(alice.root), rm.DirBackend(root), ["HEAD"])
         if res.up_to_date:
             assert res.manifest in visible and points[n - 1] in ("push.manifest", "push.ref")
         else:
             assert res.objects_sent == res.objects_total - len(visible - {res.manifest}), points[n - 1]
         c = Store.init(tmp_path / f"c{n}")
-        transfer.pull(c, rm.DirBackend(root), namespace="alice")
+        fetch.pull(c, rm.DirBackend(root), namespace="alice")
         assert Store.open(c.root).state.refs["alice/HEAD"] == alice.history["gen"]
         assert_clean(c.root)
 
 
 def test_interrupted_pull_resumes(alice, bob, tmp_path):
     root = tmp_path / "remote"
-    transfer.push(alice, rm.DirBackend(root), ["HEAD"])
+    push.push(alice, rm.DirBackend(root), ["HEAD"])
     ledger_cmd(*_cli_store(bob), "remote", "add", "alice", root, check=True)
     head = Store.open(bob.root).state.head
     before = {oid for oid, _ in bob.objects.iter_ids()}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ledger.errors import CorruptObject, RemoteError
-from ledger.sharing import remote as rm, transfer
+from ledger.sharing import fetch, push, remote as rm
 from ledger.store import Store
 
 from .conftest import assert_clean, snapshot
@@ -22,14 +22,14 @@ def test_s3_round_trip_and_up_to_date_repush(alice, bob, s3_server, s3_bucket):
     be = _backend(s3_server, bucket)
     assert isinstance(be, rm.S3Backend)
     h = alice.history
-    first = transfer.push(alice, be, ["HEAD"])
+    first = push.push(alice, be, ["HEAD"])
     assert first.objects_sent == first.objects_total
     keys = fs.find(f"{bucket}/team/ledger")
     assert f"{bucket}/team/ledger/refs/HEAD" in keys and f"{bucket}/team/ledger/{rm.MARKER}" in keys
     assert f"{bucket}/team/ledger/{rm.object_key(h['base'])}" in keys
-    again = transfer.push(alice, be, ["HEAD"])
+    again = push.push(alice, be, ["HEAD"])
     assert again.up_to_date and again.objects_sent == 0
-    out = transfer.pull(bob, _backend(s3_server, bucket), namespace="alice")
+    out = fetch.pull(bob, _backend(s3_server, bucket), namespace="alice")
     assert out[0].objects_new == first.objects_total
     b = Store.open(bob.root)
     assert b.state.refs["alice/HEAD"] == h["gen"]
@@ -50,11 +50,12 @@ def test_s3_multipart_upload_is_committed_only_when_the_hash_matches(tmp_path, s
         oid = tx.put_file(big)
         tx.outputs.append(oid)
         tx.refs["name/big"] = oid
+        tx.payload.update({"path": "big.bin", "kind": "file", "size": big.stat().st_size})
     be = _backend(s3_server, bucket, "mp")
-    transfer.push(a, be, ["big"])
+    push.push(a, be, ["big"])
     assert fs.size(f"{bucket}/mp/{rm.object_key(oid)}") == big.stat().st_size
     b = Store.init(tmp_path / "b")
-    transfer.pull(b, _backend(s3_server, bucket, "mp"), namespace="a")
+    fetch.pull(b, _backend(s3_server, bucket, "mp"), namespace="a")
     assert Store.open(b.root).objects.size(oid) == big.stat().st_size
     assert_clean(b.root)
     # now a source whose bytes do not match its name: the upload is discarded
@@ -69,14 +70,14 @@ def test_s3_multipart_upload_is_committed_only_when_the_hash_matches(tmp_path, s
 def test_s3_corrupt_object_is_refused_on_arrival(alice, bob, s3_server, s3_bucket):
     bucket, fs = s3_bucket
     be = _backend(s3_server, bucket)
-    transfer.push(alice, be, ["HEAD"])
+    push.push(alice, be, ["HEAD"])
     key = f"{bucket}/team/ledger/{rm.object_key(alice.history['adapter'])}"
     data = bytearray(fs.cat_file(key))
     data[7] ^= 1
     fs.pipe_file(key, bytes(data))
     before = snapshot(bob.root)
     with pytest.raises(CorruptObject):
-        transfer.pull(bob, _backend(s3_server, bucket), namespace="alice")
+        fetch.pull(bob, _backend(s3_server, bucket), namespace="alice")
     after = snapshot(bob.root)
     assert after[:2] == before[:2] and alice.history["adapter"] not in after[2]
 
@@ -84,7 +85,7 @@ def test_s3_corrupt_object_is_refused_on_arrival(alice, bob, s3_server, s3_bucke
 def test_s3_unreachable_endpoint_is_a_typed_error(alice, s3_server):
     be = rm.open_backend("s3://nowhere/x", {"endpoint_url": "http://127.0.0.1:9"})
     with pytest.raises(RemoteError):
-        transfer.push(alice, be, ["HEAD"])
+        push.push(alice, be, ["HEAD"])
 
 
 def test_s3_remote_through_the_cli(alice, bob, s3_server, s3_bucket, cli):

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from ledger.errors import BadInput, Refused, StoreCorrupt, UnknownRef
-from ledger.sharing import bundle, keys, remote as rm, signing, transfer
+from ledger.sharing import bundle, fetch, keys, push, remote as rm, signing
 from ledger.store import Store, canonical
 
 from .conftest import snapshot
@@ -139,25 +139,25 @@ def test_signed_push_and_required_pull(alice, bob, tmp_path):
     keys.create(alice, "alice")
     alice = Store.open(alice.root)
     root = tmp_path / "remote"
-    transfer.push(alice, rm.DirBackend(root), ["HEAD"], key_name="alice")
+    push.push(alice, rm.DirBackend(root), ["HEAD"], key_name="alice")
     pub = keys.own_keys(alice)["alice"]
     keys.set_signatures_required(bob, True)
     with pytest.raises(Refused):
-        transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice")
+        fetch.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice")
     keys.trust(Store.open(bob.root), pub)
-    res = transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice")
+    res = fetch.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice")
     assert res[0].signers[0].trusted_as == "alice"
     # re-pushing the same target unsigned keeps the signed ref (nothing to do) ...
-    assert transfer.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
-    transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice2")
+    assert push.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
+    fetch.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice2")
     # ... but a new, unsigned HEAD is refused by the same policy
     from ledger import generations
 
-    with alice.transaction("commit") as tx:
+    with alice.transaction("genesis") as tx:
         generations.new_generation(tx, alice, note="unsigned")
-    assert not transfer.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
+    assert not push.push(alice, rm.DirBackend(root), ["HEAD"]).up_to_date
     with pytest.raises(Refused, match="unsigned"):
-        transfer.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice3")
+        fetch.pull(Store.open(bob.root), rm.DirBackend(root), namespace="alice3")
 
 
 def test_untrust_and_pem_keys(alice, tmp_path):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ledger.errors import Refused, UnknownRef
-from ledger.sharing import bundle, keys, remote as rm, transfer
+from ledger.sharing import bundle, fetch, keys, push, remote as rm
 from ledger.store import Store
 
 from tests.conftest import ledger_cmd
@@ -19,21 +19,21 @@ def test_receipt_closure_by_id_from_a_remote_and_a_bundle(alice, bob, tmp_path):
     """bob asks for a receipt id alone; its whole closure arrives, verified, one record."""
     h = alice.history
     root = tmp_path / "shared"
-    transfer.push(alice, rm.DirBackend(root), [h["receipt"]])
-    res = transfer.fetch_closure(bob, str(root), [h["receipt"]])
+    push.push(alice, rm.DirBackend(root), [h["receipt"]])
+    res = fetch.fetch_closure(bob, str(root), [h["receipt"]])
     assert res.complete and res.fetched_objects >= 4
     b = Store.open(bob.root)
     for k in ("base", "data", "adapter", "receipt"):
         assert b.get_bytes(h[k]) == alice.get_bytes(h[k])
     assert_clean(bob.root)
     # nothing more to do the second time
-    again = transfer.fetch_closure(b, str(root), [h["receipt"]])
+    again = fetch.fetch_closure(b, str(root), [h["receipt"]])
     assert again.fetched_objects == 0 and again.record is None
     # the same from a bundle, into a third store
     out = tmp_path / "r.bundle"
     bundle.create(alice, [h["receipt"]], out, origin="alice")
     carol = Store.init(tmp_path / "carol")
-    res = transfer.fetch_closure(carol, str(out), [h["receipt"]])
+    res = fetch.fetch_closure(carol, str(out), [h["receipt"]])
     assert res.complete and res.imports[0].namespace == "alice"
     assert_clean(carol.root)
 
@@ -43,18 +43,18 @@ def test_walk_for_an_id_no_push_named(alice, bob, tmp_path):
     HEAD) is found by walking objects; a store that requires signatures refuses the walk."""
     h = alice.history
     root = tmp_path / "shared"
-    transfer.push(alice, rm.DirBackend(root), ["HEAD"])
+    push.push(alice, rm.DirBackend(root), ["HEAD"])
     strict = Store.init(tmp_path / "strict")
     keys.set_signatures_required(strict, True)
     # HEAD's ref names the generation, not the receipt: no signed manifest names the receipt
     with pytest.raises(Refused):
-        transfer.fetch_closure(Store.open(strict.root), str(root), [h["receipt"]])
-    res = transfer.fetch_closure(bob, str(root), [h["receipt"]])
+        fetch.fetch_closure(Store.open(strict.root), str(root), [h["receipt"]])
+    res = fetch.fetch_closure(bob, str(root), [h["receipt"]])
     assert res.complete and res.record and not res.imports
     assert Store.open(bob.root).journal.records()[-1]["payload"]["walked"] == res.fetched_objects
     assert_clean(bob.root)
     with pytest.raises(UnknownRef):
-        transfer.fetch_closure(Store.open(bob.root), str(root), ["b3:" + "ab" * 32])
+        fetch.fetch_closure(Store.open(bob.root), str(root), ["b3:" + "ab" * 32])
 
 
 def test_two_colleagues_through_the_cli_with_signatures(alice, bob, tmp_path, cli):

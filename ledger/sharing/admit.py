@@ -1,0 +1,255 @@
+"""Admitting what arrives: the one inbound verification for pull, fetch, bundle import and repair.
+
+One `import` transaction, under the store lock:
+  1. check the offer's signatures against the trust policy — before any object moves;
+  2. fetch each object that is missing here, or held but damaged (not a regular file, or not
+     hashing to its id), into tmp/, verifying its announced size and its hash on arrival;
+  3. check the journal segment (ids recompute, prev links, record signatures), that the
+     closure is complete, and that every id the offer calls *absent* is named by one of its
+     objects (an invented absent id is refused: it would otherwise be a reference nobody can
+     ever satisfy);
+  4. install the objects (a verified copy replaces a damaged one atomically, and the result
+     says so), then append ONE record that sets `NAMESPACE/<ref>` refs. Local HEAD and local
+     refs are never touched.
+A bundle is all-or-nothing: objects stay in tmp/ until every check passed, so a bad bundle
+leaves the object set and the journal exactly as they were. A pull installs each verified
+batch as it arrives so an interrupted pull resumes; until its record commits they are
+unreferenced objects (valid, and gc-able).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.errors import BadInput, CorruptObject, StoreCorrupt
+from ledger.sharing import durable, keys, signing
+from ledger.sharing import manifest as mf
+from ledger.sharing.pool import JOBS, NullProgress, Progress, batches, run_all
+from ledger.sharing.sources import NotHeld, Offer, Source
+from ledger.store import canonical, faults, fsio
+from ledger.store.ids import find_ids
+
+JSON_SCAN_LIMIT = 256 << 20   # as store.closure: larger objects are data, not structure
+RESERVED_NS = {"name", "id", "HEAD"}
+NS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What one admitted offer brought: refs set, objects new and repaired, signers."""
+
+    source: str
+    namespace: str
+    refs: dict                # local ref name -> id
+    manifest: str
+    objects_total: int
+    bytes_total: int
+    objects_new: int
+    bytes_new: int
+    signers: tuple            # signing.Check
+    segment_records: int
+    record: str | None        # id of the `import` journal record
+    absent: tuple = ()        # ids the closure names that neither side holds
+    repaired: tuple = ()      # ids held here damaged (or missing) that a verified copy replaced
+
+    def to_json(self) -> dict:
+        """The result as JSON (`--json`)."""
+        d = dict(self.__dict__)
+        d["signers"] = [c.to_json() for c in self.signers]
+        return d
+
+
+def check_namespace(ns: str) -> str:
+    """A namespace for imported refs: `[A-Za-z0-9._-]`, not name, id, HEAD or gen-N."""
+    if not isinstance(ns, str) or not NS_RE.match(ns) or ns in RESERVED_NS or re.match(r"^gen-\d+$", ns):
+        raise BadInput(f"bad namespace {ns!r}",
+                       "namespaces use letters, digits, . _ - and are not name, id, HEAD or gen-N")
+    return ns
+
+
+def held_state(store, oid: str) -> str:
+    """"intact", "missing" or "damaged" (present but a special file, a link, or wrong bytes)."""
+    if store.objects.intact(oid):
+        return "intact"
+    try:
+        os.lstat(store.object_path(oid))
+    except FileNotFoundError:
+        return "missing"
+    return "damaged"
+
+
+class Arrivals:
+    """Objects fetched into the store's tmp/ and verified; installed by flush() in batches
+    (durable.py: sync, rename, sync) — always before the record that names them. Ids in
+    `damaged` replace the damaged file in place (ObjectStore.replace_damaged, atomic)."""
+
+    def __init__(self, store, damaged=()):
+        self.store = store
+        self.damaged = set(damaged)
+        self.pending: dict[str, Path] = {}
+        self.repaired: list[str] = []
+        self.lock = threading.Lock()
+
+    def fetch(self, oid: str, size: int | None, read, on_bytes) -> None:
+        """read(dest, on_bytes) -> hash of what it wrote; the copy is kept only if it matches."""
+        tmp = fsio.tmp_path(self.store.tmp)
+        try:
+            with open(tmp, "xb") as f:
+                got = read(f, on_bytes)
+                faults.io_check("receiving an object")
+            if got != oid:
+                raise CorruptObject(oid, f"object {oid} arrived with the wrong content (it hashes to {got})",
+                                    "the source is damaged or was tampered with; nothing was imported from it")
+            have = os.path.getsize(tmp)
+            if size is not None and have != size:
+                raise CorruptObject(oid, f"object {oid} arrived with {have} bytes, {size} were announced")
+            with self.lock:
+                self.pending[oid] = tmp
+            tmp = None
+        except OSError as e:
+            raise fsio.io_error(e, f"receiving {oid}") from e
+        finally:
+            if tmp is not None and tmp.exists():
+                tmp.unlink()
+
+    def path(self, oid: str) -> Path:
+        """Where an object's verified bytes are now: tmp/ if it just arrived, else the store."""
+        return self.pending.get(oid) or self.store.object_path(oid)
+
+    def flush(self, point: str) -> None:
+        """Install everything pending: new objects in one durable batch, then the repairs."""
+        with self.lock:
+            pending = sorted(self.pending.items())
+            self.pending.clear()
+        new = [(tmp, self.store.object_path(oid)) for oid, tmp in pending if oid not in self.damaged]
+        fix = [(oid, tmp) for oid, tmp in pending if oid in self.damaged]
+        try:
+            durable.install(self.store.root, new, point)
+            for oid, tmp in fix:
+                if self.store.objects.replace_damaged(oid, tmp):
+                    self.repaired.append(oid)
+                tmp.unlink(missing_ok=True)
+        except OSError as e:
+            for tmp, _ in new:
+                tmp.unlink(missing_ok=True)
+            for _, tmp in fix:
+                tmp.unlink(missing_ok=True)
+            raise fsio.io_error(e, "installing received objects") from e
+
+    def discard(self) -> None:
+        """Drop whatever was fetched but not installed (a refused import)."""
+        for p in self.pending.values():
+            p.unlink(missing_ok=True)
+        self.pending.clear()
+
+
+def check_closed(store, man: mf.Manifest, arrivals: Arrivals, what: str) -> None:
+    """Every id that a structured object in the manifest names must be in the manifest,
+    already here, or listed as absent — otherwise admitting it would make the store
+    incomplete. And every absent id must be named by one of those objects: an id the sender
+    merely claims is absent is an invented reference (refused, StoreCorrupt)."""
+    listed = man.sizes()
+    absent = set(man.absent)
+    named: set[str] = set()
+    for oid, size in listed.items():
+        if size > JSON_SCAN_LIMIT or size == 0:
+            continue
+        fd, st = fsio.open_regular(arrivals.path(oid))
+        try:
+            if os.pread(fd, 1, 0) != b"{":
+                continue
+            data = fsio.read_bounded(fd, min(size, st.st_size))
+        finally:
+            os.close(fd)
+        try:
+            obj = canonical.loads(data)
+        except BadInput:
+            continue
+        for ref in find_ids(obj):
+            named.add(ref)
+            if ref not in listed and ref not in absent and not store.has(ref):
+                raise StoreCorrupt(f"incomplete share: {oid} refers to {ref}, which it does not carry",
+                                   "ask the sender for the whole closure (bundle or push the ref, not a part)")
+    invented = sorted(absent - named)
+    if invented:
+        raise StoreCorrupt(f"{what} lists {len(invented)} id(s) as absent that none of its objects names, "
+                           f"e.g. {invented[0]}",
+                           "its table of contents was altered or made up; nothing from it was recorded")
+
+
+def admit(store, source: Source, offer: Offer, *, namespace: str, names=None, progress: Progress | None = None,
+          all_or_nothing: bool, jobs: int = JOBS) -> ImportResult:
+    """Verify and import an offer's objects, then record ONE `import` transaction that sets
+    `namespace/<ref>` for the refs in `names` (default: the offer's refs). Objects held here
+    damaged are replaced by their verified copies (`ImportResult.repaired`)."""
+    progress = progress or NullProgress()
+    man = offer.manifest
+    check_namespace(namespace)
+    names = sorted(offer.refs) if names is None else sorted(names)
+    checks = signing.verify(keys.trusted_keys(store), "manifest", man.to_json(), list(offer.signatures))
+    signing.enforce(store, checks, offer.what)
+    sizes = man.sizes()
+    with store.transaction("import") as tx:
+        state = {oid: held_state(store, oid) for oid in sorted(sizes)}
+        todo = [oid for oid, s in state.items() if s != "intact"]
+        arrivals = Arrivals(store, damaged=[oid for oid, s in state.items() if s == "damaged"])
+        nbytes = sum(sizes[o] for o in todo)
+        progress.start(f"import ← {source.label}", len(todo), nbytes)
+
+        def get(oid):
+            def read(dest, on_bytes):
+                try:
+                    return source.read(oid, sizes[oid], dest, on_bytes)
+                except NotHeld:
+                    raise StoreCorrupt(f"{source.label} lacks {oid}, which its manifest lists",
+                                       "the remote is incomplete; `ledger push --full` again from the source"
+                                       ) from None
+            arrivals.fetch(oid, sizes[oid], read, lambda n: progress.advance(nbytes=n))
+            faults.point("pull.object")
+            progress.advance(objects=1)
+
+        try:
+            for batch in batches(todo, sizes):
+                run_all(get, batch, jobs)
+                if not all_or_nothing:
+                    # A pull keeps each verified batch, so a rerun resumes after it.
+                    arrivals.flush("pull.batch")
+            nseg = 0
+            if man.segment:
+                fd, _ = fsio.open_regular(arrivals.path(man.segment))
+                try:
+                    data = fsio.read_bounded(fd, min(sizes[man.segment], mf.MAX_SEGMENT + 1))
+                finally:
+                    os.close(fd)
+                nseg = len(mf.verify_segment(keys.trusted_keys(store), data).records)
+            check_closed(store, man, arrivals, offer.what)
+            arrivals.flush("import.objects-installed")
+        finally:
+            progress.finish()
+            arrivals.discard()
+        mid = tx.put_json(man.to_json())
+        for oid in todo:
+            tx.objects[oid] = (sizes[oid], "import")
+        refs = {f"{namespace}/{n}": man.refs[n] for n in names}
+        tx.refs.update(refs)
+        tx.outputs.extend(sorted(set(man.roots) | set(refs.values()) | ({man.segment} if man.segment else set())))
+        tx.outputs.append(mid)
+        absent = tuple(a for a in man.absent if not store.has(a))
+        # Every absent id was proven above (check_closed) to be named by an object this import
+        # carries, so listing it adds no reference the store did not already have: an import
+        # never adds a reference that only the sender's word backs.
+        tx.payload.update({"source": source.label, "namespace": namespace, "manifest": mid,
+                           "segment": man.segment, "signers": [c.to_json() for c in checks],
+                           "objects_new": len(todo) - len(arrivals.repaired), "bytes_new": nbytes,
+                           "absent": list(absent)})
+        if arrivals.repaired:
+            tx.payload["repaired"] = sorted(arrivals.repaired)
+    repaired = tuple(sorted(arrivals.repaired))
+    return ImportResult(source=source.label, namespace=namespace, refs=refs, manifest=mid, objects_total=len(sizes),
+                        bytes_total=man.total_bytes, objects_new=len(todo) - len(repaired), bytes_new=nbytes,
+                        signers=tuple(checks), segment_records=nseg, record=tx.record["id"], absent=absent,
+                        repaired=repaired)
