@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ledger.errors import BadInput, SpecError
 from ledger.artefacts import recipe_cache
+from ledger.artefacts import tokenizer as toklib
 from ledger.plan.spec import BUILTIN_DATASET
 
 BUILTIN_TURNS = 4000
@@ -94,3 +95,23 @@ def resolve(tx, store, name: str) -> str:
 def write_parquet(turns, path: str | Path) -> None:
     Path(path).write_bytes(parquet_bytes(turns_table(turns)))
 
+
+
+def encode_rows(rows, seq_len: int, chat):
+    """(ids, attention mask, labels) as int64 tensors [rows, seq_len], each turn encoded by the
+    base's `chat` (template.Chat: its tokenizer and chat template); labels only on the action
+    span, which ends with the end-of-turn token. Right-padded with the tokenizer's pad id."""
+    import numpy as np
+    import torch
+
+    n = len(rows)
+    ids = np.full((n, seq_len), chat.tokenizer.pad_id, dtype=np.int64)
+    mask = np.zeros((n, seq_len), dtype=np.int64)
+    labels = np.full((n, seq_len), toklib.IGNORE, dtype=np.int64)
+    for i, (s, a) in enumerate(rows):
+        e = chat.encode_turn(s, a, seq_len)
+        k = len(e.ids)
+        ids[i, :k] = e.ids
+        mask[i, :k] = 1
+        labels[i, :k] = e.labels()
+    return torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(labels)

@@ -1,9 +1,12 @@
 """The gate's scorer: mean negative log-likelihood over the ACTION span of each document.
 
-A document is (situation, action). It is encoded exactly as training encodes a turn
-(`tokenizer.encode_turn`: <bos> situation <sep> action <eos>) and its score is the mean NLL, in
-nats per token, of the action bytes only -- not the situation, not the separator, not <eos>, and
-not any register a model may have learned to put in front of an action (GATE.md). Lower is better.
+A document is (situation, action). It is encoded exactly as training encodes a turn -- by the
+base's own tokenizer and chat template (`template.Chat.encode_turn`; the plain format
+`<bos> situation <sep> action <eos>` for the built-in model and bases without a template) -- and
+its score is the mean NLL, in nats per token, of the action span only: the action's tokens and the
+end-of-turn token that closes them (so a model that cannot stop scores worse), not the situation,
+not the template's fixed text, and not any register a model may have learned to put in front of an
+action (GATE.md). Lower is better.
 
 Both models of a gate run are scored in one call on one loaded base: the base is built once and
 each adapter is attached to it by name (peft), the bare base is scored with adapters disabled.
@@ -30,11 +33,12 @@ import numpy as np
 
 from ledger.errors import BadInput, UnknownRef
 from ledger.artefacts import model as modellib
+from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 
 # Template, span, reduction and precision; bump on any change to any of them.
-SCORER_VERSION = ("ledger.score/1: <bos>situation<sep>action<eos>; action bytes only; "
-                  "mean NLL nats/token; fp32 forward, float64 sums")
+SCORER_VERSION = ("ledger.score/2: the base's tokenizer and chat template (plain: [bos]situation sep action eos); "
+                  "span = action tokens + end-of-turn token; mean NLL nats/token; fp32 forward, float64 sums")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 DEFAULT_BATCH = 16
 
@@ -134,19 +138,21 @@ class EncodedDocs:
     lengths: tuple[int, ...]
 
 
-def encode_docs(docs: Sequence[tuple[str, str]], max_len: int | None = None) -> EncodedDocs:
+def encode_docs(docs: Sequence[tuple[str, str]], max_len: int | None = None, chat=None) -> EncodedDocs:
+    """Documents encoded by `chat` (the base's template.Chat; the built-in byte tokenizer in the
+    plain format when None)."""
     import torch
 
     if not docs:
         raise BadInput("nothing to score: no documents")
-    tok = toklib.ByteTokenizer()
-    enc = [toklib.encode_turn(tok, s, a, max_len) for s, a in docs]
+    chat = chat or templatelib.Chat(toklib.ByteTokenizer())
+    enc = [chat.encode_turn(s, a, max_len) for s, a in docs]
     for (s, a), e in zip(docs, enc):
         if e.action_end <= e.action_start:
             raise BadInput(f"a document has an empty action span (situation {s[:40]!r})")
     T = max(len(e.ids) for e in enc)
     n = len(enc)
-    ids = torch.full((n, T), toklib.PAD, dtype=torch.long)
+    ids = torch.full((n, T), chat.tokenizer.pad_id, dtype=torch.long)
     att = torch.zeros((n, T), dtype=torch.long)
     span = torch.zeros((n, T), dtype=torch.bool)
     for i, e in enumerate(enc):  # one slice assignment per document, not per token
@@ -198,7 +204,7 @@ def _load_base(store, base_id: str, work: Path):
     d = work / "base"
     modellib.materialise_tree(store, man["files"], d)
     model = LlamaForCausalLM.from_pretrained(str(d), dtype=torch.float32, local_files_only=True)
-    return model.eval(), int(man["config"].get("max_position_embeddings") or 0) or None
+    return model.eval(), int(man["config"].get("max_position_embeddings") or 0) or None, templatelib.for_base(store, man)
 
 
 def _adapter_dir(store, adapter_id: str, dest: Path) -> Path:
@@ -217,7 +223,7 @@ class _Loaded:
         if len(bases) != 1:
             raise BadInput("the models to score have different bases: " + ", ".join(sorted(bases)),
                            "the gate compares adapters of one base; judge against a generation of the same base")
-        self.model, self.max_len = _load_base(store, models[0].base, work)
+        self.model, self.max_len, self.chat = _load_base(store, models[0].base, work)
         self.names: dict[str, str] = {}
         for m in models:
             if m.adapter is None or m.adapter in self.names:
@@ -279,7 +285,7 @@ def score_models(store, models: Mapping[str, ModelRef], docs: Sequence[tuple[str
     with tempfile.TemporaryDirectory(prefix="ledger-score-") as d, torch.random.fork_rng(devices=[]):
         with _quiet():
             loaded = _Loaded(store, refs, Path(d))
-        enc = encode_docs(docs, loaded.max_len)
+        enc = encode_docs(docs, loaded.max_len, loaded.chat)
         out: dict[str, np.ndarray] = {}
         by_id: dict[str, np.ndarray] = {}
         for name, m in models.items():

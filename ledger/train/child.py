@@ -114,25 +114,20 @@ def read_rows(path: Path) -> list[tuple[str, str]]:
     return datalib.read_turns(path)
 
 
-def encode_rows(rows, seq_len: int):
+def read_chat(work: Path, job: dict):
+    """The base's tokenizer and chat template the parent handed over (inputs/chat), checked
+    against the ids the plan pins."""
+    from ledger.artefacts import template as templatelib
+
+    inputs = job["plan"]["inputs"]
+    return templatelib.read_folder(work / job["chat"], inputs["tokenizer"], inputs.get("template"))
+
+
+def encode_rows(rows, seq_len: int, chat):
     """(ids, attention mask, labels) as int64 tensors [rows, seq_len]; labels only on the action span."""
-    import numpy as np
-    import torch
+    from ledger.artefacts import dataset as datalib
 
-    from ledger.artefacts import tokenizer as toklib
-
-    tok = toklib.ByteTokenizer()
-    n = len(rows)
-    ids = np.full((n, seq_len), toklib.PAD, dtype=np.int64)
-    mask = np.zeros((n, seq_len), dtype=np.int64)
-    labels = np.full((n, seq_len), toklib.IGNORE, dtype=np.int64)
-    for i, (s, a) in enumerate(rows):
-        e = toklib.encode_turn(tok, s, a, seq_len)
-        k = len(e.ids)
-        ids[i, :k] = e.ids
-        mask[i, :k] = 1
-        labels[i, :k] = e.labels()
-    return torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(labels)
+    return datalib.encode_rows(rows, seq_len, chat)
 
 
 def batch_indices(m: int, B: int, n: int, data_seed: int, cache: dict):
@@ -379,7 +374,7 @@ def run(work: Path) -> dict:
     mem0 = memory_baseline()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    ids, mask, labels = encode_rows(rows, c["data"]["seq_len"])
+    ids, mask, labels = encode_rows(rows, c["data"]["seq_len"], read_chat(work, job))
     del rows
     model, named = build(plan, work / job["base_dir"])
     peft_model = model

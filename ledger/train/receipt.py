@@ -82,7 +82,8 @@ def build(*, plan_id: str, plan: dict, result: dict, final_checkpoint: str, fina
     return {
         "kind": "receipt", "version": RECEIPT_VERSION, "rung": rung, "evidence": evidence,
         "plan": plan_id, "spec": plan["spec"], "target": plan["target"],
-        "base": plan["inputs"]["base"], "tokenizer": plan["inputs"]["tokenizer"], "dataset": plan["inputs"]["dataset"],
+        "base": plan["inputs"]["base"], "tokenizer": plan["inputs"]["tokenizer"],
+        "template": plan["inputs"].get("template"), "dataset": plan["inputs"]["dataset"],
         "cursor": {"start_step": result["start_step"], "end_step": result["steps_done"],
                    **final_manifest["state"]["cursor"]},
         "seeds": c["seeds"], "rng_state": final_manifest["rng"], "optimizer_state": final_manifest["optimizer"],

@@ -53,7 +53,7 @@ class ReproduceResult:
 
 def pinned_inputs(store, r: dict) -> list[str]:
     """Every object the re-run needs, in the order it would need them (missing ones too)."""
-    need = [r["plan"], r["spec"], r["base"], r["tokenizer"], r["dataset"]]
+    need = [r["plan"], r["spec"], r["base"], r["tokenizer"], *([r["template"]] if r.get("template") else []), r["dataset"]]
     if r.get("resumed_from"):
         need.append(r["resumed_from"])
     init = store.get_json(r["plan"])["inputs"].get("init_adapter") if store.has(r["plan"]) else None

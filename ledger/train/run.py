@@ -30,6 +30,7 @@ from ledger.errors import BadInput, InternalError
 from ledger.artefacts import checkpoint as ck
 from ledger.plan import compile as comp
 from ledger.artefacts import model as modellib
+from ledger.artefacts import template as templatelib
 from ledger.store import canonical
 from ledger.train import job
 from ledger.train import receipt as rcpt
@@ -102,9 +103,11 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
     inputs = work / "inputs"
     man = modellib.load_manifest(store, plan.body["inputs"]["base"])
     modellib.materialise_tree(store, man["files"], inputs / "base")
+    # the base's tokenizer and chat template: the child encodes the turns with them
+    templatelib.write_folder(templatelib.for_base(store, man), inputs / "chat")
     store.export_file(plan.body["inputs"]["dataset"], inputs / "dataset.parquet")
     spec = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
-            "resume": None}
+            "chat": "inputs/chat", "resume": None}
     if plan.body["inputs"].get("init_adapter"):
         modellib.materialise_tree(store, plan.body["inputs"]["init_adapter"], inputs / "init_adapter")
         spec["init_adapter"] = "inputs/init_adapter"

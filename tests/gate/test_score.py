@@ -78,10 +78,12 @@ def test_only_the_action_span_is_scored(tiny):
     model = _load(tiny, adapter=False)
     enc = scorelib.encode_docs(DOCS[:1])
     s, a = DOCS[0]
-    assert int(enc.span.sum()) == len(a.encode())  # not <bos>, situation, <sep> or <eos>
-    # The span's first target is the first action byte, right after <sep>.
-    first = int(enc.span[0].nonzero()[0])
+    assert int(enc.span.sum()) == len(a.encode()) + 1  # the action and its <eos>; not <bos>, situation or <sep>
+    # The span's first target is the first action byte, right after <sep>; its last is <eos>.
+    where = enc.span[0].nonzero()
+    first, last = int(where[0]), int(where[-1])
     assert int(enc.ids[0, first + 1]) == a.encode()[0] and int(enc.ids[0, first]) == 259
+    assert int(enc.ids[0, last + 1]) == 258
 
 
 def test_both_models_in_one_run_match_separate_loads_and_are_deterministic(tiny):
