@@ -18,7 +18,8 @@ from pathlib import Path
 
 def main() -> None:
     from ledger import experience
-    from ledger.cycle import Policy, ensure_genesis, load_spec, run_cycle
+    from ledger.cycle import ensure_genesis, load_spec, run_cycle
+    from ledger.options import LearnOptions
     from ledger.demo.story import GOOD_TURNS, good_turns
     from ledger.gate import seal as seallib
     from ledger.store import Store
@@ -30,7 +31,7 @@ def main() -> None:
         seallib.seal(s, seallib.write_demo_suite(work / "suite"))
         experience.record(s, experience.parse_turns("\n".join(json.dumps(t) for t in good_turns(GOOD_TURNS, 1))))
         t0 = time.perf_counter()
-        res = run_cycle(s, policy=Policy(min_turns=1, min_hours=0))
+        res = run_cycle(s, LearnOptions(min_turns=1, min_hours=0))
         wall = time.perf_counter() - t0
         recs = {r["kind"]: r for r in s.journal.records()}
         receipt = s.get_json(res.receipt)

@@ -17,8 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 from ledger import experience, generations
+from ledger.errors import Refused
 from ledger.lineage import verdict_summary
-from ledger.errors import BadInput, Refused
+from ledger.options import LearnOptions
 
 ENDS = ("commit", "refusal")
 DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model and LoRA settings
@@ -26,9 +27,14 @@ DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model a
 
 @dataclass(frozen=True)
 class Policy:
-    """When a cycle may run (DESIGN.md defaults from the original system)."""
-    min_turns: int = 150
-    min_hours: float = 4.0
+    """When a cycle may run (DESIGN.md defaults from the original system; written once, in
+    ledger.options.LearnOptions)."""
+    min_turns: int = LearnOptions.min_turns
+    min_hours: float = LearnOptions.min_hours
+
+    @classmethod
+    def of(cls, options: LearnOptions) -> "Policy":
+        return cls(options.min_turns, options.min_hours)
 
     def to_json(self) -> dict:
         return {"min_turns": self.min_turns, "min_hours": self.min_hours}
@@ -92,6 +98,12 @@ def open_cycle(store) -> dict | None:
     return None
 
 
+def will_run(store, options: LearnOptions) -> bool:
+    """Whether `run_cycle` would do work now (forced, an unfinished cycle to resume, or due):
+    what decides if a serving image must be paused for it."""
+    return options.force or open_cycle(store) is not None or not due(store, Policy.of(options))
+
+
 def load_spec(path: str | Path | None):
     from ledger.plan import spec as speclib
 
@@ -121,23 +133,22 @@ def _find(store, kind: str, pred):
     return next((r for r in store.journal.backwards() if r["kind"] == kind and pred(r["payload"])), None)
 
 
-def run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
-              unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
+def run_cycle(store, options: LearnOptions = LearnOptions(), *, progress=None, train_progress=None) -> CycleResult:
     """One learn cycle (or the rest of an interrupted one). Its stages are separate transactions
     (each one a resume point); the index is brought up to date once, when the cycle ends."""
     with store.index_deferred():
-        return _run_cycle(store, force=force, policy=policy, spec_path=spec_path, target=target,
-                          unsandboxed=unsandboxed, progress=progress, train_progress=train_progress)
+        return _run_cycle(store, options, progress=progress, train_progress=train_progress)
 
 
-def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_path=None, target: str = "cpu",
-               unsandboxed: bool = False, progress=None, train_progress=None) -> CycleResult:
+def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=None) -> CycleResult:
     from ledger.plan import compile as comp
     from ledger.plan import targets as targetlib
+    from ledger.train import job as trainjob
     from ledger.train import run as trainlib
 
+    force, policy = options.force, Policy.of(options)
     say = progress or (lambda stage, msg: None)
-    spec = load_spec(spec_path)
+    spec = load_spec(options.spec)
     ensure_genesis(store, spec)
     pending_export = open_cycle(store)
     if pending_export is None:
@@ -167,10 +178,17 @@ def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pa
     if incumbent.adapter:
         overrides["lora.init_adapter"] = incumbent.adapter
     cspec = spec.with_overrides(overrides)
-    cres = comp.compile_spec(store, cspec, targetlib.get(target))
+    cres = comp.compile_spec(store, cspec, targetlib.get(options.target))
     plan = cres.plan
     res.stages["compile"] = {"s": time.perf_counter() - t0, "reused": not cres.new, "plan": plan.id}
     say("compile", f"plan {plan.id[:15]}: {plan.body['parameters']['trainable']:,} trainable parameters")
+
+    # the export, checked against the sealed suite before anything trains on it (GATE.md rule 2)
+    contaminated = _check_export(store, dataset, plan.id, say)
+    if contaminated is not None:
+        res.verdict_id = contaminated
+        reasons = list(store.get_json(contaminated).get("reason_codes") or [])  # for the operator
+        return _refuse(store, res, "GamedTheEvaluator", reasons, inputs=[contaminated])
 
     # train
     t0 = time.perf_counter()
@@ -180,10 +198,10 @@ def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pa
         receipt = store.get_json(rid)
         res.stages["train"] = {"s": 0.0, "reused": True}
     else:
-        ckpt = _find(store, "checkpoint", lambda p: p.get("plan") == plan.id)
-        resume = ckpt["payload"].get("checkpoint") if ckpt else None
+        # the latest checkpoint of this plan that no sandbox-violating run wrote (ledger.train.job)
+        resume = trainjob.resumable_checkpoint(store, plan.id)
         say("train", f"training{' (resuming from a checkpoint)' if resume else ''}")
-        tr = trainlib.train(store, plan.id, resume=resume, unsandboxed=unsandboxed, progress=train_progress)
+        tr = trainlib.train(store, plan.id, resume=resume, unsandboxed=options.unsandboxed, progress=train_progress)
         rid, receipt = tr.receipt_id, tr.receipt
         res.stages["train"] = {"s": time.perf_counter() - t0, "reused": False}
     res.receipt = rid
@@ -226,11 +244,26 @@ def _run_cycle(store, *, force: bool = False, policy: Policy = Policy(), spec_pa
     return res
 
 
+def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
+    """The verdict id when the export is contaminated (recorded before training; reused when a
+    cycle resumes), else None."""
+    from ledger.gate import judge as judgelib
+
+    prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
+    if prev is not None:
+        return prev["payload"]["verdict"]
+    say("check", "checking the export against the sealed suite")
+    out = judgelib.check_before_training(store, dataset, candidate=plan_id)
+    return out.verdict_id if out is not None else None
+
+
 def _refuse(store, res: CycleResult, verdict: str, reasons: list, inputs: list) -> CycleResult:
     t0 = time.perf_counter()
     with store.transaction("refusal") as tx:
         tx.inputs.extend(inputs)
-        tx.payload.update({"cycle": res.cycle, "verdict_name": verdict, "reasons": reasons,
+        # The journal is what the image reads: a gate verdict's reasons stay in the verdict
+        # object (sealed from the learner side); only a failure without one keeps its reasons here.
+        tx.payload.update({"cycle": res.cycle, "verdict_name": verdict, **({} if res.verdict_id else {"reasons": reasons}),
                            "receipt": res.receipt, "verdict": res.verdict_id, "counters": {"cycles": 1}})
     res.stages["refusal"] = {"s": time.perf_counter() - t0, "reused": False}
     res.outcome, res.verdict, res.reasons = "refusal", verdict, reasons

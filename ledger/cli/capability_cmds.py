@@ -1,7 +1,7 @@
 """`ledger capability add | grant | call | list`: wasm capabilities in generations.
 
-Parsing and rendering only; the logic is ledger.capabilities (imported inside each command so
-that wasmtime never loads for other commands)."""
+Parsing and rendering only; the work is ledger.api's (wasmtime loads only inside the verbs that
+need it)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, open_store, short
+from ledger.cli.common import JsonOpt, WaitOpt, finish, short
 
 
 def register(app: typer.Typer) -> None:
@@ -23,12 +24,6 @@ def register(app: typer.Typer) -> None:
     cap.command("call", context_settings={"ignore_unknown_options": True})(call)
     cap.command("list")(list_)
     app.add_typer(cap, name="capability")
-
-
-def _handles(texts):
-    from ledger.capabilities.manifest import Handle
-
-    return [Handle.parse(t) for t in texts]
 
 
 def _grants_text(grants) -> str:
@@ -46,22 +41,16 @@ def add(
     json_: JsonOpt = False,
 ):
     """Compile, test with zero authority, and admit a capability as a new generation."""
-    from ledger.capabilities import admission
-    from ledger.errors import BadInput
-
-    if no_grants and grant:
-        raise BadInput("--no-grants and --grant contradict each other")
-    grants = [] if no_grants else (_handles(grant) if grant else None)
-    store = open_store()
-    res = admission.admit(store, source, manifest, grants=grants, replace=replace, note=note, wait=wait)
-    flush_warnings(store)
+    out = api.capability_add(source, manifest, grants=grant, no_grants=no_grants, replace=replace, note=note, wait=wait,
+                             store=common.store_dir())
+    res = out.result
 
     def render():
         c = common.console()
         c.print(f"admitted [bold]{res.name}[/] as gen-{res.generation.n}: {len(res.outcomes)} test"
                 f"{'s' if len(res.outcomes) != 1 else ''} passed with no authority")
         c.print(f"  module {short(res.module)}  manifest {short(res.manifest)}  grants: {_grants_text(res.grants)}")
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 def grant(
@@ -74,21 +63,9 @@ def grant(
 ):
     """Set a capability's handles in a new generation. Grants only narrow: a sub-path, ro
     instead of rw, or dropped; anything wider is refused (exit 3)."""
-    from ledger.capabilities import registry
-    from ledger.errors import BadInput
-
-    if not handles and not none:
-        raise BadInput("give the new set of handles, or --none to drop them all",
-                       "e.g. `ledger capability grant notes dir:data/sub:ro stdout`")
-    if handles and none:
-        raise BadInput("--none and handles contradict each other")
-    store = open_store()
-    gen, old, new = registry.grant(store, name, [] if none else _handles(handles), note=note, wait=wait)
-    flush_warnings(store)
-    data = {"name": name, "generation": gen.n, "generation_id": gen.id,
-            "grants": [h.to_json() for h in new], "previous": [h.to_json() for h in old]}
-    emit(json_, data, lambda: common.console().print(
-        f"gen-{gen.n}: [bold]{name}[/] now holds {_grants_text(new)} (was {_grants_text(old)})"))
+    res = api.capability_grant(name, handles or (), none=none, note=note, wait=wait, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(
+        f"gen-{res.generation.n}: [bold]{name}[/] now holds {_grants_text(res.grants)} (was {_grants_text(res.previous)})"))
 
 
 def call(
@@ -100,14 +77,12 @@ def call(
     json_: JsonOpt = False,
 ):
     """Run an export with exactly its granted handles, under fuel and time limits; print the result."""
-    from ledger.capabilities import registry
-
-    store = open_store()
-    res = registry.call(store, name, export, list(args or []), fuel=fuel, time_ms=timeout_ms)
-    flush_warnings(store)
+    out = api.capability_call(name, export, args or (), fuel=fuel, timeout_ms=timeout_ms, store=common.store_dir())
+    res = out.result
     if json_:
-        emit(True, res.to_json())
+        finish(True, out)
         return
+    common.print_warnings(out.warnings)
     # The guest's own output passes through verbatim (it was captured within the call's limits).
     if res.stdout:
         sys.stdout.buffer.write(res.stdout)
@@ -125,16 +100,8 @@ def list_(
     json_: JsonOpt = False,
 ):
     """Capabilities live in a generation, with their grants and the generation that admitted each."""
-    from ledger.capabilities import registry
-
-    store = open_store()
-    items = registry.entries(store, gen)
-    flush_warnings(store)
-    data = []
-    for e in items:
-        m = registry.load_manifest(store, e)
-        data.append({**e.to_json(), "exports": [x.to_json() for x in m.exports], "description": m.description,
-                     "declared": [h.to_json() for h in m.handles], "limits": m.limits.to_json()})
+    res = api.capability_list(gen, store=common.store_dir())
+    data, items = res.details, res.entries
 
     def render():
         c = common.console()
@@ -150,4 +117,4 @@ def list_(
             t.add_row(e.name, ", ".join(x["name"] for x in d["exports"]), _grants_text(e.grants),
                       f"gen-{e.admitted_in}", short(e.module))
         c.print(t)
-    emit(json_, {"generation": items[0].generation if items else None, "capabilities": data}, render)
+    finish(json_, res, render)

@@ -23,6 +23,7 @@ MODULES = [
     "ledger.cli.report_cmds",
     "ledger.cli.kernel_cmds",
     "ledger.cli.image_cmds",
+    "ledger.cli.runs_cmds",
 ]
 
 # name -> (module, first paragraph of help), in registration order (the order `--help` lists).
@@ -67,6 +68,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'act': ('ledger.cli.image_cmds', 'Ask the running image to act on a situation; prints the action, its outcome and the turn id.'),
     'outcome': ('ledger.cli.image_cmds', 'Attach the ground-truth outcome to a recorded turn (one `outcome` record; the latest wins).'),
     'image': ('ledger.cli.image_cmds', 'The running image: status, stop.'),
+    'runs': ('ledger.cli.runs_cmds', 'Every training run with status, verdict, key params (lr, r, alpha, steps, batch, seed, base) and final loss: SFT, DPO, reproduce and tracked runs (`ledger.track`). Also the `runs` view of `ledger query`.'),
 }
 # --- end of generated part ---
 

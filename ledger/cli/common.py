@@ -1,5 +1,6 @@
-"""What every command shares: option types, finding the store, and one output object that
-renders either human text (rich) or JSON (stdout) — the CLI parses and renders, nothing else."""
+"""What every command shares: option types, the --store choice, and one output path that
+renders either human text (rich) or JSON (stdout) — the CLI parses and renders, nothing else;
+the work is ledger.api's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from typing import Annotated, Callable
 
 import typer
+
+from ledger.api import human_bytes  # noqa: F401  (the CLI's tables use the API's byte format)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout (schemas: docs/json.md).")]
 WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for the store lock (default: fail fast, exit 5).")]
@@ -23,12 +26,6 @@ def set_store_dir(d: str | None) -> None:
 
 def store_dir() -> str | None:
     return _store_dir
-
-
-def open_store():
-    from ledger.store import Store
-
-    return Store.open(_store_dir)
 
 
 _console = None
@@ -67,12 +64,33 @@ def _default(o):
     return str(o)
 
 
+_emitted = False
+
+
+def emitted() -> bool:
+    """Whether this command already wrote its JSON answer to stdout (an error after it then goes
+    to stderr only, so that stdout stays one JSON document)."""
+    return _emitted
+
+
 def emit(json_mode: bool, data, render: Callable[[], None] | None = None) -> None:
     """Print `data` as JSON, or call `render()` for the human view."""
+    global _emitted
     if json_mode:
         sys.stdout.write(json.dumps(data, default=_default, sort_keys=True, ensure_ascii=False) + "\n")
+        _emitted = True
     elif render is not None:
         render()
+
+
+def finish(json_mode: bool, res, render: Callable[[], None] | None = None) -> None:
+    """The end of every command: the store's warnings (stderr), the result (JSON or `render()`),
+    then the error the result carries (a stopped training, a refused gate, ...), if any."""
+    print_warnings(res.warnings)
+    emit(json_mode, res.to_json(), render)
+    failure = res.failure()
+    if failure is not None:
+        raise failure
 
 
 def plain_stdout() -> bool:
@@ -92,25 +110,17 @@ def line(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def flush_warnings(store) -> None:
-    for w in getattr(store, "warnings", []):
-        err_console().print(f"[yellow]warning:[/] {w}")
-    if store is not None:
-        store.warnings.clear()
+def print_warnings(items) -> None:
+    from rich.markup import escape
+
+    for w in items:
+        err_console().print(f"[yellow]warning:[/] {escape(w)}")
 
 
 def short(oid: str | None, n: int = 12) -> str:
     if not oid:
         return "-"
     return oid[:3 + n] if oid.startswith("b3:") else oid
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def debug() -> bool:

@@ -1,4 +1,5 @@
-"""The learn cycle and generations: record, export, run, gens, diff, rollback, checkout, demo."""
+"""The learn cycle and generations: record, export, run, gens, diff, rollback, checkout, demo.
+Parsing and rendering only: the work is ledger.api's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, open_store, short
+from ledger.cli.common import JsonOpt, WaitOpt, finish, short
 from ledger.cli.render import VERDICT_STYLE
+from ledger.options import LearnOptions
 
 
 def register(app: typer.Typer) -> None:
@@ -22,79 +25,47 @@ def register(app: typer.Typer) -> None:
 def record(source: Annotated[str, typer.Argument(help="JSONL file of turns, or - for stdin.")],
            wait: WaitOpt = 0.0, json_: JsonOpt = False):
     """Append turns (situation, action, outcome, refusal, time) to the experience buffer."""
-    from ledger import experience
-
-    text = sys.stdin.read() if source == "-" else _read(source)
-    turns = experience.parse_turns(text, "stdin" if source == "-" else source)
-    store = open_store()
-    res = experience.record(store, turns, wait=wait)
-    emit(json_, res, lambda: common.console().print(
-        f"recorded turns t{res['first']}–t{res['last']} ({res['count']}); {experience.pending(store)} waiting for a cycle"))
-
-
-def _read(path: str) -> str:
-    from ledger.errors import BadInput
-
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read {path}: {e}") from None
+    text = sys.stdin.read() if source == "-" else api.read_text(source)
+    res = api.record(text, source="stdin" if source == "-" else source, wait=wait, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(
+        f"recorded turns t{res.first}–t{res.last} ({res.count}); {res.pending} waiting for a cycle"))
 
 
 def export(json_: JsonOpt = False):
     """Export the turns recorded since the last export as a Parquet dataset object."""
-    from ledger import experience
-
-    store = open_store()
-    ex = experience.export(store)
-    emit(json_, ex.to_json(), lambda: common.console().print(
-        f"exported turns t{ex.first}–t{ex.last} as dataset {ex.id}"))
+    res = api.export(store=common.store_dir())
+    ex = res.result
+    finish(json_, res, lambda: common.console().print(f"exported turns t{ex.first}–t{ex.last} as dataset {ex.id}"))
 
 
 def run(
     force: Annotated[bool, typer.Option("--force", help="Run even if the trigger policy says not yet (recorded).")] = False,
-    min_turns: Annotated[int, typer.Option("--min-turns", help="New turns needed.")] = 150,
-    min_hours: Annotated[float, typer.Option("--min-hours", help="Hours since the last cycle.")] = 4.0,
+    min_turns: Annotated[int, typer.Option("--min-turns", help="New turns needed.")] = LearnOptions.min_turns,
+    min_hours: Annotated[float, typer.Option("--min-hours", help="Hours since the last cycle.")] = LearnOptions.min_hours,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="Training spec TOML (default: the built-in tiny one).")] = None,
-    target: Annotated[str, typer.Option("--target", help="Target profile.")] = "cpu",
+    target: Annotated[str, typer.Option("--target", help="Target profile.")] = LearnOptions.target,
     unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Train without Landlock (recorded).")] = False,
     json_: JsonOpt = False,
 ):
     """One learn cycle: export → compile → train → judge → commit (only on Accept)."""
-    from ledger.cycle import Policy, run_cycle
-    from ledger.errors import Refused
-
-    store = open_store()
-    # A running image is stopped for a cycle that will run (it finishes its request in flight,
-    # its turns are committed) and started again on HEAD afterwards -- ledger/image/server.py.
-    import contextlib
-
-    from ledger import image
-    from ledger.cycle import due, open_cycle
-
-    runs = force or open_cycle(store) is not None or not due(store, Policy(min_turns, min_hours))
-    with image.paused(store) if runs else contextlib.nullcontext():
-        res = _run_with_progress(store, json_, force=force, policy=Policy(min_turns, min_hours), spec_path=spec,
-                                 target=target, unsandboxed=unsandboxed)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: render_cycle(res))
-    if res.outcome == "not-due":
-        raise Refused("no cycle is due: " + "; ".join(res.missing), "record more experience, wait, or pass --force")
+    options = LearnOptions(min_turns=min_turns, min_hours=min_hours, spec=str(spec) if spec else None, target=target,
+                           unsandboxed=unsandboxed, force=force)
+    res = _run_with_progress(options, json_)
+    finish(json_, res, lambda: render_cycle(res.result))
 
 
-def _run_with_progress(store, json_: bool, **kw):
-    from ledger.cycle import run_cycle
-
+def _run_with_progress(options: LearnOptions, json_: bool):
+    where = common.store_dir()
     if json_ or not common.err_console().is_terminal:
         def say(stage, msg):
             if not json_:
                 common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
-        return run_cycle(store, progress=say, **kw)
+        return api.run_cycle(options, progress=say, store=where)
     with common.err_console().status("starting…") as status:
         def say(stage, msg):
             common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
             status.update(f"{stage}…")
-        return run_cycle(store, progress=say, **kw)
+        return api.run_cycle(options, progress=say, store=where)
 
 
 def render_cycle(res) -> None:
@@ -121,14 +92,11 @@ def render_cycle(res) -> None:
 
 def gens(json_: JsonOpt = False):
     """Generations, with the verdict and score that admitted each; HEAD marked."""
-    from ledger.lineage import generation_rows
-
-    store = open_store()
-    rows = generation_rows(store)
-    emit(json_, rows, lambda: render_gens(store, rows))
+    res = api.gens(losses=not json_, store=common.store_dir())
+    finish(json_, res, lambda: render_gens(res))
 
 
-def render_gens(store, rows) -> None:
+def render_gens(res) -> None:
     from rich.markup import escape
     from rich.table import Column, Table
 
@@ -136,10 +104,10 @@ def render_gens(store, rows) -> None:
 
     t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", Column("loss", min_width=10), "note",
               box=None, header_style="bold")
-    for r in rows:
+    for r in res.rows:
         style = VERDICT_STYLE.get(r["verdict"] or "", "")
         delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
-        spark = loss_spark(store.get_json(r["receipt"]).get("losses"), 10, numbers=False) if r["receipt"] else ""
+        spark = loss_spark(res.losses.get(r["receipt"]), 10, numbers=False) if r["receipt"] else ""
         t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
                   r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
                   delta, spark or "-", escape(r["note"]))
@@ -149,11 +117,8 @@ def render_gens(store, rows) -> None:
 def diff(a: Annotated[str, typer.Argument(help="gen-N, receipt or plan")],
          b: Annotated[str, typer.Argument(help="gen-N, receipt or plan")], json_: JsonOpt = False):
     """What changed between two generations, receipts or plans, field by field."""
-    from ledger.diff import diff as run_diff
-
-    store = open_store()
-    d = run_diff(store, a, b)
-    emit(json_, d, lambda: render_diff(d))
+    res = api.diff(a, b, store=common.store_dir())
+    finish(json_, res, lambda: render_diff(res.body))
 
 
 def render_diff(d: dict) -> None:
@@ -205,11 +170,8 @@ def rollback(target: Annotated[Optional[str], typer.Argument(help="gen-N to move
              reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")] = "",
              wait: WaitOpt = 0.0, json_: JsonOpt = False):
     """Move HEAD with one journal record; nothing is deleted, and a rollback can be rolled back."""
-    from ledger import generations
-
-    store = open_store()
-    res = generations.rollback(store, target, undo=undo, reason=reason, wait=wait)
-    emit(json_, res, lambda: common.console().print(f"HEAD: {res['from']} → [bold]{res['to']}[/]"))
+    res = api.rollback(target, undo=undo, reason=reason, wait=wait, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"HEAD: {res.from_} → [bold]{res.to}[/]"))
 
 
 def checkout(ref: Annotated[str, typer.Argument(help="gen-N or HEAD")],
@@ -217,18 +179,36 @@ def checkout(ref: Annotated[str, typer.Argument(help="gen-N or HEAD")],
              no_base: Annotated[bool, typer.Option("--no-base", help="Only the adapter.")] = False,
              json_: JsonOpt = False):
     """Write a folder that peft.PeftModel.from_pretrained loads as is (and the base under base/)."""
-    from ledger import generations
-
-    store = open_store()
-    res = generations.checkout(store, ref, directory, with_base=not no_base)
-    emit(json_, res, lambda: common.console().print(
-        f"checked out {res['generation']} into {res['dir']}: " + (", ".join(res["files"]) or "no adapter (base only)")))
+    res = api.checkout(ref, directory, with_base=not no_base, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(
+        f"checked out {res.generation} into {res.dir}: " + (", ".join(res.files) or "no adapter (base only)")))
 
 
 def demo(directory: Annotated[Optional[Path], typer.Option("--dir", help="Where to build the demo store (default: ./ledger-demo).")] = None,
          json_: JsonOpt = False):
     """The whole story on a built-in tiny model: seal, record, learn, refuse, diff, roll back, verify."""
-    from ledger.demo.story import run_demo
+    res = api.demo(directory or Path("ledger-demo"), show=None if json_ else DemoShow(common.console()))
+    finish(json_, res)
 
-    res = run_demo(directory or Path("ledger-demo"), console=None if json_ else common.console())
-    emit(json_, res)
+
+class DemoShow:
+    """How `ledger demo` draws its story (ledger.demo.story calls these; JSON mode passes none)."""
+
+    def __init__(self, console):
+        self.c = console
+
+    def chapter(self, n: int, title: str, why: str) -> None:
+        self.c.rule(f"[bold]{n}. {title}")
+        self.c.print(f"[dim]{why}[/]")
+
+    def say(self, msg: str) -> None:
+        self.c.print(msg)
+
+    def cycle(self, res) -> None:
+        render_cycle(res.result)
+
+    def gens(self, res) -> None:
+        render_gens(res)
+
+    def diff(self, res) -> None:
+        render_diff(res.body)

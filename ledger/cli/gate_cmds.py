@@ -1,7 +1,7 @@
 """The gate's commands: `ledger seal`, `ledger judge`, `ledger dpo`.
 
-Parsing and rendering only; the work is in ledger.gate.seal / judge / dpo. torch is imported
-inside the commands (through ledger.gate), never at module top level.
+Parsing and rendering only; the work is ledger.api's. torch loads inside the verbs that score
+or train, never at start-up.
 
 Exit codes: any verdict that was reached is 0 -- the verdict is data, in the output and the
 journal (SuiteChanged, GamedTheEvaluator, Regressed and NoImprovement included); a spent suite
@@ -15,8 +15,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit, flush_warnings, open_store, short
+from ledger.cli.common import JsonOpt, finish, short
+from ledger.errors import BadInput
 
 
 def register(app: typer.Typer) -> None:
@@ -35,24 +37,17 @@ def seal(
     json_: JsonOpt = False,
 ):
     """Seal a suite where training cannot read it, and pin its hash (one `seal` record)."""
-    from ledger.errors import BadInput
-    from ledger.gate import seal as seallib
-
-    store = open_store()
     if restore:
         if suite_dir is not None or repin:
             raise BadInput("--restore takes no suite folder and no --repin", "run `ledger seal --restore` alone")
-        path = seallib.restore(store)
-        flush_warnings(store)
-        suite = seallib.require_pinned(store)
-        emit(json_, {**suite.summary(), "restored": str(path)},
-             lambda: common.console().print(f"restored the sealed copy of suite {short(suite.id)} ({path})"))
+        res = api.seal_restore(store=common.store_dir())
+        finish(json_, res, lambda: common.console().print(
+            f"restored the sealed copy of suite {short(res.suite.id)} ({res.path})"))
         return
     if suite_dir is None:
         raise BadInput("give a suite folder to seal", "ledger seal SUITE_DIR (or --restore)")
-    res = seallib.seal(store, suite_dir, base=base, repin=repin, reason=reason)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: _render_seal(res))
+    res = api.seal(suite_dir, base=base, repin=repin, reason=reason, store=common.store_dir())
+    finish(json_, res, lambda: _render_seal(res.result))
 
 
 def _render_seal(res) -> None:
@@ -70,9 +65,8 @@ def _render_seal(res) -> None:
         t.add_row(f"changed: {part}", str(ch))
     title = ("re-pinned" if res.repinned else "sealed and pinned") if res.new else "already pinned (nothing written)"
     common.console().print(Panel(t, title=title, border_style="green" if res.new else "dim"))
-    if s["scored"] < 30 or s["canaries"] < 8:
-        common.console().print(f"[yellow]note:[/] a small suite ({s['scored']} scored, {s['canaries']} canary): only "
-                               "large effects can pass the gate; 30+ scored and 8+ canary documents make it sharper")
+    for w in res.warnings:
+        common.console().print(f"[yellow]warning:[/] {w}")
 
 
 # --- judge -----------------------------------------------------------------------------------------
@@ -84,16 +78,9 @@ def judge(
     json_: JsonOpt = False,
 ):
     """Score candidate and incumbent on the sealed suite and record the verdict (one `judge` record)."""
-    from ledger.gate import judge as judgelib
-
-    store = open_store()
     say = (lambda msg: common.err_console().print(f"[dim]{msg}[/]")) if not json_ else None
-    v, vid, rec = judgelib.judge(store, candidate, against, export_dataset=export, progress=say)
-    flush_warnings(store)
-    body = v.to_json()
-    body.pop("sealed")  # per-document losses stay in the verdict object: `ledger cat VERDICT`
-    data = {**body, "verdict_id": vid, "record": rec["id"], "learner_view_id": rec["payload"]["learner_view"]}
-    emit(json_, data, lambda: render_verdict(store.get_json(vid), vid))
+    res = api.judge(candidate, against=against, export=export, progress=say, store=common.store_dir())
+    finish(json_, res, lambda: render_verdict(res.body, res.verdict_id))
 
 
 def render_verdict(v: dict, vid: str | None = None) -> None:
@@ -171,11 +158,6 @@ def dpo(
     json_: JsonOpt = False,
 ):
     """Train a DPO adapter on top of an SFT adapter in a sandboxed child (one `train` record)."""
-    from ledger.errors import Refused
-    from ledger.train import dpo as dpolib
-
-    cfg = dpolib.DpoConfig(beta=beta, lr=lr, steps=steps, batch=batch, seed=seed, threads=threads)
-    store = open_store()
     show = not json_ and common.err_console().is_terminal
 
     def progress(p: dict) -> None:
@@ -183,13 +165,9 @@ def dpo(
             common.err_console().print(f"[dim]step {p['step']}/{p['steps']}  loss {p['loss']:.4f}  "
                                        f"margin {p['margin']:+.3f}  accuracy {p['accuracy']:.0%}[/]")
 
-    res = dpolib.train_dpo(store, pairs, sft, config=cfg, unsandboxed=unsandboxed, progress=progress)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: _render_dpo(res))
-    if res.receipt["stopped"]:
-        st = res.receipt["stopped"]
-        raise Refused(f"DPO stopped: {st['reason']} at step {st['step']}; receipt {res.receipt_id} has no adapter",
-                      "lower --lr or --beta and retry")
+    res = api.dpo(pairs, sft=sft, beta=beta, lr=lr, steps=steps, batch=batch, seed=seed, threads=threads,
+                  unsandboxed=unsandboxed, progress=progress, store=common.store_dir())
+    finish(json_, res, lambda: _render_dpo(res.result))
 
 
 def _render_dpo(res) -> None:

@@ -1,4 +1,5 @@
-"""The image: serve, act, outcome, image status|stop (docs/image.md)."""
+"""The image: serve, act, outcome, image status|stop (docs/image.md). Parsing and rendering only:
+the work is ledger.api's."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, open_store, short
+from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, short
+from ledger.options import DURABILITY, LearnOptions, ServeOptions
 
 image_app = typer.Typer(help="The running image: status, stop.", no_args_is_help=True)
 
@@ -24,38 +27,33 @@ def register(app: typer.Typer) -> None:
 
 def serve(
     learn: Annotated[bool, typer.Option("--learn", help="Run the learn cycle when the trigger policy says so.")] = False,
-    min_turns: Annotated[int, typer.Option("--min-turns", help="With --learn: new turns needed.")] = 150,
-    min_hours: Annotated[float, typer.Option("--min-hours", help="With --learn: hours since the last cycle.")] = 4.0,
+    min_turns: Annotated[int, typer.Option("--min-turns", help="With --learn: new turns needed.")] = LearnOptions.min_turns,
+    min_hours: Annotated[float, typer.Option("--min-hours", help="With --learn: hours since the last cycle.")] = LearnOptions.min_hours,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="With --learn: training spec (default: the built-in one).")] = None,
-    target: Annotated[str, typer.Option("--target", help="With --learn: target profile.")] = "cpu",
+    target: Annotated[str, typer.Option("--target", help="With --learn: target profile.")] = LearnOptions.target,
     detach: Annotated[bool, typer.Option("--detach", help="Serve in the background; return once serving.")] = False,
-    durability: Annotated[str, typer.Option("--durability", help="fsync (default): a turn is fsynced before its reply; "
-                                            "os: written to the OS only (survives a kill, not a power loss).")] = "fsync",
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads for the model.")] = 1,
+    durability: Annotated[str, typer.Option("--durability", help=f"{DURABILITY[0]} (default): a turn is fsynced before its reply; "
+                                            "os: written to the OS only (survives a kill, not a power loss).")] = ServeOptions.durability,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for the model.")] = ServeOptions.threads,
     unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the image without Landlock (recorded).")] = False,
     json_: JsonOpt = False,
 ):
     """Serve HEAD on .ledger/run/image.sock: act, record every turn, follow HEAD, stop for cycles."""
-    from ledger.image import server
-
-    store = open_store()
+    # the learn cycle's training stays sandboxed: --unsandboxed is the image's own
+    options = ServeOptions(learn=LearnOptions(min_turns=min_turns, min_hours=min_hours,
+                                              spec=str(spec.resolve()) if spec else None, target=target) if learn else None,
+                           durability=durability, threads=threads, unsandboxed=unsandboxed)
     if detach:
-        args = ["--min-turns", str(min_turns), "--min-hours", str(min_hours), "--target", target,
-                "--durability", durability, "--threads", str(threads)]
-        args += (["--learn"] if learn else []) + (["--spec", str(spec.resolve())] if spec else []) \
-            + (["--unsandboxed"] if unsandboxed else [])
-        st = server.start_detached(store.root, args)
-        emit(json_, st, lambda: _render_status(st))
+        res = api.serve(options, detach=True, store=common.store_dir())
+        finish(json_, res, lambda: _render_status(res.status))
         return
-    from ledger.cycle import Policy
 
-    def ready(k):
-        emit(json_, k.status(), lambda: common.err_console().print(
-            f"[green]serving[/] gen-{k.ctx.gen} on {k.status()['socket']}  (Ctrl-C or `ledger image stop` to stop)"))
+    def ready(st):
+        emit(json_, st, lambda: common.err_console().print(
+            f"[green]serving[/] gen-{st['gen']} on {st['socket']}  (Ctrl-C or `ledger image stop` to stop)"))
 
-    server.serve(store, ready=ready, learn=Policy(min_turns, min_hours) if learn else None, spec=spec, target=target,
-                 unsandboxed=unsandboxed, threads=threads, durability=durability)
-    flush_warnings(store)
+    res = api.serve(options, ready=ready, store=common.store_dir())
+    common.print_warnings(res.warnings)
 
 
 def act(
@@ -68,13 +66,9 @@ def act(
     json_: JsonOpt = False,
 ):
     """Ask the running image to act on a situation; prints the action, its outcome and the turn id."""
-    from ledger.cli.common import store_dir
-    from ledger.image import protocol
-    from ledger.store.paths import find_root
-
-    root = find_root(store_dir())
-    reply = protocol.act(root, situation, action=action, request_id=request_id, max_new=max_new,
-                         wait_recorded=not no_wait, timeout=timeout)
+    res = api.act(situation, action=action, request_id=request_id, max_new=max_new, wait_recorded=not no_wait,
+                  timeout=timeout, store=common.store_dir())
+    reply = res.reply
 
     def render():
         t = reply["turn"]
@@ -83,7 +77,7 @@ def act(
         c.print(f"[dim]gen-{t['gen']}[/]  [{style}]{t['action']}[/]" + (f"  →  {t['outcome']}" if t.get("outcome") is not None else ""))
         c.print(f"[dim]{reply.get('turn_id') or 'buffered'} · request {reply['id']} · {t['latency_ms']:.1f} ms"
                 + (" · duplicate (recorded once)" if reply.get("duplicate") else "") + "[/]")
-    emit(json_, reply, render)
+    finish(json_, res, render)
 
 
 def outcome(
@@ -94,52 +88,20 @@ def outcome(
     json_: JsonOpt = False,
 ):
     """Attach the ground-truth outcome to a recorded turn (one `outcome` record; the latest wins)."""
-    import time
-
-    from ledger import experience
-    from ledger.errors import UnknownRef
-    from ledger.image import context
-
-    store = open_store()
-    tid, rid = turn, None
-    if not experience.TURN_ID_RE.match(turn):
-        from ledger.image.protocol import check_id
-
-        rid = check_id(turn)
-        deadline = time.monotonic() + timeout
-        while (tid := context.find_request(store, rid)) is None:
-            if time.monotonic() >= deadline:
-                raise UnknownRef(f"no recorded turn for request {rid!r}",
-                                 "check the id; a turn still in the image's buffer is recorded within a second")
-            time.sleep(0.1)
-    res = experience.attach_outcome(store, tid, value, wait=wait, request=rid)
-    flush_warnings(store)
-    emit(json_, res, lambda: common.console().print(f"{res['turn']}: outcome [green]{res['outcome']}[/]"))
+    res = api.outcome(turn, value, timeout=timeout, wait=wait, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"{res.turn}: outcome [green]{res.outcome}[/]"))
 
 
 def status(json_: JsonOpt = False):
     """Whether an image serves this store, which generation, and its context."""
-    from ledger.cli.common import store_dir
-    from ledger.image import server
-    from ledger.store.paths import find_root
-
-    st = server.status(find_root(store_dir()))
-    emit(json_, st, lambda: _render_status(st))
+    res = api.image_status(store=common.store_dir())
+    finish(json_, res, lambda: _render_status(res.status))
 
 
 def stop(json_: JsonOpt = False):
     """Stop the image: it finishes the request in flight, its turns are committed, it exits."""
-    from ledger.cli.common import store_dir
-    from ledger.image import server
-    from ledger.store.paths import find_root
-
-    root = find_root(store_dir())
-    if not server.status(root).get("running"):
-        from ledger.errors import ImageUnavailable
-
-        raise ImageUnavailable(f"no image is serving {root}", "nothing to stop")
-    res = server.stop(root)
-    emit(json_, res, lambda: common.console().print("stopped"))
+    res = api.image_stop(store=common.store_dir())
+    finish(json_, res, lambda: common.console().print("stopped"))
 
 
 def _render_status(st: dict) -> None:

@@ -1,8 +1,7 @@
 """`ledger kernel list | build | test | bench | gate`: GPU kernels as checked artefacts.
 
-Parsing and rendering only; the work is in ledger.kernels (build/test/bench/gate) and
-ledger.kernels.store_records (one transaction per command). cupy, numpy and torch are imported
-inside the commands.
+Parsing and rendering only; the work is ledger.api's (ledger.kernels underneath: one transaction
+per command). cupy, numpy and torch load inside the verbs that need them.
 
 Exit codes: 0 recorded (gate: Accepted); 3 the gate refused (after its record is committed), or
 a realization that cannot run here -- no cupy, no NVRTC, no GPU, a target below the kernel's
@@ -15,8 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit, flush_warnings, open_store, short
+from ledger.cli.common import JsonOpt, finish, short
 
 kernel_app = typer.Typer(help="GPU kernels: build with NVRTC, test against float64 oracles, bench against torch, gate.",
                          no_args_is_help=True)
@@ -31,14 +31,8 @@ def register(app: typer.Typer) -> None:
 @kernel_app.command("list")
 def list_(json_: JsonOpt = False):
     """Registered kernels, their requirements, and per target the current build/test/bench/gate."""
-    from ledger.errors import NotAStore
-    from ledger.kernels import store_records as sr
-
-    try:
-        store = open_store()
-    except NotAStore:
-        store = None  # the registry is readable without a store
-    data = sr.status(store)
+    res = api.kernel_list(store=common.store_dir())
+    data = res.kernels
 
     def render():
         con = common.console()
@@ -53,7 +47,7 @@ def list_(json_: JsonOpt = False):
                 con.print(f"  {key}: build {short(refs['build'])}  test {short(refs['test'])}  "
                           f"bench {short(refs['bench'])}  {gate}")
 
-    emit(json_, data, render)
+    finish(json_, res, render)
 
 
 @kernel_app.command("build")
@@ -63,14 +57,8 @@ def build(
     json_: JsonOpt = False,
 ):
     """Compile NAME for a target with NVRTC; store source, options, NVRTC version, arch, PTX and cubin."""
-    from ledger.errors import BadInput
-    from ledger.kernels import store_records as sr
-
-    if target is None:
-        raise BadInput("kernel build needs --target", "e.g. --target h200 (a profile), sm_90, or local")
-    store = open_store()
-    res = sr.record_build(store, name, target)
-    flush_warnings(store)
+    out = api.kernel_build(name, target=target, store=common.store_dir())
+    res = out.result
 
     def render():
         b = res.record
@@ -82,7 +70,7 @@ def build(
         if res.journal and res.journal["payload"].get("gate_dropped"):
             con.print(f"  [yellow]the cubin changed: gate {short(res.journal['payload']['gate_dropped'])} no longer applies[/]")
 
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 @kernel_app.command("test")
@@ -94,11 +82,8 @@ def test(
     json_: JsonOpt = False,
 ):
     """Run the stored build on this GPU over a shape sweep; record the worst relative error vs the float64 oracle."""
-    from ledger.kernels import store_records as sr
-
-    store = open_store()
-    res = sr.record_test(store, name, target, shapes=shape or None, seed=seed)
-    flush_warnings(store)
+    out = api.kernel_test(name, target=target, shapes=shape or None, seed=seed, store=common.store_dir())
+    res = out.result
 
     def render():
         t = res.record
@@ -108,7 +93,7 @@ def test(
                                f"worst rel_l2 {worst} (tolerance {t.tolerance:g}), {t.unwritten} unwritten  "
                                + ("[green]within tolerance[/]" if ok else "[red]WRONG[/]") + f"  record {res.record_id}")
 
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 @kernel_app.command("bench")
@@ -121,11 +106,8 @@ def bench(
     json_: JsonOpt = False,
 ):
     """Time the stored build beside its torch baseline (CUDA events, same run); record medians and bandwidth fractions."""
-    from ledger.kernels import store_records as sr
-
-    store = open_store()
-    res = sr.record_bench(store, name, target, shape=shape, launches=launches, warmup=warmup)
-    flush_warnings(store)
+    out = api.kernel_bench(name, target=target, shape=shape, launches=launches, warmup=warmup, store=common.store_dir())
+    res = out.result
 
     def render():
         b = res.record
@@ -134,7 +116,7 @@ def bench(
             f"({b.candidate_fraction:.1%} of copy bandwidth), baseline {b.baseline.entry} {b.baseline.median_s * 1e6:.2f} us "
             f"({b.baseline_fraction:.1%}); {b.speedup:.2f}x; copy {b.copy_bytes_per_s / 1e12:.2f} TB/s  record {res.record_id}")
 
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 @kernel_app.command("gate")
@@ -146,22 +128,15 @@ def gate(
     json_: JsonOpt = False,
 ):
     """Admit or refuse the current build: wrong or not faster than its baseline is refused (exit 3, recorded)."""
-    from ledger.errors import Refused
-    from ledger.kernels import store_records as sr
-
-    store = open_store()
-    res = sr.record_gate(store, name, target, test=test_ref, bench=bench_ref)
-    flush_warnings(store)
+    out = api.kernel_gate(name, target=target, test=test_ref, bench=bench_ref, store=common.store_dir())
+    res = out.result
     d = res.record
 
     def render():
         style = "bold green" if d.accepted else "bold red"
         common.console().print(f"[{style}]{d.code}[/] {name} for {res.target}: {d.reason}  record {res.record_id}")
         if d.accepted:
-            common.console().print(f"  ref {sr.ref_name('gate', name, res.target)} → {short(res.record_id)} "
+            common.console().print(f"  ref {out.ref} → {short(res.record_id)} "
                                    "(plans for this target may now select cupy-fused)")
 
-    emit(json_, res.to_json(), render)
-    if not d.accepted:
-        raise Refused(f"kernel gate refused {name} for {res.target}: {d.code}: {d.reason}",
-                      f"the refusal is recorded ({short(res.record_id)}); fix the kernel, rebuild, test and bench again")
+    finish(json_, out, render)

@@ -1,6 +1,14 @@
 """The `ledger` command: a typer app whose commands come from one module per command group,
 loaded only when used (ledger/cli/catalog.py), and which maps every LedgerError to its
-one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1)."""
+one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1).
+
+Conduct every command shares (tests/cli/test_conduct.py):
+- an error is one line and a hint on stderr; under --json it is also one JSON object on stdout,
+  {"exit_code", "error", "message", "hint"}, unless the command already wrote its answer there;
+- Ctrl-C exits 130 with one line saying what the store kept (its last committed record);
+- the store is --store DIR (or DIR/.ledger), else LEDGER_DIR, else found from the current
+  folder or any parent, like git;
+- `ledger --version` prints the version."""
 
 from __future__ import annotations
 
@@ -78,9 +86,22 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from ledger import api
+
+        common.line(f"ledger {api.version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
-    store: Annotated[Optional[str], typer.Option("--store", envvar="LEDGER_DIR", help="Store directory (default ./.ledger).")] = None,
+    store: Annotated[Optional[str], typer.Option(
+        "--store", envvar="LEDGER_DIR",
+        help="The store: a folder holding .ledger/, or the .ledger folder itself (default: found from the "
+             "current folder or any parent).")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                          help="Print the version and exit.")] = False,
 ):
     common.set_store_dir(store)
 
@@ -88,31 +109,53 @@ def _root(
 def main(argv: list[str] | None = None) -> int:
     from ledger.errors import LedgerError
 
+    args = sys.argv[1:] if argv is None else list(argv)
+    json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=args, standalone_mode=False)
     except LedgerError as e:
         if common.debug():
             _print_details(e)
             raise
-        _report(e.message, e.hint, e.exit_code, e.to_json())
+        _report(e.message, e.hint, e.exit_code, type(e).__name__, json_mode)
         return e.exit_code
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except KeyboardInterrupt:
-        _report("interrupted", "nothing after the last committed record was kept", 1, None)
-        return 130
+    except KeyboardInterrupt:   # outside a command (typer turns one inside into 130, below)
+        return _interrupted(json_mode)
     except Exception as e:  # usage errors and anything unexpected
         if isinstance(e, typer.Abort):
             return 1
         if hasattr(e, "format_message") and isinstance(e, typer.TyperException):  # click usage errors
             msg = e.format_message()
-            _report(msg.splitlines()[0] if msg else type(e).__name__, "see `ledger COMMAND --help`", 2, None)
+            _report(msg.splitlines()[0] if msg else type(e).__name__, "see `ledger COMMAND --help`", 2, "UsageError",
+                    json_mode)
             return 2
         if common.debug():
             raise
-        _report(f"internal error: {type(e).__name__}: {e}", "rerun with LEDGER_DEBUG=1 for a traceback and report it", 1, None)
+        _report(f"internal error: {type(e).__name__}: {e}", "rerun with LEDGER_DEBUG=1 for a traceback and report it", 1,
+                "InternalError", json_mode)
         return 1
-    return 0
+    if rv == 130:   # typer's answer to a KeyboardInterrupt inside a command
+        return _interrupted(json_mode)
+    return rv if isinstance(rv, int) else 0
+
+
+def _interrupted(json_mode: bool) -> int:
+    """Ctrl-C: exit 130, saying what the store kept. Every change is a transaction, so what was
+    committed before the interrupt is whole and nothing after it was written."""
+    from ledger import api
+    from ledger.errors import LedgerError
+
+    try:
+        last = api.last_record(store=common.store_dir())
+    except LedgerError:   # no store here (or an unreadable one): nothing of it to report
+        last = None
+    kept = (f"the store keeps everything up to journal record {last['seq']} ({last['kind']}); nothing after it was written"
+            if last else "nothing was written")
+    _report(f"interrupted: {kept}", "run the same command again to carry on (`ledger run` resumes a cycle "
+            "from its last committed stage)", 130, "Interrupted", json_mode)
+    return 130
 
 
 def _print_details(e) -> None:
@@ -125,9 +168,11 @@ def _print_details(e) -> None:
         sys.stderr.write(f"--- {key} ---\n{text.rstrip()}\n")
 
 
-def _report(message: str, hint: str, code: int, data) -> None:
+def _report(message: str, hint: str, code: int, name: str, json_mode: bool) -> None:
     from rich.markup import escape
 
+    if json_mode and not common.emitted():   # one JSON document on stdout: the answer, or this
+        common.emit(True, {"exit_code": code, "error": name, "message": message, "hint": hint})
     # soft_wrap: the message stays one line whatever the terminal width (scripts grep it)
     common.err_console().print(f"[bold red]error:[/] {escape(message)}\n[dim]hint: {escape(hint)}[/]", soft_wrap=True)
 

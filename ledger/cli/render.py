@@ -25,7 +25,6 @@ VERDICT_STYLE = {"Accept": "bold green", "Regressed": "red", "NoImprovement": "y
                  "GamedTheEvaluator": "bold magenta", "SuiteChanged": "bold red", "TrainingFailed": "red"}
 OUTCOME_STYLE = {"Reproduced": "bold green", "WithinTolerance": "green", "Diverged": "bold red", "MissingInputs": "bold red"}
 RUNG_STYLE = {"Learned": "green", "Judged": "bold green", "Ran": "yellow", "Emitted": "yellow", "Checked": "red"}
-RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receipt (loss sparkline in the log)
 
 
 def styled(name, styles: dict) -> str:
@@ -42,7 +41,7 @@ Segment = tuple[str, "str | None"]  # (text, rich style or None); text is data, 
 
 def loss_segments(losses, width: int = 16, numbers: bool = True) -> list[Segment]:
     """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell (first→last loss with `numbers`)."""
-    from ledger.report.sparkline import sparkline
+    from ledger.api import sparkline
 
     vals = [v for v in (losses or []) if isinstance(v, (int, float))]
     if not vals:
@@ -85,29 +84,11 @@ def _summary(r: dict, losses=None) -> list[Segment]:
     return out
 
 
-def _receipt_losses(recs: list[dict]) -> dict[int, list]:
-    """Loss traces of the receipts the shown records name (only those: `log` stays fast on a
-    journal of millions of records). A missing or corrupt receipt raises, as any read does."""
-    wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
-    if not wanted:
-        return {}
-    from ledger.store.objects import ObjectStore
-    from ledger.store.paths import find_root
-
-    objects = ObjectStore(find_root(common.store_dir()))
-    out = {}
-    for r in wanted:
-        body = objects.get_json(r["payload"]["receipt"])
-        out[r["seq"]] = body.get("losses") if isinstance(body, dict) else None
-    return out
-
-
-def records(recs: list[dict]) -> None:
-    """The journal as a table: seq, time, kind, id, and what the record did. On a terminal the
-    `what` column wraps under itself, in colour; into a pipe each record is one plain line
-    (what a script or grep wants), written without loading rich at all — a third of `ledger
-    log`'s start-up."""
-    losses = _receipt_losses(recs)
+def records(recs, losses) -> None:
+    """The journal as a table: seq, time, kind, id, and what the record did (`losses`: seq -> the
+    loss trace of the receipt a record names, from api.log). On a terminal the `what` column
+    wraps under itself, in colour; into a pipe each record is one plain line (what a script or
+    grep wants), written without loading rich at all — a third of `ledger log`'s start-up."""
     rows = [(str(r["seq"]), r["time"][:19].replace("T", " "), r["kind"], common.short(r["id"], 10),
              _summary(r, losses.get(r["seq"]))) for r in recs]
     head = ("seq", "time", "kind", "id")

@@ -1,4 +1,4 @@
-"""`ledger report`: the store's history as one self-contained HTML file (ledger.report)."""
+"""`ledger report`: the store's history as one self-contained HTML file (api.report)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit, flush_warnings, human_bytes, open_store
+from ledger.cli.common import JsonOpt, finish, human_bytes
+from ledger.errors import BadInput
 
 
 def register(app: typer.Typer) -> None:
@@ -22,19 +24,16 @@ def report(
 ):
     """Write an HTML report: score history with the η band, verdicts, loss curves, canary vs
     scored deltas, lineage and HEAD moves, and a receipt browser. Offline: no script, no network."""
-    from ledger import report as reportlib
-    from ledger.errors import BadInput
-
-    store = open_store()
     if output == "-":
         if json_:
             raise BadInput("--json and -o - both want stdout", "write the page to a file with -o FILE")
-        sys.stdout.write(reportlib.render(reportlib.gather(store)))
-        flush_warnings(store)
+        html, warnings = api.report_html(store=common.store_dir())
+        sys.stdout.write(html)
+        common.print_warnings(warnings)
         return
-    info = reportlib.write(store, Path(output))
-    flush_warnings(store)
-    emit(json_, info, lambda: common.console().print(
+    res = api.report(Path(output), store=common.store_dir())
+    info = res.info
+    finish(json_, res, lambda: common.console().print(
         f"wrote [bold]{info['path']}[/] ({human_bytes(info['bytes'])}): {info['generations']} generation(s), "
         f"{info['cycles']} cycle(s), {info['gate_runs']} gate run(s), {info['receipts']} receipt(s), "
         f"{info['rollbacks']} rollback(s) — open it in a browser (works offline)"))

@@ -1,17 +1,20 @@
 """Sharing commands: bundle create|import|ls, remote add|list|remove, push, pull, fetch,
-key create|list|export|trust|untrust|require. Parsing and rendering only: the work is in
-ledger.sharing."""
+key create|list|export|trust|untrust|require. Parsing and rendering only: the work is
+ledger.api's (ledger.sharing underneath)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit, flush_warnings, human_bytes, open_store, short
+from ledger.cli.common import JsonOpt, finish, human_bytes, short
+from ledger.errors import BadInput
 
 SignOpt = Annotated[Optional[str], typer.Option("--sign", help="Sign with this key of yours (`ledger key list`).")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Objects moved concurrently.")]
@@ -43,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
 
 class RichProgress:
-    """Bytes and objects on stderr (transfer.Progress). Thread-safe: transfers run on a pool."""
+    """Bytes and objects on stderr (sharing.pool.Progress). Thread-safe: transfers run on a pool."""
 
     def __init__(self):
         self._p = None
@@ -114,12 +117,10 @@ def bundle_create(
     json_: JsonOpt = False,
 ):
     """Write the closure of REFs plus the journal records that made them into one file."""
-    from ledger.sharing import bundle
-
-    store = open_store()
-    res = bundle.create(store, refs, output, key_name=sign, origin=origin, progress=None if json_ else RichProgress())
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: common.console().print(
+    out = api.bundle_create(refs, output, sign=sign, origin=origin, progress=None if json_ else RichProgress(),
+                            store=common.store_dir())
+    res = out.result
+    finish(json_, out, lambda: common.console().print(
         f"wrote {res.path}: {res.objects} objects, {human_bytes(res.bytes)}, {res.segment_records} journal record(s), "
         f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
         + (f"\n[yellow]note:[/] {len(res.absent)} id(s) the shared objects name are not held here (digests or lost "
@@ -136,12 +137,9 @@ def bundle_import(
 
     Every object hash, the journal segment and signatures are checked first; a damaged or
     tampered bundle changes nothing."""
-    from ledger.sharing import bundle
-
-    store = open_store()
-    res = bundle.import_bundle(store, file, namespace=as_, progress=None if json_ else RichProgress(), jobs=jobs)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: _render_import(res))
+    out = api.bundle_import(file, namespace=as_, jobs=jobs, progress=None if json_ else RichProgress(),
+                            store=common.store_dir())
+    finish(json_, out, lambda: _render_import(out.result))
 
 
 def bundle_ls(
@@ -149,14 +147,8 @@ def bundle_ls(
     json_: JsonOpt = False,
 ):
     """Show a bundle's table of contents, signers and journal segment (imports nothing)."""
-    from ledger.errors import NotAStore
-    from ledger.sharing import bundle
-
-    try:
-        store = open_store()
-    except NotAStore:
-        store = None  # listing needs no store; signers are then shown as untrusted
-    lst = bundle.ls(store, file)
+    out = api.bundle_ls(file, store=common.store_dir())  # no store needed: signers then read as untrusted
+    lst = out.result
 
     def render():
         c = common.console()
@@ -168,7 +160,7 @@ def bundle_ls(
             c.print(f"  ref {name} → {short(oid)}")
         for r in lst.records:
             c.print(f"  [dim]record {r['seq']:>6}  {r['kind']:<10} {short(r['id'], 10)}  {r['actor']}  {r['time'][:19]}[/]")
-    emit(json_, lst.to_json(), render)
+    finish(json_, out, render)
 
 
 # --- remotes -------------------------------------------------------------------------------
@@ -180,54 +172,28 @@ def remote_add(
     json_: JsonOpt = False,
 ):
     """Configure a remote (recorded in the journal; credentials are never stored)."""
-    from ledger.errors import BadInput
-    from ledger.sharing import remote
-
-    opts = {}
-    if endpoint_url:
-        opts["endpoint_url"] = endpoint_url
-    for o in option or []:
-        k, eq, v = o.partition("=")
-        if not eq or not k:
-            raise BadInput(f"--option {o!r} is not KEY=VALUE")
-        opts[k] = v
-    store = open_store()
-    cfg = remote.add(store, name, url, opts)
-    flush_warnings(store)
-    emit(json_, cfg.to_json(), lambda: common.console().print(f"remote {cfg.name} → {cfg.url}"))
+    out = api.remote_add(name, url, endpoint_url=endpoint_url, options=option or (), store=common.store_dir())
+    cfg = out.result
+    finish(json_, out, lambda: common.console().print(f"remote {cfg.name} → {cfg.url}"))
 
 
 def remote_list(json_: JsonOpt = False):
     """Configured remotes."""
-    from ledger.sharing import remote
-
-    store = open_store()
-    cfgs = remote.configured(store)
+    res = api.remote_list(store=common.store_dir())
 
     def render():
-        if not cfgs:
+        if not res.remotes:
             common.console().print("no remotes (`ledger remote add NAME URL`)")
-        for c in cfgs.values():
+        for c in res.remotes:
             extra = "  " + " ".join(f"{k}={v}" for k, v in sorted(c.options.items())) if c.options else ""
             common.console().print(f"{c.name}\t{c.url}{extra}")
-    emit(json_, [c.to_json() for c in cfgs.values()], render)
+    finish(json_, res, render)
 
 
 def remote_remove(name: Annotated[str, typer.Argument()], json_: JsonOpt = False):
     """Forget a remote (a journal record; nothing on the remote is touched)."""
-    from ledger.sharing import remote
-
-    store = open_store()
-    remote.remove(store, name)
-    flush_warnings(store)
-    emit(json_, {"removed": name}, lambda: common.console().print(f"removed remote {name}"))
-
-
-def _backend(store, name: str):
-    from ledger.sharing import remote
-
-    cfg = remote.get(store, name)
-    return remote.open_backend(cfg.url, cfg.options)
+    res = api.remote_remove(name, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"removed remote {name}"))
 
 
 def push(
@@ -241,12 +207,9 @@ def push(
     """Send the closure of REFs and its journal segment to a remote (only missing objects move).
 
     A rerun after an interruption resumes: objects already there are not sent again."""
-    from ledger.sharing import transfer
-
-    store = open_store()
-    res = transfer.push(store, _backend(store, remote_name), refs or ["HEAD"], key_name=sign,
-                        progress=None if json_ else RichProgress(), jobs=jobs, full=full)
-    flush_warnings(store)
+    out = api.push(remote_name, refs or ["HEAD"], sign=sign, jobs=jobs, full=full,
+                   progress=None if json_ else RichProgress(), store=common.store_dir())
+    res = out.result
 
     def render():
         c = common.console()
@@ -260,7 +223,7 @@ def push(
         if res.absent:
             c.print(f"[yellow]note:[/] {len(res.absent)} id(s) the shared objects name are not held here and were "
                     f"not sent (digests or lost objects), e.g. {short(res.absent[0])}")
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 def pull(
@@ -273,13 +236,9 @@ def pull(
     """Fetch refs from a remote into REMOTE/… (or --as NS/…); local HEAD never changes.
 
     Every object is verified on arrival; signatures are checked against your trusted keys."""
-    from ledger.sharing import transfer
-
-    store = open_store()
-    res = transfer.pull(store, _backend(store, remote_name), refs or None, namespace=as_ or remote_name,
-                        source=remote_name, progress=None if json_ else RichProgress(), jobs=jobs)
-    flush_warnings(store)
-    emit(json_, [r.to_json() for r in res], lambda: [_render_import(r) for r in res])
+    res = api.pull(remote_name, refs or None, namespace=as_, jobs=jobs, progress=None if json_ else RichProgress(),
+                   store=common.store_dir())
+    finish(json_, res, lambda: [_render_import(r) for r in res.imports])
 
 
 def fetch(
@@ -293,11 +252,9 @@ def fetch(
 
     Uses the signed manifest a push of those ids left where there is one; otherwise walks the
     remote object by object (refused when this store requires signatures)."""
-    from ledger.sharing import transfer
-
-    store = open_store()
-    res = transfer.fetch_closure(store, source, ids, namespace=as_, progress=None if json_ else RichProgress(), jobs=jobs)
-    flush_warnings(store)
+    out = api.fetch(source, ids, namespace=as_, jobs=jobs, progress=None if json_ else RichProgress(),
+                    store=common.store_dir())
+    res = out.result
 
     def render():
         c = common.console()
@@ -307,34 +264,22 @@ def fetch(
         if res.missing:
             c.print(f"[yellow]{len(res.missing)} id(s) reachable from it are held neither here nor there[/] "
                     f"(digests or lost objects), e.g. {short(res.missing[0])}")
-    emit(json_, res.to_json(), render)
+    finish(json_, out, render)
 
 
 # --- keys ----------------------------------------------------------------------------------
 def key_create(name: Annotated[str, typer.Argument(help="Key name, e.g. your user name.")], json_: JsonOpt = False):
     """Create an ed25519 key pair: the private half stays in .ledger/keys/ (0600)."""
-    from ledger.sharing import keys
-
-    store = open_store()
-    pub = keys.create(store, name)
-    flush_warnings(store)
-    emit(json_, {**pub.to_json(), "fingerprint": pub.fingerprint, "id": pub.id},
-         lambda: common.console().print(f"created key {name}  {pub.fingerprint}\n"
+    res = api.key_create(name, store=common.store_dir())
+    pub = res.key
+    finish(json_, res, lambda: common.console().print(f"created key {name}  {pub.fingerprint}\n"
                                         f"  give colleagues: `ledger key export {name} -o {name}.pub`"))
 
 
 def key_list(json_: JsonOpt = False):
     """Your keys and the keys you trust."""
-    from ledger.sharing import keys
-
-    store = open_store()
-    own = keys.own_keys(store)
-    trusted = {fp: k for fp, k in keys.trusted_keys(store).items() if fp not in {o.fingerprint for o in own.values()}}
-    required = keys.signatures_required(store)
-    data = {"own": [{"name": k.name, "fingerprint": k.fingerprint,
-                     "private": (keys.keys_dir(store) / f"{k.name}.ed25519").is_file()} for k in own.values()],
-            "trusted": [{"name": k.name, "fingerprint": k.fingerprint} for k in trusted.values()],
-            "require_signatures": required}
+    res = api.key_list(store=common.store_dir())
+    data, own, trusted, required = res.to_json(), res.own, res.trusted, res.require_signatures
 
     def render():
         c = common.console()
@@ -345,7 +290,7 @@ def key_list(json_: JsonOpt = False):
         if not own and not trusted:
             c.print("no keys (`ledger key create NAME`)")
         c.print(f"signatures required on import: {'[bold]yes[/]' if required else 'no'}")
-    emit(json_, data, render)
+    finish(json_, res, render)
 
 
 def key_export(
@@ -354,23 +299,11 @@ def key_export(
     json_: JsonOpt = False,
 ):
     """Write your public key (for colleagues' `ledger key trust`)."""
-    import sys
-
-    from ledger.errors import UnknownRef
-    from ledger.sharing import keys
-    from ledger.store import canonical
-
-    store = open_store()
-    own = keys.own_keys(store)
-    if name not in own:
-        raise UnknownRef(f"no key named {name!r}", "see `ledger key list`")
-    data = canonical.dumps(own[name].to_json()) + b"\n"
+    res = api.key_export(name, output, store=common.store_dir())
     if output:
-        output.write_bytes(data)
-        emit(json_, {"written": str(output), "fingerprint": own[name].fingerprint},
-             lambda: common.console().print(f"wrote {output}  {own[name].fingerprint}"))
+        finish(json_, res, lambda: common.console().print(f"wrote {output}  {res.fingerprint}"))
     else:
-        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.write(res.data)
 
 
 def key_trust(
@@ -379,36 +312,20 @@ def key_trust(
     json_: JsonOpt = False,
 ):
     """Trust a colleague's public key: bundles and pushes they sign are accepted as theirs."""
-    from ledger.sharing import keys
-
-    store = open_store()
-    pub = keys.read_public_key_file(file, name)
-    keys.trust(store, pub)
-    flush_warnings(store)
-    emit(json_, {"name": pub.name, "fingerprint": pub.fingerprint},
-         lambda: common.console().print(f"trusting {pub.name}  {pub.fingerprint}"))
+    res = api.key_trust(file, name=name, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"trusting {res.body['name']}  {res.body['fingerprint']}"))
 
 
 def key_untrust(fingerprint: Annotated[str, typer.Argument(help="Fingerprint (or a unique prefix of it).")],
                 json_: JsonOpt = False):
     """Stop trusting a key."""
-    from ledger.sharing import keys
-
-    store = open_store()
-    keys.untrust(store, fingerprint)
-    flush_warnings(store)
-    emit(json_, {"untrusted": fingerprint}, lambda: common.console().print(f"no longer trusting {fingerprint}"))
+    res = api.key_untrust(fingerprint, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"no longer trusting {fingerprint}"))
 
 
 def key_require(state: Annotated[str, typer.Argument(help="on or off")], json_: JsonOpt = False):
     """Require (or stop requiring) a trusted signature on every bundle import and pull."""
-    from ledger.errors import BadInput
-    from ledger.sharing import keys
-
     if state not in ("on", "off"):
-        raise BadInput(f"expected on or off, got {state!r}")
-    store = open_store()
-    keys.set_signatures_required(store, state == "on")
-    flush_warnings(store)
-    emit(json_, {"require_signatures": state == "on"},
-         lambda: common.console().print(f"signatures required on import: {state}"))
+        raise BadInput(f"expected on or off, got {state!r}", "ledger key require on (or off)")
+    res = api.key_require(state == "on", store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"signatures required on import: {state}"))

@@ -1,16 +1,17 @@
-"""Core store commands: init, add, cat, show, log, verify, gc, query, index rebuild, unlock."""
+"""Core store commands: init, add, cat, show, log, verify, gc, query, index rebuild, unlock.
+Parsing and rendering only: the work is ledger.api's."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, emit, flush_warnings, human_bytes, open_store, short
+from ledger.cli.common import JsonOpt, WaitOpt, finish, human_bytes
 
 
 def register(app: typer.Typer) -> None:
@@ -33,12 +34,8 @@ def init(
     json_: JsonOpt = False,
 ):
     """Create an empty store (.ledger/) with its first journal record."""
-    from ledger.store import Store
-
-    d = directory or Path(common.store_dir() or ".")
-    store = Store.init(d)
-    data = {"store": str(store.root), "head": store.state.head, "seq": store.state.seq}
-    emit(json_, data, lambda: common.console().print(f"Initialised empty ledger store in [bold]{store.root}[/]"))
+    res = api.init(directory or Path(common.store_dir() or "."))
+    finish(json_, res, lambda: common.console().print(f"Initialised empty ledger store in [bold]{res.store}[/]"))
 
 
 def add(
@@ -49,92 +46,41 @@ def add(
     json_: JsonOpt = False,
 ):
     """Store a file or directory as immutable objects and record it in the journal."""
-    from ledger.store.add import add_path
-
-    store = open_store()
+    where = common.store_dir()
     if json_:
-        res = add_path(store, path, kind=kind or None, name=name, wait=wait)
+        res = api.add(path, kind=kind or None, name=name, wait=wait, store=where)
     else:
-        with common.byte_progress(f"adding {path.name}", _tree_size(path)) as advance:
-            res = add_path(store, path, kind=kind or None, name=name, wait=wait, bar=advance)
-    flush_warnings(store)
+        with common.byte_progress(f"adding {path.name}", api.tree_size(path)) as advance:
+            res = api.add(path, kind=kind or None, name=name, wait=wait, bar=advance, store=where)
 
     def render():
-        verb = "unchanged" if res["unchanged"] else "added"
+        verb = "unchanged" if res.unchanged else "added"
         # one line whatever the width: scripts read the id from it
-        common.line(f"{verb} {res['id']}  {human_bytes(res['size'])}  {res['kind']}" + (f"  name={name}" if name else ""))
-    emit(json_, res, render)
-
-
-def _tree_size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        common.line(f"{verb} {res.id}  {human_bytes(res.size)}  {res.kind}" + (f"  name={name}" if name else ""))
+    finish(json_, res, render)
 
 
 def cat(ref: Annotated[str, typer.Argument(help="Object id, prefix or name.")], json_: JsonOpt = False):
     """Write an object's verified bytes to stdout (--json: id, size, and text or base64)."""
-    store = open_store()
-    oid = store.resolve(ref)
-    size = store.objects.size(oid)
     if json_:
-        import base64
-
-        from ledger.errors import BadInput
-
-        if size > (64 << 20):
-            raise BadInput(f"{oid} is {human_bytes(size)}; --json carries objects up to 64 MiB", "use `ledger cat` without --json")
-        data = store.get_bytes(oid)
-        try:
-            body = {"text": data.decode("utf-8")}
-        except UnicodeDecodeError:
-            body = {"base64": base64.b64encode(data).decode()}
-        emit(True, {"id": oid, "size": size, **body})
+        finish(True, api.cat(ref, store=common.store_dir()))
         return
-    if size > (64 << 20):
-        # Stream large objects through a verified temporary copy, never whole in memory.
-        import tempfile, shutil
-
-        with tempfile.TemporaryDirectory() as td:
-            tmp = Path(td) / "obj"
-            store.export_file(oid, tmp)
-            with open(tmp, "rb") as f:
-                shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)
-        return
-    sys.stdout.buffer.write(store.get_bytes(oid))
+    res = api.cat(ref, sys.stdout.buffer, store=common.store_dir())
+    common.print_warnings(res.warnings)
 
 
 def show(ref: Annotated[str, typer.Argument(help="Object id, prefix, name, gen-N, HEAD, or a journal record id.")],
          json_: JsonOpt = False):
     """Describe an object: structured objects rendered by kind, blobs by size."""
     from ledger.cli import render
-    from ledger.errors import UnknownRef
 
-    store = open_store()
-    try:
-        oid = store.resolve(ref)
-    except UnknownRef:
-        rec = next((r for r in store.journal.scan().records if r["id"].startswith(ref) or r["id"][3:].startswith(ref)), None)
-        if rec is None or len(ref.removeprefix("b3:")) < 8:
-            raise
-        emit(json_, rec, lambda: render.record(rec))
-        return
-    size = store.objects.size(oid)
-    data = store.get_bytes(oid) if size <= (64 << 20) else None
-    obj = None
-    if data is not None and data[:1] == b"{":
-        from ledger.store import canonical
-        from ledger.errors import BadInput
-
-        try:
-            obj = canonical.loads(data)
-        except BadInput:
-            obj = None
-    if obj is None:
-        info = {"id": oid, "size": size, "structured": False}
-        emit(json_, info, lambda: common.console().print(f"{oid}  blob  {human_bytes(size)}"))
-        return
-    emit(json_, {"id": oid, "size": size, "structured": True, "object": obj}, lambda: render.obj(oid, obj))
+    res = api.show(ref, store=common.store_dir())
+    if res.record is not None:
+        finish(json_, res, lambda: render.record(res.record))
+    elif not res.structured:
+        finish(json_, res, lambda: common.console().print(f"{res.id}  blob  {human_bytes(res.size)}"))
+    else:
+        finish(json_, res, lambda: render.obj(res.id, res.object))
 
 
 def log(
@@ -143,22 +89,14 @@ def log(
     json_: JsonOpt = False,
 ):
     """The journal, newest records last."""
-    from ledger.store.paths import find_root
-    from ledger.store.journal import Journal
-
     # Reads only the end of the journal file: fast on a journal of millions of records.
-    root = find_root(common.store_dir())
-    j = Journal(root)
-    if kind:
-        recs = [r for r in j.scan().records if r["kind"] == kind][-n:]
-    else:
-        recs = j.tail(n)
+    res = api.log(n, kind=kind, losses=not json_, store=common.store_dir())
     if json_:
-        emit(True, recs)
+        finish(True, res)
         return
     from ledger.cli import render
 
-    render.records(recs)
+    render.records(res.records, res.losses)
 
 
 def verify(
@@ -166,11 +104,9 @@ def verify(
     json_: JsonOpt = False,
 ):
     """Check the journal chain, the caches and every object (exit 4 on faults)."""
-    from ledger.errors import StoreCorrupt
-    from ledger.store.verify import verify as run_verify
+    res = api.verify(read_data=read_data, store=common.store_dir())
+    rep = res.result
 
-    store = open_store()
-    rep = run_verify(store, read_data=read_data)
     def render():
         c = common.console()
         st = rep.stats
@@ -183,11 +119,7 @@ def verify(
         verdict = "[green]clean[/]" if rep.ok else f"[red]{len(rep.errors)} fault(s)[/]"
         c.print(f"{verdict}: {st.get('records', 0)} records, {st.get('objects', 0)} objects, "
                 f"{human_bytes(st.get('bytes', 0))}" + (" (data rehashed)" if read_data else " (structure; --read-data rehashes)"))
-    emit(json_, rep.to_json(), render)
-    if not rep.ok:
-        first = rep.errors[0]
-        raise StoreCorrupt(f"verify found {len(rep.errors)} fault(s); first: {first['message']}",
-                           "restore the named objects or records from a remote or bundle")
+    finish(json_, res, render)
 
 
 def gc(
@@ -195,10 +127,9 @@ def gc(
     json_: JsonOpt = False,
 ):
     """List (or with --prune delete) objects that no journal record reaches."""
-    from ledger.store import gc as gcmod
+    res = api.gc(prune=prune, store=common.store_dir())
+    p = res.result
 
-    store = open_store()
-    p = gcmod.prune(store) if prune else gcmod.plan(store)
     def render():
         c = common.console()
         verb = "removed" if prune else "would remove"
@@ -209,7 +140,7 @@ def gc(
         c.print(f"{verb} {len(p.unreachable)} unreachable object(s), {human_bytes(p.bytes)}; "
                 f"{len(p.tmp_files)} temporary file(s); kept {p.reachable} reachable"
                 + ("" if prune else "  [dim](dry run: pass --prune)[/]"))
-    emit(json_, p.to_json(), render)
+    finish(json_, res, render)
 
 
 def query(
@@ -218,49 +149,30 @@ def query(
     csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
 ):
     """Run read-only SQL against the DuckDB index."""
-    store = open_store()
-    _ensure_index_current(store)
-    cols, rows = store.query(sql)
+    res = api.query(sql, store=common.store_dir())
     if json_:
-        emit(True, [dict(zip(cols, r)) for r in rows])
-    elif csv:
+        finish(True, res)
+        return
+    common.print_warnings(res.warnings)
+    if csv:
         import csv as csvmod
 
         w = csvmod.writer(sys.stdout)
-        w.writerow(cols)
-        w.writerows(rows)
+        w.writerow(res.columns)
+        w.writerows(res.rows)
     else:
         from rich.table import Table
 
-        t = Table(*cols, show_lines=False)
-        for r in rows:
+        t = Table(*res.columns, show_lines=False)
+        for r in res.rows:
             t.add_row(*("NULL" if v is None else str(v) for v in r))
         common.console().print(t)
 
 
-def _ensure_index_current(store) -> None:
-    """A reader never takes the lock to wait; if the index lags the journal (a crash after a
-    commit) and nobody is writing, bring it up to date first, else warn."""
-    from ledger.errors import Locked
-    from ledger.store import index
-
-    seq = index.indexed_seq(store.root)
-    if seq == store.state.seq:
-        return
-    try:
-        with store.locked():
-            store.sync_index()
-    except Locked:
-        common.err_console().print(f"[yellow]warning:[/] the index is behind the journal ({seq} < {store.state.seq}) and a writer holds the lock")
-
-
 def index_rebuild(json_: JsonOpt = False):
     """Recreate the DuckDB index by replaying the journal."""
-    store = open_store()
-    store.rebuild_index()
-    flush_warnings(store)
-    emit(json_, {"rebuilt": True, "seq": store.state.seq},
-         lambda: common.console().print(f"index rebuilt from {store.state.seq} journal records"))
+    res = api.index_rebuild(store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"index rebuilt from {res.seq} journal records"))
 
 
 def unlock(
@@ -268,20 +180,6 @@ def unlock(
     json_: JsonOpt = False,
 ):
     """Clear the store lock if (and only if) its holder is dead."""
-    from ledger.errors import Locked
-    from ledger.store.paths import find_root
-    from ledger.store.lock import Lock
-
-    lock = Lock(find_root(common.store_dir()))
-    # clear_invalid: a symlink, FIFO or empty directory at the lock path is no one's lock
-    cleared, info = lock.break_if_dead(force_foreign, clear_invalid=True)
-    data = {"cleared": cleared, "holder": None if info is None else {"pid": info.pid, "host": info.host, "status": info.status(),
-                                                                    "kind": info.kind}}
-    if info is not None and not cleared:
-        status = info.status()
-        emit(json_, data)
-        if status == "live":
-            raise Locked(f"lock is held by a live process ({info.describe()}); not cleared", "wait for it to finish")
-        raise Locked(f"lock is held from another host ({info.describe()}); not cleared",
-                     "if you know that process is dead, pass --force-other-host")
-    emit(json_, data, lambda: common.console().print("lock cleared" if cleared else "store was not locked"))
+    res = api.unlock(force_other_host=force_foreign, store=common.store_dir())
+    finish(json_, res, None if res.failure() else (lambda: common.console().print(
+        "lock cleared" if res.cleared else "store was not locked")))

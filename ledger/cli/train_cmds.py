@@ -1,7 +1,7 @@
 """Compile and train commands: targets, compile, train, reproduce, import-base.
 
-Parsing and rendering only; the work is in ledger.plan and ledger.train. torch/transformers/peft are imported
-inside the commands (through ledger.train), never at module top level.
+Parsing and rendering only; the work is ledger.api's. torch/transformers/peft load inside the
+verbs that train, never at start-up.
 
 Exit codes: compile rejection 3; train stopped by a non-finite loss 3 (after its receipt is
 committed); reproduce Diverged or MissingInputs 3 (after the comparison is committed);
@@ -15,8 +15,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit, flush_warnings, human_bytes, open_store, short
+from ledger.cli.common import JsonOpt, finish, human_bytes, short
 
 
 def register(app: typer.Typer) -> None:
@@ -33,21 +34,18 @@ TargetsFileOpt = Annotated[Optional[Path], typer.Option("--targets", help="A TOM
 # --- targets ------------------------------------------------------------------------------------
 def targets(file: TargetsFileOpt = None, json_: JsonOpt = False):
     """List target profiles (built-in, plus --targets FILE)."""
-    from ledger.plan import targets as t
-
-    ts = t.available(file)
-    data = [{**x.body(), "id": x.id} for x in ts.values()]
+    res = api.targets(file)
 
     def render():
         from rich.table import Table
 
         tb = Table("name", "device", "memory", "dtypes", "cc", "smem/block", "description", box=None, header_style="bold")
-        for x in ts.values():
+        for x in res.targets:
             tb.add_row(x.name, x.device, human_bytes(x.memory_bytes), ",".join(x.dtypes), x.compute_capability or "-",
                        human_bytes(x.shared_memory_bytes) if x.shared_memory_bytes else "-", x.description)
         common.console().print(tb)
 
-    emit(json_, data, render)
+    finish(json_, res, render)
 
 
 # --- compile ------------------------------------------------------------------------------------
@@ -59,29 +57,14 @@ def compile_(
     json_: JsonOpt = False,
 ):
     """Compile a spec for a target into a plan, or reject it (exit 3) naming what does not fit."""
-    from ledger.plan import compile as comp
-    from ledger.plan import spec as speclib
-    from ledger.plan import targets as t
-
-    s = speclib.load(spec)
-    tgt = t.get(target or s.get("compile.target"), targets_file)
-    store = open_store()
-    res = comp.compile_spec(store, s, tgt)
-    flush_warnings(store)
-    data = {"plan": res.plan.id, "new": res.new, "target": tgt.name, "fits": True,
-            "memory_bytes": res.plan.body["memory"]["total_bytes"], "usable_bytes": res.plan.body["fit"]["usable_bytes"],
-            "parameters": res.plan.body["parameters"]}
-    diff = None
-    if explain:
-        diff = comp.explain(comp.load(store, explain), res.plan)
-        data["explain"] = diff
+    res = api.compile(spec, target=target, targets_file=targets_file, explain=explain, store=common.store_dir())
 
     def render():
         render_plan(res.plan.body, res.plan.id)
-        if diff is not None:
-            render_explain(diff)
+        if res.explain is not None:
+            render_explain(res.explain)
 
-    emit(json_, data, render)
+    finish(json_, res, render)
 
 
 def render_plan(obj: dict, oid: str | None = None) -> None:
@@ -160,21 +143,6 @@ class _Progress:
             self.bar.__exit__(*exc)
 
 
-def _plan_ref(store, ref: str) -> str:
-    """A plan ref, or a spec path (compiled first, for its own target)."""
-    p = Path(ref)
-    if p.suffix == ".toml" and p.is_file():
-        from ledger.plan import compile as comp
-        from ledger.plan import spec as speclib
-        from ledger.plan import targets as t
-
-        s = speclib.load(p)
-        res = comp.compile_spec(store, s, t.get(s.get("compile.target")))
-        common.err_console().print(f"compiled {p} → plan {res.plan.id}")
-        return res.plan.id
-    return ref
-
-
 def train(
     plan: Annotated[str, typer.Argument(help="Plan id/prefix/name, or a spec .toml (compiled first).")],
     resume: Annotated[Optional[str], typer.Option("--resume", help="Checkpoint id to resume from.")] = None,
@@ -182,19 +150,10 @@ def train(
     json_: JsonOpt = False,
 ):
     """Run a plan in a sandboxed child; commit adapter, checkpoints and a receipt."""
-    from ledger.errors import Refused
-    from ledger.train import run as trainlib
-
-    store = open_store()
-    ref = _plan_ref(store, plan)
     with _Progress(not json_) as prog:
-        res = trainlib.train(store, ref, resume=resume, unsandboxed=unsandboxed, progress=prog)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: render_receipt(res.receipt, res.receipt_id))
-    if res.receipt["stopped"]:
-        st = res.receipt["stopped"]
-        raise Refused(f"training stopped: {st['reason']} ({st['loss']}) at step {st['step']}; receipt {res.receipt_id} "
-                      f"is at rung {res.rung} and has no adapter to judge", "lower optimizer.lr and compile again")
+        res = api.train(plan, resume=resume, unsandboxed=unsandboxed, progress=prog, store=common.store_dir(),
+                        say=common.err_console().print)
+    finish(json_, res, lambda: render_receipt(res.result.receipt, res.result.receipt_id))
 
 
 def render_receipt(obj: dict, oid: str | None = None) -> None:
@@ -246,21 +205,6 @@ def render_receipt_obj(oid: str, obj: dict) -> None:
 
 
 # --- reproduce ----------------------------------------------------------------------------------
-def _parse_override(s: str):
-    import tomllib
-
-    key, sep, raw = s.partition("=")
-    if not sep or not key.strip():
-        from ledger.errors import BadInput
-
-        raise BadInput(f"--override {s!r}: expected section.field=VALUE")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()  # a bare word is a string, as a user would mean it
-    return key.strip(), value
-
-
 def reproduce(
     receipt: Annotated[str, typer.Argument(help="Receipt id/prefix.")],
     override: Annotated[Optional[list[str]], typer.Option("--override", help="Re-run with section.field=VALUE changed (recorded).")] = None,
@@ -271,24 +215,11 @@ def reproduce(
     json_: JsonOpt = False,
 ):
     """Re-execute a receipt from its pinned inputs in a fresh process and compare (exit 3 unless it reproduced)."""
-    from ledger.errors import Refused
-    from ledger.train import reproduce as rep
-
-    store = open_store()
-    if from_:
-        from ledger.sharing import fetch_closure
-
-        fetched = fetch_closure(store, from_, [receipt])  # verified; ids it lacks → MissingInputs below
-        receipt = fetched.requested[0]
-    ov = dict(_parse_override(o) for o in (override or []))
+    ov = dict(api.parse_override(o) for o in (override or []))
     with _Progress(not json_) as prog:
-        res = rep.reproduce(store, receipt, overrides=ov, tolerance={"loss_abs": loss_tol, "weight_abs": weight_tol},
-                            unsandboxed=unsandboxed, progress=prog)
-    flush_warnings(store)
-    emit(json_, res.to_json(), lambda: render_comparison(res.comparison, res.comparison_id))
-    if res.outcome in ("Diverged", "MissingInputs"):
-        raise Refused(f"reproduce: {res.outcome} (comparison {res.comparison_id})",
-                      "see the comparison above: `ledger show " + res.comparison_id[:15] + "`")
+        res = api.reproduce(receipt, overrides=ov, loss_tol=loss_tol, weight_tol=weight_tol, unsandboxed=unsandboxed,
+                            source=from_, progress=prog, store=common.store_dir())
+    finish(json_, res, lambda: render_comparison(res.result.comparison, res.result.comparison_id))
 
 
 def render_comparison(obj: dict, oid: str | None = None) -> None:
@@ -321,18 +252,5 @@ def import_base(
     json_: JsonOpt = False,
 ):
     """Import base weights (Llama architecture) as objects; prints the base id."""
-    from ledger.artefacts import model as modellib
-
-    store = open_store()
-    with store.transaction("import-base") as tx:
-        if path.is_file() and path.suffix == ".gguf":
-            oid = modellib.import_gguf(tx, store, path)
-        else:
-            oid = modellib.import_hf_dir(tx, path)
-        tx.outputs.append(oid)
-        tx.payload["base"] = oid
-        if name:
-            tx.refs[f"name/{name}"] = oid
-            tx.payload["name"] = name
-    flush_warnings(store)
-    emit(json_, {"base": oid, "name": name}, lambda: common.console().print(f"imported base {oid}" + (f"  name={name}" if name else "")))
+    res = api.import_base(path, name=name, store=common.store_dir())
+    finish(json_, res, lambda: common.console().print(f"imported base {res.base}" + (f"  name={name}" if name else "")))

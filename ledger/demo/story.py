@@ -1,6 +1,7 @@
 """`ledger demo`: the whole learn-cycle story on the built-in tiny model, in a few minutes on a
 laptop CPU, with no downloads. It is written as a script a newcomer can read next to its output:
-every step calls the same library functions the CLI commands call.
+every step calls ledger.api, the same verbs the CLI commands call. How it is drawn is the
+caller's (`show`, a Show; the CLI passes its renderers, JSON mode passes none).
 
   1. init a store                     5. a cycle on bad experience → refused (HEAD stays)
   2. seal a suite (10 scored + 4)     6. gens, and diff gen-0 gen-1
@@ -10,13 +11,16 @@ every step calls the same library functions the CLI commands call.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import time
 from pathlib import Path
+from typing import Protocol
 
+from ledger import api
+from ledger.artefacts.builtin_task import turns
 from ledger.errors import BadInput
+from ledger.options import LearnOptions
 
 MARKER = ".ledger-demo"
 GOOD_TURNS = 200
@@ -36,8 +40,6 @@ def _prepare(directory: Path) -> Path:
 
 
 def good_turns(n: int, seed: int) -> list[dict]:
-    from ledger.artefacts.builtin_task import turns
-
     return [{"situation": t.situation, "action": t.action, "outcome": t.outcome, "refusal": t.refusal}
             for t in turns("train", n, seed)]
 
@@ -52,97 +54,87 @@ def bad_turns(n: int, seed: int) -> list[dict]:
     return [dict(r, action=a, outcome="", refusal=a.startswith("refuse:")) for r, a in zip(rows, actions)]
 
 
-class _Out:
-    def __init__(self, console):
-        self.c = console
+class Show(Protocol):
+    """What draws the story: chapter headings, lines of text, and the results of three verbs."""
 
-    def chapter(self, n: int, title: str, why: str):
-        if self.c:
-            self.c.rule(f"[bold]{n}. {title}")
-            self.c.print(f"[dim]{why}[/]")
-
-    def say(self, msg: str):
-        if self.c:
-            self.c.print(msg)
+    def chapter(self, n: int, title: str, why: str) -> None: ...
+    def say(self, msg: str) -> None: ...
+    def cycle(self, res: api.Cycle) -> None: ...
+    def gens(self, res: api.Gens) -> None: ...
+    def diff(self, res: api.Diff) -> None: ...
 
 
-def run_demo(directory: Path, console=None) -> dict:
-    from ledger import experience, generations
-    from ledger.cycle import Policy, run_cycle
-    from ledger.diff import diff
-    from ledger.lineage import generation_rows
-    from ledger.gate import seal as seallib
-    from ledger.store import Store
-    from ledger.store.verify import verify
+class _Quiet:
+    def chapter(self, n, title, why): pass
+    def say(self, msg): pass
+    def cycle(self, res): pass
+    def gens(self, res): pass
+    def diff(self, res): pass
 
+
+def run_demo(directory: Path, show: Show | None = None) -> dict:
     t_start = time.perf_counter()
-    out = _Out(console)
+    out = show or _Quiet()
     root = _prepare(directory)
     story: dict = {"dir": str(root)}
 
     out.chapter(1, "A store", "Every artefact is an immutable BLAKE3-named object; every change is a journal record.")
-    store = Store.init(root)
-    out.say(f"created {store.root}")
+    store = api.init(root).store
+    out.say(f"created {store}")
 
     out.chapter(2, "Seal the judge", "10 scored and 4 canary documents, disjoint from anything training sees, pinned by hash. "
                 "Training runs in a Landlock sandbox that cannot open them.")
-    from ledger.cycle import ensure_genesis, load_spec
-
-    g0 = ensure_genesis(store, load_spec(None))
-    suite_dir = seallib.write_demo_suite(root / "suite-source")
-    sealed = seallib.seal(store, suite_dir)
+    g0 = api.genesis(store=store)
+    suite_dir = api.write_demo_suite(root / "suite-source")
+    sealed = api.seal(suite_dir, store=store).result
     shutil.rmtree(suite_dir)  # only the sealed copy remains, inside the store
     story["suite_hash"] = sealed.suite.suite_hash
     out.say(f"gen-0 is the bare base model ({g0.base[:15]}…); suite pinned: {sealed.suite.suite_hash[:23]}…")
 
     out.chapter(3, "Record experience", "Turns are (situation, the action verbatim, the outcome as ground truth); refusals are kept.")
     rows = good_turns(GOOD_TURNS, seed=1)
-    rec = experience.record(store, experience.parse_turns("\n".join(json.dumps(r) for r in rows)))
+    rec = api.record(rows, store=store)
     refusals = sum(r["refusal"] for r in rows)
-    out.say(f"recorded {rec['count']} turns ({refusals} refusals), e.g.")
+    out.say(f"recorded {rec.count} turns ({refusals} refusals), e.g.")
     for r in (rows[0], next(r for r in rows if r["refusal"])):
         out.say(f"  [cyan]{r['situation']}[/]  →  [green]{r['action']}[/]")
 
-    def cycle(n: int):
-        say = (lambda stage, msg: out.say(f"  [bold cyan]{stage:>8}[/] {msg}"))
-        res = run_cycle(store, policy=Policy(min_turns=150, min_hours=0.0), progress=say)
-        if console:
-            from ledger.cli.cycle_cmds import render_cycle
+    def say(stage: str, msg: str) -> None:
+        out.say(f"  [bold cyan]{stage:>8}[/] {msg}")
 
-            render_cycle(res)
-        return res
+    def cycle():
+        res = api.run_cycle(LearnOptions(min_hours=0.0), progress=say, store=store)
+        out.cycle(res)
+        return res.result
 
     out.chapter(4, "A learn cycle", "export → compile → train (sandboxed) → judge (sealed) → commit only on Accept.")
-    c1 = cycle(1)
+    c1 = cycle()
     story["cycle1"] = {"verdict": c1.verdict, "generation": c1.generation, "stages": c1.stages}
 
     out.chapter(5, "A cycle on bad experience", "160 turns whose actions were misaligned by a logging bug. "
                 "The candidate trains on them; the gate must refuse it, and the refusal is kept.")
-    experience.record(store, experience.parse_turns("\n".join(json.dumps(r) for r in bad_turns(BAD_TURNS, seed=2))))
-    c2 = cycle(2)
+    api.record(bad_turns(BAD_TURNS, seed=2), store=store)
+    c2 = cycle()
     story["cycle2"] = {"verdict": c2.verdict, "reasons": c2.reasons, "generation": c2.generation}
 
     out.chapter(6, "What changed", "`ledger gens` and `ledger diff gen-0 gen-1`: config, identities, scores, weight change.")
-    rows = generation_rows(store)
-    story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in rows]
-    d = diff(store, "gen-0", "gen-1") if len(rows) > 1 else None
-    if console:
-        from ledger.cli import cycle_cmds
-
-        cycle_cmds.render_gens(store, rows)
-        if d:
-            cycle_cmds.render_diff(d)
-    story["diff_fields"] = len(d["fields"]) if d else 0
+    gens = api.gens(losses=show is not None, store=store)
+    story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
+    d = api.diff("gen-0", "gen-1", store=store) if len(gens.rows) > 1 else None
+    out.gens(gens)
+    if d:
+        out.diff(d)
+    story["diff_fields"] = len(d.body["fields"]) if d else 0
 
     out.chapter(7, "Roll back, and roll the rollback back", "One journal record moves HEAD; nothing is deleted.")
-    r1 = generations.rollback(store, reason="demo: back to the base")
-    out.say(f"HEAD {r1['from']} → {r1['to']}")
-    r2 = generations.rollback(store, undo=True, reason="demo: undo")
-    out.say(f"HEAD {r2['from']} → {r2['to']}")
-    story["rollback"] = [r1["to"], r2["to"]]
+    r1 = api.rollback(reason="demo: back to the base", store=store)
+    out.say(f"HEAD {r1.from_} → {r1.to}")
+    r2 = api.rollback(undo=True, reason="demo: undo", store=store)
+    out.say(f"HEAD {r2.from_} → {r2.to}")
+    story["rollback"] = [r1.to, r2.to]
 
     out.chapter(8, "Verify", "Every journal link and every object's bytes rehashed.")
-    rep = verify(Store.open(store.root), read_data=True)
+    rep = api.verify(read_data=True, store=store).result
     story["verify"] = rep.to_json()["ok"]
     out.say(("[green]clean[/]" if rep.ok else "[red]FAULTS[/]") +
             f": {rep.stats['records']} records, {rep.stats['objects']} objects")

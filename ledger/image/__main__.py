@@ -1,7 +1,7 @@
-"""`python -m ledger.image --store DIR [--learn ...]`: the keeper, as `ledger serve --detach` starts it."""
+"""`python -m ledger.image`: the keeper, as `ledger serve --detach` starts it (options as JSON on stdin)."""
 
 import sys
 
-from ledger.image.server import main
+from ledger.image.keeper import main
 
 sys.exit(main())

@@ -97,10 +97,11 @@ class Served:
         self.env.update(env)
         self.pid = self.image_pid = None
 
-    def start(self, *args: str, **env) -> dict:
-        from ledger.image import server
+    def start(self, options=None, **env) -> dict:
+        from ledger.image import client
+        from ledger.options import ServeOptions
 
-        st = server.start_detached(self.root, list(args), env={**self.env, **env}, timeout=300)
+        st = client.start_detached(self.root, options or ServeOptions(), env={**self.env, **env}, timeout=300)
         self.pid, self.image_pid = st["pid"], st["image_pid"]
         return st
 
@@ -111,9 +112,9 @@ class Served:
         return protocol.act(self.root, situation, **kw)
 
     def status(self) -> dict:
-        from ledger.image import server
+        from ledger.image import client
 
-        return server.status(self.root)
+        return client.status(self.root)
 
     def kill(self) -> None:
         """SIGKILL the keeper; its image dies with it (PR_SET_PDEATHSIG)."""
@@ -124,11 +125,11 @@ class Served:
         assert not _alive(self.image_pid), "the image outlived its keeper"
 
     def stop(self) -> None:
-        from ledger.image import server
+        from ledger.image import client
 
         if self.pid and _alive(self.pid):
             try:
-                server.stop(self.root, timeout=120)
+                client.stop(self.root, timeout=120)
             finally:
                 deadline = time.monotonic() + 30
                 while _alive(self.pid) and time.monotonic() < deadline:

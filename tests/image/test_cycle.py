@@ -16,6 +16,7 @@ from importlib import resources
 import pytest
 
 from ledger import experience, generations
+from ledger.options import LearnOptions, ServeOptions
 from ledger.store import Store
 
 from tests.conftest import ledger_cmd
@@ -53,7 +54,7 @@ def test_stop_cycle_start_switches_weights(tmp_path):
     g0 = generations.head(s)
     served = Served(tmp_path)
     try:
-        served.start("--learn", "--min-turns", "162", "--min-hours", "0", "--spec", str(tmp_path / "small.toml"))
+        served.start(ServeOptions(learn=LearnOptions(min_turns=162, min_hours=0, spec=str(tmp_path / "small.toml"))))
         first = served.image_pid
         for a, b in ((3, 4), (10, 20)):   # the image's own turns make the cycle due (160 + 2)
             t = served.act(f"user: what is {a} plus {b}?", action=f"call adder.add({a}, {b})")["turn"]

@@ -7,6 +7,7 @@ import errno
 import pytest
 
 from ledger.image import protocol
+from ledger.options import ServeOptions
 from ledger.gate import seal as seallib
 from ledger.sandbox import landlock_abi
 from ledger.store import Store
@@ -47,7 +48,7 @@ def test_image_cannot_read_the_suite(served):
     assert served.act("user: what is 1 plus 2?", action="call adder.add(1, 2)")["turn"]["outcome"] == "3"
     served.stop()
 
-    st = served.start("--unsandboxed", LEDGER_IMAGE_PROBE="1")
+    st = served.start(ServeOptions(unsandboxed=True), LEDGER_IMAGE_PROBE="1")
     assert not st["sandbox"]["sandboxed"]
     for name in ("sealed", "suite-doc-object", "refs"):
         path, write = targets[name]

@@ -8,7 +8,7 @@ import pytest
 
 from ledger import generations
 from ledger.errors import BadInput, ImageUnavailable, Locked
-from ledger.image import server
+from ledger.image import keeper
 from ledger.store import Store
 
 from tests.conftest import ledger_cmd
@@ -55,7 +55,7 @@ def test_round_trip_and_exactly_once(served):
 
     # a second keeper is refused; the status says what is served
     with pytest.raises(Exception) as ei:
-        server.serve(Store.open(served.project))
+        keeper.serve(Store.open(served.project))
     assert isinstance(ei.value, Locked)
     p = ledger_cmd("serve", "--detach", cwd=served.project)
     assert p.returncode == 5 and "already serving" in p.stderr

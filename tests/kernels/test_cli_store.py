@@ -35,7 +35,10 @@ def test_without_cupy_every_gpu_command_exits_3_and_writes_nothing(tmp_path):
                  ("bench", K, "--target", "h200")):
         p = ledger_cmd("kernel", *args, "--json", cwd=tmp_path)
         assert p.returncode == 3, (args, p.stdout, p.stderr)
-        assert p.stdout == "" and "cupy is not available" in p.stderr, p.stderr
+        # under --json the error is one JSON object on stdout (and the line on stderr)
+        err = json.loads(p.stdout)
+        assert (err["exit_code"], err["error"]) == (3, "RealizationUnavailable"), err
+        assert "cupy is not available" in err["message"] and "cupy is not available" in p.stderr, p.stderr
     # a CPU target and a too-old GPU are refused before cupy is even looked for
     p = ledger_cmd("kernel", "build", K, "--target", "cpu", cwd=tmp_path)
     assert p.returncode == 3 and "has no CUDA device" in p.stderr

@@ -1,12 +1,12 @@
-"""`ledger serve`: the keeper, and the confined image process it runs.
+"""`ledger serve`: the keeper -- lifecycle, control socket and loop -- and the confined image
+process it runs.
 
 Two processes, because Landlock cannot express "write the journal, never read the sealed
 suite" for one process (ledger/image/confine.py says why):
 
   the keeper   this module, not confined. It binds the sockets, computes the image's policy
                from the journal, starts the image under it, commits the image's buffer to the
-               journal (one `record` transaction per batch, the image's context and buffer
-               cursor in the same transaction), writes the lifecycle records (kind `image`),
+               journal and writes the lifecycle records (kind `image`) through ledger/image/fold.py,
                answers control requests, and with --learn runs the learn cycle itself. It never
                loads a model, runs wasm, or parses a client's act request.
   the image    ledger/image/worker.py, confined by Landlock: model, capabilities, requests.
@@ -24,7 +24,8 @@ Crash safety: the image's buffer is fsynced before any reply, and a keeper that 
 what the last one left (only entries after the committed cursor) before anything else.
 Only one keeper serves a store (an flock on run/keeper.lock, released by the kernel on death).
 
-`paused(store)` is the hook the learn cycle uses: `with paused(store): run_cycle(...)`.
+Other processes reach the keeper through ledger/image/client.py (status, stop, and `paused(store)`,
+the hook the learn cycle uses: `with paused(store): run_cycle(...)`).
 """
 
 from __future__ import annotations
@@ -32,35 +33,35 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from contextlib import contextmanager
+import uuid
 from pathlib import Path
 
-from ledger.errors import (BadInput, ImageUnavailable, InternalError, LedgerError, Locked, Refused, SandboxUnavailable,
-                           StoreCorrupt)
+from ledger import experience, generations
+from ledger.cycle import Policy, due, run_cycle
+from ledger.errors import BadInput, InternalError, LedgerError, Locked, Refused, SandboxUnavailable
+from ledger.image import act as actlib
+from ledger.image import confine, protocol
 from ledger.image import context as ctxlib
-from ledger.image import protocol
+from ledger.image.client import ERROR_JSON_TAG, READY_TIMEOUT
+from ledger.image.fold import FOLD_INTERVAL, FOLD_MAX, Fold, fresh, journal_position
+from ledger.image.worker import RESTART_EXIT
+from ledger.options import ServeOptions
+from ledger.sandbox import landlock_abi
+from ledger.sandbox.run import bootstrap_command
+from ledger.store import Store
 
-LOCK_WAIT = 30.0           # seconds a commit waits for the store lock (a rollback, a cycle stage)
-READY_TIMEOUT = 600.0      # loading a large base can take a while
 DRAIN_TIMEOUT = 120.0      # the request in flight: at most 48 bytes plus a capability's time limit
-MAX_BATCH = 10_000
 CRASH_WINDOW, CRASH_LIMIT = 10.0, 3
 LEARN_EVERY = 5.0
-# The keeper commits the image's buffer at most every FOLD_INTERVAL seconds (or at FOLD_MAX
-# entries, or at once when a client waits for its turn id): each commit is a store transaction
-# whose DuckDB index update costs ~100 ms of CPU, which would otherwise compete with the model.
-FOLD_INTERVAL = 0.25
-FOLD_MAX = 256
-# fsync: a turn is fdatasynced in the image's buffer before its reply (one fdatasync per round
-# of requests). os: written to the OS before its reply -- survives the image or the keeper being
-# killed, not a power loss before the keeper's next commit (usually well under a second).
-DURABILITY = ("fsync", "os")
 
 
 def _log(msg: str) -> None:
@@ -71,16 +72,6 @@ def _package_root() -> str:
     import ledger
 
     return os.path.dirname(os.path.dirname(os.path.abspath(ledger.__file__)))
-
-
-def _fresh(store):
-    store._state = None   # another process may have committed since this Store last folded
-    return store.state
-
-
-def _journal_position(store):
-    st = _fresh(store)
-    return st, store._scan_end
 
 
 class _Worker:
@@ -103,13 +94,12 @@ class _Worker:
 
 
 class Keeper:
-    def __init__(self, store, *, learn=None, spec=None, target: str = "cpu", unsandboxed: bool = False,
-                 threads: int = 1, decoder: str | None = None, durability: str = "fsync", say=_log):
-        if durability not in DURABILITY:
-            raise BadInput(f"durability must be one of {', '.join(DURABILITY)}, got {durability!r}")
-        self.durability = durability
-        self.store, self.learn, self.spec, self.target = store, learn, spec, target
-        self.unsandboxed, self.threads, self.decoder, self.say = unsandboxed, threads, decoder, say
+    """One store's image: its sockets, the image process, the control requests, and the loop that
+    ties them together. What reaches the journal goes through `self.fold` (ledger/image/fold.py)."""
+
+    def __init__(self, store, options: ServeOptions = ServeOptions(), say=_log):
+        self.store, self.options, self.say = store, options, say
+        self.learn = options.learn
         self.run = protocol.run_dir(store.root)
         self.buffer = self.run / protocol.BUFFER_DIR
         self.worker: _Worker | None = None
@@ -118,20 +108,20 @@ class Keeper:
         self.stop_requested = False
         self.stop_replies: list[socket.socket] = []
         self.crashes: list[float] = []
-        self.readers: dict[str, object] = {}
-        self.unfolded: dict[str, list] = {}
+        self.fold: Fold | None = None
         self.next_learn = 0.0
-        self.ctx = None
         self.learning = None
         self.learned = None
         self.lockfd = -1
         self.owner = False
 
+    @property
+    def ctx(self):
+        """The image's context as the journal holds it (None before start)."""
+        return self.fold.ctx if self.fold else None
+
     # --- start and stop ---------------------------------------------------------------------------
     def start(self) -> None:
-        from ledger import generations
-        from ledger.sandbox import landlock_abi
-
         self.run.mkdir(exist_ok=True)
         self.buffer.mkdir(exist_ok=True)
         os.chmod(self.run, 0o700)
@@ -147,15 +137,15 @@ class Keeper:
         self.owner = True    # from here on the run folder's sockets and state file are ours
         os.ftruncate(self.lockfd, 0)
         os.pwrite(self.lockfd, str(os.getpid()).encode(), 0)
-        if not self.unsandboxed and landlock_abi() < 1:
+        if not self.options.unsandboxed and landlock_abi() < 1:
             raise SandboxUnavailable("Landlock is not available on this kernel, so the image cannot be confined; "
                                      "nothing was started", "pass --unsandboxed to serve without it (recorded)")
-        _fresh(self.store)
+        fresh(self.store)
         if generations.head(self.store) is None:
             raise Refused("there is no generation to serve",
                           "commit one first: `ledger run`, `ledger demo` or `ledger capability add`")
-        self.ctx = ctxlib.load(self.store)
-        self.recover()
+        self.fold = Fold(self.store, self.buffer, self.say)
+        self.fold.recover()
         self.listen = self._bind(protocol.image_socket(self.store.root), backlog=128)
         self.control = self._bind(protocol.control_socket(self.store.root), backlog=16)
         self.sel = selectors.DefaultSelector()
@@ -199,105 +189,27 @@ class Keeper:
             os.close(self.lockfd)
             self.lockfd = -1
 
-    # --- the image's buffer -> the journal ------------------------------------------------------
-    def recover(self) -> None:
-        """Commit what earlier images left in the buffer (entries after the committed cursor)."""
-        from ledger.image import spool
-
-        for session, parts in spool.sessions(self.buffer).items():
-            self._fold(session, final=True)
-            for p in parts:
-                p.unlink(missing_ok=True)
-            self.readers.pop(session, None)
-        for marker in self.buffer.glob("held-*"):
-            marker.unlink()
-        import shutil
-
-        for old in self.buffer.glob("scratch-*"):
-            shutil.rmtree(old, ignore_errors=True)
-
-    def _fold(self, session: str, final: bool = False) -> None:
-        from ledger import experience
-        from ledger.image import spool
-
-        reader = self.readers.get(session)
-        if reader is None:
-            reader = self.readers[session] = spool.SpoolReader(self.buffer, session)
-            cur = self.ctx.cursor
-            skip = cur.get("n", 0) if cur.get("session") == session else 0
-            pending = [e for e in reader.read(final) if e.n > skip]
-        else:
-            pending = reader.read(final)
-        if reader.torn:
-            self.say(f"dropped an unfinished last entry of image session {session} ({len(reader.torn)} bytes): "
-                     "it was never acknowledged")
-            reader.torn = b""
-        queue = self.unfolded.setdefault(session, [])
-        queue.extend(pending)
-        while queue:
-            batch = queue[:MAX_BATCH]
-            rows = "\n".join(json.dumps(e.turn) for e in batch)
-            try:
-                turns = experience.parse_turns(rows, f"image buffer {session}")
-            except BadInput as e:   # checksummed, but not a turn: the image is broken, stop
-                raise spool.SpoolCorrupt(f"the image's buffer holds an entry that is not a turn: {e.message}") from None
-            new = {}
-
-            def extra(tx, first, batch=batch):
-                ctx = self.ctx.after(batch, first, self._generation)
-                new["ctx"] = ctxlib.write(tx, ctx)
-                tx.payload["requests"] = [e.turn.get("request") for e in batch]
-                tx.payload["image"] = {"session": session, "from": batch[0].n, "upto": batch[-1].n}
-
-            res = experience.record(self.store, turns, actor="image", wait=LOCK_WAIT, extra=extra)
-            self.ctx = new["ctx"]
-            del queue[:len(batch)]
-            w = self.worker
-            if w is not None and w.session == session:
-                self._tell(w, op="folded", session=session, first=res["first"], **{"from": batch[0].n, "upto": batch[-1].n})
-        for p in reader.done_parts:       # parts read to the end and committed
-            p.unlink(missing_ok=True)
-        reader.done_parts.clear()
-
     def _commit(self, w: "_Worker") -> None:
         urgent = w.urgent
         w.dirty = w.urgent = False
         w.committed = w.spooled
         try:
-            self._fold(w.session)
+            self.fold.fold(w.session, folded=self._folded)
         except Locked as e:
             # Another writer holds the store for longer than LOCK_WAIT: the turns stay in the
             # image's buffer (durable) and are committed on the next attempt.
             self.say(f"could not commit the image's buffer yet: {e.message}; retrying")
             w.dirty, w.urgent, w.since = True, urgent, time.monotonic()
 
-    def _generation(self, gid: str):
-        from ledger import generations
-
-        return generations.from_manifest(gid, self.store.get_json(gid))
-
-    def _lifecycle(self, event: str, **payload) -> None:
-        """One `image` record with a new context: the timeline `ledger log` shows."""
-        from ledger import generations
-
-        with self.store.transaction("image", actor="image", wait=LOCK_WAIT) as tx:
-            ctx = self.ctx
-            if event in ("start", "resume", "restart"):
-                head = generations.head(self.store)
-                ctx = ctx.serving(head).bump(sessions=1, starts=int(event == "start"))
-            self.ctx = ctxlib.write(tx, ctx)
-            tx.payload.update({"event": event, "generation": self.ctx.generation, "gen": self.ctx.gen,
-                               "restored": ctx.id if event == "start" else None, **payload})
+    def _folded(self, session: str, first: int, frm: int, upto: int) -> None:
+        w = self.worker
+        if w is not None and w.session == session:   # the image maps its request ids to turn ids
+            self._tell(w, op="folded", session=session, first=first, **{"from": frm, "upto": upto})
 
     # --- the image process --------------------------------------------------------------------------
     def spawn(self, event: str) -> None:
         """Start an image on HEAD, wait until it serves, and record `event`."""
-        import uuid
-
-        from ledger import generations
-        from ledger.image import confine
-
-        st, offset = _journal_position(self.store)
+        st, offset = journal_position(self.store)
         head = generations.head(self.store)
         if head is None or head.base is None:
             raise Refused(f"{head.name if head else 'HEAD'} names no base weights, so there is no model to serve",
@@ -314,14 +226,15 @@ class Keeper:
             cfg = {"store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
                    "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
                    "buffer": str(self.buffer), "scratch": str(scratch), "session": session, "recent": recent,
-                   "threads": self.threads, "decoder": self.decoder, "keeper_pid": os.getpid(),
-                   "durability": self.durability,
+                   "threads": self.options.threads, "decoder": self.options.decoder, "keeper_pid": os.getpid(),
+                   "durability": self.options.durability,
                    "probe": os.environ.get("LEDGER_IMAGE_PROBE") == "1", "hold": os.environ.get("LEDGER_IMAGE_HOLD")}
             (scratch / "config.json").write_text(json.dumps(cfg))
-            (scratch / "rules.json").write_text(json.dumps({**confine.rules(policy), "landlock": not self.unsandboxed}))
+            rules, prog = confine.rules(policy, landlock=not self.options.unsandboxed)
+            (scratch / "rules.json").write_text(json.dumps(rules))
             ours, theirs = socket.socketpair()
             status_r, status_w = os.pipe()
-            cmd = [sys.executable, "-E", "-s", "-S", "-m", "ledger.sandbox", "--rules-file", str(scratch / "rules.json"),
+            cmd = [*bootstrap_command(), "--rules-file", str(scratch / "rules.json"),
                    "--status-fd", str(status_w), "--cwd", str(scratch), "--",
                    sys.executable, "-m", "ledger.image.worker", "--config", str(scratch / "config.json"),
                    "--listen-fd", str(self.listen.fileno()), "--channel-fd", str(theirs.fileno())]
@@ -336,19 +249,18 @@ class Keeper:
                 proc.kill()
                 proc.wait()
                 raise SandboxUnavailable(f"could not confine the image: {status.strip() or 'no status'}; nothing was served")
-            sandbox = {"sandboxed": not self.unsandboxed, "landlock_abi": int(status.split()[1]), "grants": len(policy.grants()),
+            sandbox = {"sandboxed": not self.options.unsandboxed, "landlock_abi": int(status.split()[1]), "grants": len(policy.grants()),
                        "objects": len(objects), "read_write": list(policy.read_write), "network": policy.network,
-                       "protected": list(policy.protected)}
+                       "protected": list(policy.protected),
+                       "confinement": None if self.options.unsandboxed else confine.confinement(status, prog)}
             info = self._await_ready(proc, ours)
         except BaseException:
-            import shutil
-
             shutil.rmtree(scratch, ignore_errors=True)
             raise
         self.worker = _Worker(proc, ours, session, scratch, info, sandbox)
         self.sel.register(ours, selectors.EVENT_READ, ("worker", None))
         self.state = "serving"
-        self._lifecycle(event, session=session, decoder=info.get("decoder"), sandbox=sandbox, image_pid=proc.pid)
+        self.fold.lifecycle(event, session=session, decoder=info.get("decoder"), sandbox=sandbox, image_pid=proc.pid)
         self.say(f"serving {self.ctx and f'gen-{self.ctx.gen}'} ({head.id[:15]}…) on {protocol.image_socket(self.store.root)}"
                  f" [{event}; decoder {info.get('decoder')}; "
                  + (f"Landlock ABI {sandbox['landlock_abi']}, {sandbox['grants']} grants]" if sandbox["sandboxed"] else "UNSANDBOXED]"))
@@ -359,7 +271,7 @@ class Keeper:
         env = {k: os.environ[k] for k in keep if k in os.environ}
         env.setdefault("PATH", os.defpath)
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
-                    "OMP_NUM_THREADS": str(self.threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                    "OMP_NUM_THREADS": str(self.options.threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         return env
 
     def _warm_capabilities(self, gens) -> None:
@@ -428,8 +340,6 @@ class Keeper:
 
     def _reap(self, w: _Worker, why: str) -> int:
         """The image exited: commit the rest of its buffer, drop its files, forget it."""
-        from ledger.image import spool
-
         self.sel.unregister(w.channel)
         w.channel.close()
         try:
@@ -438,13 +348,8 @@ class Keeper:
             w.proc.kill()
             code = w.proc.wait()
         self.worker = None
-        self._fold(w.session, final=True)
-        for p in spool.sessions(self.buffer).get(w.session, []):
-            p.unlink(missing_ok=True)
-        self.readers.pop(w.session, None)
-        self.unfolded.pop(w.session, None)
-        import shutil
-
+        self.fold.fold(w.session, final=True, folded=self._folded)
+        self.fold.forget(w.session)
         shutil.rmtree(w.scratch, ignore_errors=True)
         self.say(f"image (pid {w.proc.pid}) exited with {code}: {why}")
         return code
@@ -476,8 +381,8 @@ class Keeper:
                 "image_pid": w.proc.pid if w else None, "session": w.session if w else None,
                 "decoder": w.info.get("decoder") if w else None, "sandbox": w.sandbox if w else None,
                 "generation": self.ctx.generation, "gen": self.ctx.gen, "context": {**self.ctx.to_json(), "id": self.ctx.id},
-                "unrecorded": sum(len(q) for q in self.unfolded.values()),
-                "learn": self.learn.to_json() if self.learn else None}
+                "unrecorded": self.fold.unrecorded(),
+                "learn": Policy.of(self.learn).to_json() if self.learn else None}
 
     def _control(self, conn: socket.socket, msg: dict) -> dict | None:
         op = msg.get("op")
@@ -497,7 +402,7 @@ class Keeper:
             self.pause_holder = conn
             self.stop_worker("paused for a learn cycle")
             self.state = "paused"
-            self._lifecycle("pause")
+            self.fold.lifecycle("pause")
             self._write_state()
             return protocol.ok(msg.get("id"), paused=True, generation=self.ctx.generation, gen=self.ctx.gen)
         if op == "resume":
@@ -538,11 +443,6 @@ class Keeper:
     def maybe_learn(self) -> None:
         """--learn: when the trigger policy says a cycle is due, stop the image, run the cycle on a
         thread (the keeper keeps answering control requests meanwhile), then serve HEAD again."""
-        import threading
-
-        from ledger import experience
-        from ledger.cycle import due
-
         if self.learning is not None:
             if self.learning.is_alive():
                 return
@@ -562,25 +462,22 @@ class Keeper:
         if self.learn is None or self.state != "serving" or time.monotonic() < self.next_learn:
             return
         self.next_learn = time.monotonic() + LEARN_EVERY
-        _fresh(self.store)
-        if experience.pending(self.store) < self.learn.min_turns or due(self.store, self.learn):
+        fresh(self.store)
+        if experience.pending(self.store) < self.learn.min_turns or due(self.store, Policy.of(self.learn)):
             return
         self.say("learn: the trigger policy says a cycle is due; pausing the image")
         self.stop_worker("paused for a learn cycle (--learn)")
         self.state = "learning"
-        self._lifecycle("pause", learn=True)
+        self.fold.lifecycle("pause", learn=True)
         self._write_state()
         self.learned = None
         self.learning = threading.Thread(target=self._learn, name="ledger-learn", daemon=True)
         self.learning.start()
 
     def _learn(self) -> None:
-        from ledger.cycle import run_cycle
-        from ledger.store import Store
-
         try:   # its own Store object: the keeper's thread keeps using its own
-            self.learned = run_cycle(Store.open(self.store.root), policy=self.learn, spec_path=self.spec,
-                                     target=self.target, progress=lambda stage, m: self.say(f"learn: {stage}: {m}"))
+            self.learned = run_cycle(Store.open(self.store.root), self.learn,
+                                     progress=lambda stage, m: self.say(f"learn: {stage}: {m}"))
         except BaseException as e:  # noqa: BLE001 - reported by the keeper's thread, which serves on
             self.learned = e
 
@@ -625,8 +522,6 @@ class Keeper:
         self.shutdown()
 
     def _after_exit(self, w: _Worker) -> None:
-        from ledger.image.worker import RESTART_EXIT
-
         code = self._reap(w, "restart requested" if w.drained is not None else "exited unexpectedly")
         if self.stop_requested or self.pause_holder is not None:
             return
@@ -647,7 +542,7 @@ class Keeper:
             self.learning = None
         self.state = "stopping"
         self.stop_worker("stopping")
-        self._lifecycle("stop")
+        self.fold.lifecycle("stop")
         for c in self.stop_replies:
             try:
                 c.sendall(protocol.encode(protocol.ok(None, stopped=True)))
@@ -658,8 +553,6 @@ class Keeper:
 
 def _shown(t: dict) -> dict:
     """A recorded turn as an act reply shows it (for duplicates of requests already committed)."""
-    from ledger.image import act as actlib
-
     try:
         kind = "refusal" if t.get("refusal") else ("call" if actlib.parse(t.get("action", "")) else "text")
     except BadInput:
@@ -668,8 +561,6 @@ def _shown(t: dict) -> dict:
 
 
 def _read_all(fd: int, timeout: float) -> str:
-    import select
-
     out = b""
     deadline = time.monotonic() + timeout
     try:
@@ -686,9 +577,9 @@ def _read_all(fd: int, timeout: float) -> str:
     return out.decode("utf-8", "replace")
 
 
-def serve(store, *, ready=None, **options) -> None:
-    """Run a keeper in this process until it is stopped. `ready()` is called once serving."""
-    k = Keeper(store, **options)
+def serve(store, options: ServeOptions = ServeOptions(), *, ready=None) -> None:
+    """Run a keeper in this process until it is stopped. `ready(keeper)` is called once serving."""
+    k = Keeper(store, options)
     try:
         k.start()
         if ready is not None:
@@ -701,136 +592,20 @@ def serve(store, *, ready=None, **options) -> None:
         k.close()
 
 
-# --- from other processes ----------------------------------------------------------------------------
-def control(store_root, op: str, *, timeout: float = 30.0) -> dict:
-    reply = protocol.request(protocol.control_socket(store_root), {"op": op}, timeout=timeout, retry=False)
-    if not reply.get("ok"):
-        raise protocol.to_error(reply)
-    return reply
-
-
-def status(store_root, timeout: float = 10.0) -> dict:
-    """The keeper's status; {"running": false} when none listens; {"running": true, "state":
-    "busy"} when one listens but is in the middle of starting or stopping an image."""
+def main() -> int:
+    """`python -m ledger.image`: the keeper as `ledger serve --detach` starts it (ledger.image.client
+    .start_detached). It reads one JSON object on stdin, {"store": DIR, "options": ServeOptions},
+    and logs a LedgerError that stops it as one JSON line (ERROR_JSON_TAG) before exiting with its code."""
     try:
-        return control(store_root, "status", timeout=timeout)
-    except protocol.NoReply:
         try:
-            known = json.loads((protocol.run_dir(store_root) / protocol.STATE_FILE).read_text())
-        except (OSError, ValueError):
-            known = {}
-        return {"running": True, "state": "busy", "pid": known.get("pid")}
-    except ImageUnavailable:
-        return {"running": False}
-
-
-def stop(store_root, timeout: float = 300.0) -> dict:
-    return control(store_root, "stop", timeout=timeout)
-
-
-@contextmanager
-def paused(store, *, timeout: float = 3600.0):
-    """Stop the image serving `store` (if any) for the duration of the block -- it finishes the
-    request in flight and its turns are committed -- and start it again on HEAD afterwards.
-
-    The pause lasts while this process holds its control connection open: if it dies, the
-    keeper resumes by itself. Yields the keeper's pause reply, or None when no image runs."""
-    path = protocol.control_socket(store.root)
-    try:
-        sock = protocol._connect(path, timeout)
-    except (FileNotFoundError, ConnectionRefusedError):
-        yield None
-        return
-    reader = protocol.LineReader(sock)
-
-    def call(op: str) -> dict:
-        sock.sendall(protocol.encode({"op": op}))
-        line = reader.read_line()
-        if line is None:
-            raise ImageUnavailable("the image's keeper went away during the learn cycle")
-        reply = protocol.decode(line)
-        if not reply.get("ok"):
-            raise protocol.to_error(reply)
-        return reply
-
-    try:
-        info = call("pause")
-        try:
-            yield info
-        finally:
-            try:
-                call("resume")
-            except (LedgerError, OSError) as e:
-                msg = getattr(e, "message", None) or str(e)
-                store.warnings.append(f"the image could not be resumed after the cycle: {msg}; "
-                                      "see `ledger image status`")
-    finally:
-        sock.close()
-
-
-def start_detached(store_root, args: list[str] = (), *, timeout: float = READY_TIMEOUT, env=None) -> dict:
-    """Start `python -m ledger.image.server` in its own session, logging to run/image.log, and
-    return its status once it serves (or raise, with the log's tail)."""
-    root = Path(store_root)
-    run = protocol.run_dir(root)
-    st = status(root)
-    if st.get("running"):
-        raise Locked(f"an image is already serving this store (keeper pid {st.get('pid')})",
-                     "see `ledger image status`; stop it with `ledger image stop`")
-    run.mkdir(exist_ok=True)
-    log = open(run / protocol.LOG_FILE, "ab")
-    start = log.tell()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "ledger.image", "--store", str(root), *args],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                cwd=str(root.parent), env=env)
-    finally:
-        log.close()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = proc.poll()
-        if code is not None:
-            with open(run / protocol.LOG_FILE, "rb") as f:
-                f.seek(start)
-                said = f.read().decode("utf-8", "replace").strip().splitlines()
-            # the keeper logs a LedgerError as "error: MESSAGE (hint: HINT)" and exits with its code
-            last = next((line for line in reversed(said) if "] error: " in line), "")
-            msg, _, hint = last.partition("] error: ")[2].rpartition(" (hint: ")
-            cls = {2: BadInput, 3: Refused, 4: StoreCorrupt, 5: Locked}.get(code, InternalError)
-            raise cls(msg or f"`ledger serve` exited with {code} before serving",
-                      hint.rstrip(")") if hint else f"see {run / protocol.LOG_FILE}")
-        st = status(root)
-        if st.get("running") and st.get("state") == "serving" and st.get("pid") == proc.pid:
-            return st
-        time.sleep(0.1)
-    raise InternalError(f"`ledger serve` did not start serving within {timeout:g} s",
-                        f"see {run / protocol.LOG_FILE}")
-
-
-def main(argv=None) -> int:
-    """`python -m ledger.image --store DIR [--learn ...]`: what `ledger serve --detach` runs."""
-    import argparse
-
-    from ledger.cycle import Policy
-    from ledger.store import Store
-
-    ap = argparse.ArgumentParser(prog="python -m ledger.image")
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--learn", action="store_true")
-    ap.add_argument("--min-turns", type=int, default=150)
-    ap.add_argument("--min-hours", type=float, default=4.0)
-    ap.add_argument("--spec", default=None)
-    ap.add_argument("--target", default="cpu")
-    ap.add_argument("--unsandboxed", action="store_true")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--decoder", default=None)
-    ap.add_argument("--durability", default="fsync", choices=DURABILITY)
-    ns = ap.parse_args(argv)
-    try:
-        store = Store.open(ns.store)
-        serve(store, learn=Policy(ns.min_turns, ns.min_hours) if ns.learn else None, spec=ns.spec, target=ns.target,
-              unsandboxed=ns.unsandboxed, threads=ns.threads, decoder=ns.decoder, durability=ns.durability)
+            msg = json.loads(sys.stdin.buffer.read(1 << 20))
+        except ValueError as e:
+            raise BadInput(f"the keeper's options on stdin are not JSON: {e}", "start it with `ledger serve --detach`") from None
+        if not isinstance(msg, dict) or not isinstance(msg.get("store"), str):
+            raise BadInput("the keeper's options on stdin name no store", "start it with `ledger serve --detach`")
+        serve(Store.open(msg["store"]), ServeOptions.from_json(msg.get("options") or {}))
     except LedgerError as e:
         _log(f"error: {e.message} (hint: {e.hint})")
+        _log(ERROR_JSON_TAG + json.dumps(e.to_json(), sort_keys=True, default=str))  # read by start_detached
         return e.exit_code
     return 0
