@@ -23,11 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar
 
+from ledger import runs
 from ledger.errors import BadInput
 from ledger.store import schema
 from ledger.store.ids import is_id
 
 TURN_RE = re.compile(r"^t[1-9]\d*$")
+RUN_RE = re.compile(r"^run:[0-9a-f]{64}$")
 ENVELOPE = ("refs", "counters", "objects")
 _INT64 = 1 << 63
 
@@ -101,6 +103,10 @@ def LIST(v):
 
 def ANY(v):
     return None
+
+
+def RUN(v):
+    return None if isinstance(v, str) and RUN_RE.match(v) else "a run id (run:<64 hex>)"
 
 
 def TURN(v):
@@ -305,7 +311,9 @@ class Refusal(Payload):
     KIND: ClassVar[str] = "refusal"
     cycle: int = need(SEQ1)
     verdict_name: str = need(TEXT)
-    reasons: list = need(LIST)
+    # Only a refusal without a gate verdict (training failed) keeps its reasons here; a gate
+    # verdict's reasons stay in the verdict object (sealed from the learner side).
+    reasons: list = opt(LIST)
     receipt: str | None = need(OPT_ID)
     verdict: str | None = need(OPT_ID)
 
@@ -398,7 +406,7 @@ class Train(Payload):
 
     @staticmethod
     def project(rec, p, get_json):
-        return _receipt_rows(rec, p.receipt, get_json)
+        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, get_json)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,7 +428,9 @@ class Reproduce(Payload):
 
     @staticmethod
     def project(rec, p, get_json):
-        return _receipt_rows(rec, p.receipt, get_json) if p.receipt else {}
+        if not p.receipt:
+            return {}
+        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, get_json)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,38 +447,57 @@ class SandboxViolation(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class TrackStart(Payload):
+    """A tracked run began (ledger.track): its name, params, seeds, data and source."""
     KIND: ClassVar[str] = "track-start"
     run: str = need(TEXT)
     version: int = need(SEQ1)
-    params: object = need(ANY)
-    seeds: object = need(ANY)
+    params: dict = need(OBJ)
+    seeds: dict = need(OBJ)
     data: dict = need(map_of(ID))
-    loss: object = need(ANY)
-    source: object = need(ANY)
+    loss: str = need(TEXT)
+    source: dict = need(OBJ)
     started: float = need(NUM)
     pid: int = need(INT)
     host: str = need(STR)
     argv: list = need(STRS)
 
+    @staticmethod
+    def project(rec, p, get_json):
+        return {"run_rows": runs.rows_for(rec, get_json)}
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrackMetrics(Payload):
+    """A flush of a tracked run's buffered metric rows (one metrics object)."""
     KIND: ClassVar[str] = "track-metrics"
-    run: str = need(ID)
+    run: str = need(RUN)
     metrics: str = need(ID, object_kind="metrics")
     rows: int = need(COUNT)
     first_step: int = need(INT)
     last_step: int = need(INT)
 
+    @staticmethod
+    def project(rec, p, get_json):
+        body = _json_obj(get_json, p.metrics)
+        rows = body.get("rows") if isinstance(body.get("rows"), list) else []
+        return {"metrics": [(p.run, r[0], r[1], float(r[2])) for r in rows
+                            if isinstance(r, list) and len(r) == 3 and _int(r[0]) and isinstance(r[1], str)
+                            and (_int(r[2]) or isinstance(r[2], float))]}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Track(Payload):
+    """A tracked run ended: its receipt (trainer "tracked") and status."""
     KIND: ClassVar[str] = "track"
-    run: str = need(ID)
+    run: str = need(RUN)
     receipt: str = need(ID, object_kind="receipt")
-    status: str = need(TEXT)
-    rung: str = need(TEXT)
+    status: str = need(one_of("finished", "failed"))
+    rung: str | None = need(opt_(one_of("Ran", "Learned")))
     name: str = need(STR)
+
+    @staticmethod
+    def project(rec, p, get_json):
+        return {"run_rows": runs.rows_for(rec, get_json)}
 
 
 # --- the gate -----------------------------------------------------------------------------------
@@ -490,7 +519,6 @@ class Judge(Payload):
     KIND: ClassVar[str] = "judge"
     verdict: str = need(ID, object_kind="verdict")
     verdict_name: str = need(TEXT)
-    reason_codes: list = need(STRS)
     learner_view: str = need(ID, object_kind="learner-view")
     suite_hash: str = need(STR)
     suite_ref: str = need(ID, object_kind="suite")
@@ -498,10 +526,18 @@ class Judge(Payload):
     candidate: str | None = need(OPT_ID)
     incumbent: str | None = need(OPT_ID)
     scored: bool = need(BOOL)
-    budget_counted: bool = need(BOOL)
-    budget: dict | None = need(opt_(shape(used=COUNT, of=COUNT)))
     wall_s: float = need(NUM)
     score_s: float = need(NUM)
+    # gate/2 (ledger.gate.judge.learner_payload): the journal is what the learner side reads, so
+    # the payload holds the learner view (verdict, rounded best score) and ids; the budget is
+    # keyed on the scored documents' content; a check of the export before training says so.
+    best_score: float | None = opt(OPT_NUM)
+    budget_key: str | None = opt(OPT_STR)
+    before_training: bool = opt(BOOL)
+    # Records written before gate/2 carried these (reason codes and budget counts are sealed now).
+    reason_codes: list = opt(STRS)
+    budget_counted: bool = opt(BOOL)
+    budget: dict | None = opt(opt_(shape(used=COUNT, of=COUNT)))
 
     @staticmethod
     def project(rec, p, get_json):

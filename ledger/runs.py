@@ -1,8 +1,8 @@
 """Every training run in one table: ledger's own (SFT, DPO, reproduce) and tracked ones.
 
 The index holds one `run_rows` row per record that starts, ends or re-runs a run (projected by
-`rows_for`, registered with the record kinds in ledger/records.py); the `runs` view keeps each
-run's latest row and joins the newest verdict on its adapter. Key hyper-parameters are columns
+`rows_for`, registered with the record kinds in ledger/records.py); the `runs` view
+(store/index.py VIEWS) keeps each run's latest row and joins the newest verdict on its adapter. Key hyper-parameters are columns
 (lr, r, alpha, steps, batch, seed, base), read from the plan (SFT), the DPO config, or the
 params a tracked run was given under their usual names (`PARAM_NAMES`); the rest stay in `params`.
 
@@ -16,22 +16,45 @@ import json
 import math
 from dataclasses import dataclass
 
-from ledger.errors import BadInput
-from ledger.train.track import RUN_PREFIX, is_live, run_id
+import fcntl
+import os
+from pathlib import Path
 
-TABLE = "run_rows"
-COLUMNS_SQL = ("run VARCHAR, seq BIGINT, time TIMESTAMP, trainer VARCHAR, name VARCHAR, status VARCHAR, "
-               "rung VARCHAR, receipt VARCHAR, adapter VARCHAR, base VARCHAR, lr DOUBLE, r BIGINT, alpha DOUBLE, "
-               "steps BIGINT, batch BIGINT, seed BIGINT, final_loss DOUBLE, metrics JSON, params JSON")
-VIEW_SQL = f"""
-CREATE OR REPLACE VIEW runs AS
-SELECT r.run, r.trainer, r.name, r.status, v.verdict, r.rung, r.lr, r.r, r.alpha, r.steps, r.batch, r.seed,
-       r.base, r.final_loss, r.metrics, r.params, r.receipt, r.adapter, r.seq, r.time
-FROM (SELECT *, row_number() OVER (PARTITION BY run ORDER BY seq DESC) AS _n FROM {TABLE}) r
-LEFT JOIN (SELECT candidate, verdict, row_number() OVER (PARTITION BY candidate ORDER BY seq DESC) AS _m
-           FROM verdicts) v ON v.candidate = r.adapter AND v._m = 1
-WHERE r._n = 1
-"""
+from ledger.errors import BadInput, StoreCorrupt
+
+RUN_PREFIX = "run:"
+
+def run_id(start_record_id: str) -> str:
+    """A tracked run is named after the record that started it: `run:<hex of that record's id>`.
+    Not a `b3:` id, because every b3: id in a payload must name a stored object, and records are not."""
+    return RUN_PREFIX + start_record_id.removeprefix("b3:")
+
+
+def live_marker(store, run: str) -> Path:
+    """The file a tracked run's process holds an flock on while it runs."""
+    return store.tmp / "runs" / f"{run.removeprefix(RUN_PREFIX)}.live"
+
+
+def is_live(store, run: str) -> bool:
+    """Whether the process of a started run still holds its live lock: the kernel drops an flock
+    when its holder dies, in any PID namespace, so liveness is never judged from a pid."""
+    path = live_marker(store, run)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise StoreCorrupt(f"cannot read the live marker of {run[:20]}…: {e.strerror}",
+                           f"remove {path}; the run then shows as interrupted") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 # Where a tracked run's params name the key hyper-parameters (first match wins).
 PARAM_NAMES = {
     "lr": ("lr", "learning_rate"),
@@ -193,3 +216,22 @@ def list_runs(store, *, where: str | None = None, sort: str = "seq", descending:
             d["status"] = "running" if is_live(store, d["run"]) else "interrupted"
         out.append(RunRow(**{k: d.get(k) for k in FIELDS}))
     return out
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The answer of `ledger runs`."""
+
+    rows: tuple[RunRow, ...]
+
+    def to_json(self) -> dict:
+        return {"runs": [r.to_json() for r in self.rows]}
+
+
+def csv_cell(v) -> str:
+    """A value as a CSV cell: dicts (params, metrics) as JSON, None as empty."""
+    if v is None:
+        return ""
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)

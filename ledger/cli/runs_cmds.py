@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ledger import api
+from ledger import runs as runslib
+from ledger.store import Store
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, emit
 from ledger.cli.tables import Column, number, render, short_id, terminal_width
@@ -43,15 +44,16 @@ def runs(
     """Every training run with status, verdict, key params (lr, r, alpha, steps, batch, seed,
     base) and final loss: SFT, DPO, reproduce and tracked runs (`ledger.track`). Also the `runs`
     view of `ledger query`."""
-    res = api.runs(where=where, sort=sort, descending=desc, limit=limit, store=common.store_dir())
+    store = Store.open(common.store_dir())
+    res = runslib.Runs(tuple(runslib.list_runs(store, where=where, sort=sort, descending=desc, limit=limit)))
     if csv_:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        fields = list(res.rows[0].to_json()) if res.rows else list(api.RUN_FIELDS)
+        fields = list(res.rows[0].to_json()) if res.rows else list(runslib.FIELDS)
         w.writerow(fields)
         for r in res.rows:
             d = r.to_json()
-            w.writerow([api.csv_cell(d[f]) for f in fields])
+            w.writerow([runslib.csv_cell(d[f]) for f in fields])
         sys.stdout.write(buf.getvalue())
         return
     emit(json_, res.to_json(), lambda: sys.stdout.write(

@@ -22,7 +22,7 @@ from pathlib import Path
 from ledger.errors import BadInput, InternalError, LedgerError
 from ledger.store import faults, schema
 
-INDEX_VERSION = 2  # 2: the outcomes table
+INDEX_VERSION = 3  # 2: the outcomes table; 3: run_rows and the runs view
 
 SCHEMA = {
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
@@ -38,6 +38,20 @@ SCHEMA = {
     "turns": "id VARCHAR, seq BIGINT, n BIGINT, situation VARCHAR, action VARCHAR, outcome VARCHAR, refusal BOOLEAN, time VARCHAR, generation VARCHAR",
     # ground truth attached after a turn was recorded (`ledger outcome`); the latest seq wins
     "outcomes": "turn VARCHAR, seq BIGINT, outcome VARCHAR, time VARCHAR",
+    # one row per record that starts, ends or re-runs a training run (ledger/runs.py fills it)
+    "run_rows": ("run VARCHAR, seq BIGINT, time TIMESTAMP, trainer VARCHAR, name VARCHAR, status VARCHAR, "
+                 "rung VARCHAR, receipt VARCHAR, adapter VARCHAR, base VARCHAR, lr DOUBLE, r BIGINT, alpha DOUBLE, "
+                 "steps BIGINT, batch BIGINT, seed BIGINT, final_loss DOUBLE, metrics JSON, params JSON"),
+}
+# Views over the tables: `runs` is each run's latest row with the newest verdict on its adapter.
+VIEWS = {
+    "runs": """
+SELECT r.run, r.trainer, r.name, r.status, v.verdict, r.rung, r.lr, r.r, r.alpha, r.steps, r.batch, r.seed,
+       r.base, r.final_loss, r.metrics, r.params, r.receipt, r.adapter, r.seq, r.time
+FROM (SELECT *, row_number() OVER (PARTITION BY run ORDER BY seq DESC) AS _n FROM run_rows) r
+LEFT JOIN (SELECT candidate, verdict, row_number() OVER (PARTITION BY candidate ORDER BY seq DESC) AS _m
+           FROM verdicts) v ON v.candidate = r.adapter AND v._m = 1
+WHERE r._n = 1""",
 }
 COLUMNS = {t: [c.strip().split(" ")[0] for c in cols.split(",") if c.strip() and "PRIMARY" not in c.split(" ")[0]]
            for t, cols in SCHEMA.items()}
@@ -112,6 +126,8 @@ def _connect(path: Path, read_only: bool, wait: float = 5.0):
 def _create(con) -> None:
     for t, cols in SCHEMA.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {t} ({cols})")
+    for name, sql in VIEWS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 
 ARROW_ROWS = 1000  # from this many rows on, insert through an Arrow table

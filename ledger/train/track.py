@@ -45,7 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.errors import BadInput, Locked, StoreCorrupt
+from ledger.errors import BadInput, Locked
+from ledger.runs import live_marker, run_id
 from ledger.store import Store
 from ledger.train.receipt import RECEIPT_VERSION, learned_evidence, source_identity
 
@@ -54,7 +55,6 @@ FLUSH_ROWS = 20_000
 FLUSH_SECONDS = 10.0
 HARD_CAP_ROWS = 1_000_000  # past this many unflushed rows, `log` waits for the lock
 MAX_SCRIPT_BYTES = 16 << 20
-RUN_PREFIX = "run:"
 LIBRARIES = ("torch", "transformers", "peft", "accelerate", "lightning", "pytorch_lightning", "numpy",
              "datasets", "tokenizers", "safetensors", "jax", "flax", "optax", "cupy")
 
@@ -282,18 +282,16 @@ class Run:
         return src
 
     def _hold_live_lock(self) -> None:
-        folder = self._store.tmp / "runs"
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f"{self.id.removeprefix(RUN_PREFIX)}.live", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        path = live_marker(self._store, self.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._live_fd = fd
 
     def _release_live_lock(self) -> None:
         if self._live_fd is not None:
-            path = self._store.tmp / "runs" / f"{self.id.removeprefix(RUN_PREFIX)}.live"
             try:
-                path.unlink()
+                live_marker(self._store, self.id).unlink()
             except OSError:
                 pass  # already gone (gc of dead live files): nothing to release but the fd
             os.close(self._live_fd)
@@ -332,28 +330,3 @@ def track(name: str, *, params: dict | None = None, seeds: dict | None = None, d
     """Start a tracked run (use it in a `with` block). See the module docstring."""
     return Run(name=name, params=params or {}, seeds=seeds or {}, data=data or {}, loss=loss, source=source,
                store=store, actor=actor)
-
-
-def run_id(start_record_id: str) -> str:
-    """A run is named after the record that started it: `run:<hex of that record's id>`. Not a
-    `b3:` id, because every b3: id in a payload must name a stored object, and records are not."""
-    return RUN_PREFIX + start_record_id.removeprefix("b3:")
-
-
-def is_live(store: Store, run: str) -> bool:
-    """Whether the process of a started run still holds its live lock (never judged from a pid)."""
-    path = store.tmp / "runs" / f"{run.removeprefix(RUN_PREFIX)}.live"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError as e:
-        raise StoreCorrupt(f"cannot read the live marker of {run[:20]}…: {e.strerror}",
-                           f"remove {path}; the run then shows as interrupted") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False

@@ -11,6 +11,7 @@ import pytest
 import ledger
 from ledger.errors import BadInput
 from ledger.store import Store
+from ledger import runs as runslib
 from ledger.train import track as tracklib
 from tests.conftest import ledger_cmd
 
@@ -44,7 +45,7 @@ def test_a_loop_is_bound_into_a_receipt(store, tmp_path):
     assert body["source"]["ledger_hash"].startswith("b3:")
     [end] = _records(store, "track")
     assert end["payload"]["receipt"] == rec.receipt and end["payload"]["run"] == run.id
-    assert not tracklib.is_live(store, run.id)
+    assert not runslib.is_live(store, run.id)
 
 
 def test_rungs_are_honest(store):
@@ -131,18 +132,18 @@ def test_a_killed_process_leaves_an_interrupted_run_never_a_half_record(tmp_path
     p = subprocess.Popen([sys.executable, str(script), str(store.root)], stdout=subprocess.PIPE, text=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     run_id = p.stdout.readline().strip()
-    assert tracklib.is_live(Store.open(store.root), run_id)
+    assert runslib.is_live(Store.open(store.root), run_id)
     os.kill(p.pid, signal.SIGKILL)
     p.wait(timeout=30)
     p.stdout.close()
     reopened = Store.open(store.root)
-    assert not tracklib.is_live(reopened, run_id)
+    assert not runslib.is_live(reopened, run_id)
     kinds = [r["kind"] for r in reopened.journal.scan().records]
     assert kinds == ["init", "track-start", "track-metrics"]
     v = ledger_cmd("--store", store.root, "verify")
     assert v.returncode == 0, v.stdout + v.stderr
     start = reopened.journal.scan().records[1]
-    assert tracklib.run_id(start["id"]) == run_id and start["payload"]["params"] == {"lr": 0.1}
+    assert runslib.run_id(start["id"]) == run_id and start["payload"]["params"] == {"lr": 0.1}
     assert start["payload"]["source"]["script"]["id"]  # the script that ran is bound
 
 
