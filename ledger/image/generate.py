@@ -1,8 +1,11 @@
 """Greedy decoding of an action with a generation's base + adapter, one request at a time.
 
-A prompt is what training and the gate encode before the action: `<bos> situation <sep>`
-(ledger.artefacts.tokenizer.encode_turn); the action is the bytes generated after it, up to <eos>
-or `max_new` bytes (at most MAX_NEW = 48).
+A prompt is what training and the gate encode before the action, by the base's own tokenizer
+and chat template (ledger.artefacts.template.Chat.prompt_ids: the rendered generation prompt, or
+`<bos> situation <sep>` in the plain format); the action is the tokens generated after it, up to
+the end-of-turn token (Chat.stop_ids) or `max_new` tokens (at most MAX_NEW = 48), and it is
+returned as text (the tokenizer's decode), never as ids. Both realizations keep a KV cache: the
+prompt is fed once, then one token per step.
 
 Two realizations of the same function, chosen by an explicit rule (`select_decoder`) and named
 in the image's start record and status -- selection, never a silent fallback:
@@ -25,27 +28,26 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.errors import BadInput
 from ledger.artefacts import model as modellib
-from ledger.artefacts import tokenizer as toklib
+from ledger.artefacts import template as templatelib
+from ledger.errors import BadInput
 
 MAX_NEW = 48
+# The KV cache is preallocated for this many positions at most (a real base may declare 8192,
+# which would cost ~400 MB of cache for SmolLM2); a request that needs more is refused.
+MAX_CONTEXT = 2048
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LORA_MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
                 "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 
 
-def prompt_ids(situation: str) -> list[int]:
-    return [toklib.BOS, *toklib.ByteTokenizer().encode(situation), toklib.SEP]
-
-
-def check_fits(situation: str, max_new: int, max_positions: int | None) -> None:
+def check_fits(prompt: list[int], max_new: int, max_positions: int | None) -> None:
     if not 1 <= max_new <= MAX_NEW:
         raise BadInput(f"max_new must be between 1 and {MAX_NEW}, got {max_new}")
-    need = len(prompt_ids(situation)) + max_new
+    need = len(prompt) + max_new
     if max_positions is not None and need > max_positions:
-        raise BadInput(f"the situation needs {need} positions with {max_new} new bytes, but the model has {max_positions}",
-                       "shorten the situation or ask for fewer new bytes (max_new)")
+        raise BadInput(f"the situation needs {need} positions with {max_new} new tokens, but the model has {max_positions}",
+                       "shorten the situation or ask for fewer new tokens (max_new)")
 
 
 # --- choosing a realization ----------------------------------------------------------------------
@@ -124,7 +126,7 @@ class Shape:
         a = modellib.arch_of(cfg)
         return cls(a.vocab, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim, float(cfg.get("rms_norm_eps", 1e-6)),
                    float((cfg.get("rope_parameters") or {}).get("rope_theta") or cfg.get("rope_theta") or 10000.0),
-                   a.tied, a.max_positions)
+                   a.tied, min(a.max_positions, MAX_CONTEXT))
 
 
 class FastLlama:
@@ -235,7 +237,7 @@ class FastLlama:
         with torch.inference_mode():
             return torch.stack([self._step(W, torch.tensor(ids[: t + 1]), 0) for t in range(len(ids))])
 
-    def greedy(self, W, ids: list[int], max_new: int) -> list[int]:
+    def greedy(self, W, ids: list[int], max_new: int, stop: frozenset) -> list[int]:
         torch = self.torch
         out: list[int] = []
         with torch.inference_mode():
@@ -243,7 +245,7 @@ class FastLlama:
             pos = len(ids)
             for _ in range(max_new):
                 nxt = int(logits.argmax())
-                if nxt == toklib.EOS:
+                if nxt in stop:
                     break
                 out.append(nxt)
                 if len(out) == max_new:
@@ -294,7 +296,7 @@ class HFLlama:
             ctx = net if net is not None else self.model
             return ctx(input_ids=torch.tensor([ids])).logits[0].float()
 
-    def greedy(self, adapter_id, ids: list[int], max_new: int) -> list[int]:
+    def greedy(self, adapter_id, ids: list[int], max_new: int, stop: frozenset) -> list[int]:
         from transformers import DynamicCache
 
         torch = self.torch
@@ -305,7 +307,7 @@ class HFLlama:
             x = torch.tensor([ids])
             for _ in range(max_new):
                 nxt = int(m(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
-                if nxt == toklib.EOS:
+                if nxt in stop:
                     break
                 out.append(nxt)
                 x = torch.tensor([[nxt]])
@@ -316,13 +318,12 @@ class Model:
     """One base in memory and the adapters of the generations served so far, by adapter id.
 
     `use(adapter_id)` switches generations (merging an adapter the first time it is used);
-    `generate(situation, max_new)` returns the action text and the number of bytes generated."""
+    `generate(situation, max_new)` returns the action text and the number of tokens generated."""
 
     def __init__(self, store, base_id: str, work: Path, adapters=(), decoder: str | None = None):
         manifest = modellib.load_manifest(store, base_id)
-        if manifest.get("tokenizer") != toklib.ByteTokenizer().id:
-            raise BadInput(f"base {base_id} uses a tokenizer the image does not know",
-                           "the image serves bases with ledger's byte tokenizer")
+        # the base's pinned tokenizer and chat template: prompts, stop tokens and decoding
+        self.chat = templatelib.for_base(store, manifest)
         self.store, self.base_id, self.work = store, base_id, Path(work)
         self.cfg = manifest["config"]
         self.shape = Shape.of(self.cfg)
@@ -371,10 +372,15 @@ class Model:
         self.adapter = adapter_id
 
     def generate(self, situation: str, max_new: int = MAX_NEW) -> tuple[str, int]:
-        check_fits(situation, max_new, self.shape.max_positions)
-        ids = self.impl.greedy(self._weights[self.adapter], prompt_ids(situation), max_new)
-        return toklib.ByteTokenizer().decode(ids), len(ids)
+        ids = self.generate_ids(situation, max_new)
+        return self.chat.tokenizer.decode(ids), len(ids)
+
+    def generate_ids(self, situation: str, max_new: int = MAX_NEW) -> list[int]:
+        """The greedy answer's token ids, without the end-of-turn token that stopped it."""
+        prompt = self.chat.prompt_ids(situation)
+        check_fits(prompt, max_new, self.shape.max_positions)
+        return self.impl.greedy(self._weights[self.adapter], prompt, max_new, self.chat.stop_ids)
 
     def logits(self, situation: str, action: str = ""):
-        ids = prompt_ids(situation) + toklib.ByteTokenizer().encode(action)
+        ids = self.chat.prompt_ids(situation) + self.chat.tokenizer.encode(action)
         return self.impl.logits(self._weights[self.adapter], ids)
