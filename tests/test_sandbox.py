@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import importlib.util
 import json
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import BadInput, Refused, SandboxUnavailable
-from ledger.sandbox import SandboxPolicy, landlock, landlock_abi, run_sandboxed, system_allowances
+from ledger.sandbox import SandboxPolicy, landlock, landlock_abi, run_sandboxed, seccomp, system_allowances
 from ledger.sandbox import policy as sbpolicy
 from ledger.sandbox import run as sbrun
+from ledger.sandbox.__main__ import BOOTSTRAP_FAILED
 
 ABI = landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="Landlock unavailable on this kernel "
@@ -457,14 +460,16 @@ def test_a_launcher_and_its_processes_die_with_the_caller(layout, tmp_path):
     launcher = textwrap.dedent("""
         import os, subprocess, sys
         open(sys.argv[1], "w").write(str(os.getpid()))
-        procs = [subprocess.Popen(sys.argv[2:], env=dict(os.environ, RANK=str(r)), start_new_session=True) for r in range(2)]
+        procs = [subprocess.Popen(sys.argv[2:], env=dict(os.environ, RANK=str(r)), start_new_session=True)
+                 for r in range(2)]
         sys.exit(max(p.wait() for p in procs))
     """)
     caller = textwrap.dedent(f"""
         import sys, threading
         from ledger.sandbox import SandboxPolicy, run_sandboxed
         policy = SandboxPolicy.from_json(sys.argv[1])
-        code = "import os, sys, time; open(os.path.join(sys.argv[1], 'rank-' + os.environ['RANK']), 'w').write(str(os.getpid())); time.sleep(120)"
+        code = ("import os, sys, time; open(os.path.join(sys.argv[1], 'rank-' + os.environ['RANK']), 'w')"
+                ".write(str(os.getpid())); time.sleep(120)")
         # from a thread, as `ledger train` does
         t = threading.Thread(target=run_sandboxed, args=([sys.executable, "-c", code, {str(out)!r}], policy),
                              kwargs=dict(launcher=[sys.executable, "-E", "-c", {launcher!r}, {str(out / 'launcher')!r}],
@@ -497,3 +502,84 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# the rest of the confinement: refused rather than applied in part ----------------------------------
+def test_no_seccomp_filter_here_refuses_before_running(layout, monkeypatch):
+    *_, out, _, _, policy = layout
+    monkeypatch.setattr(seccomp, "available", lambda: "the seccomp filter's syscall table covers x86_64 only")
+    spawned = []
+    real_popen = sbrun.subprocess.Popen
+    monkeypatch.setattr(sbrun.subprocess, "Popen", lambda *a, **k: spawned.append(a) or real_popen(*a, **k))
+    with pytest.raises(SandboxUnavailable) as e:
+        run_py("open('/tmp/x', 'w')", policy)
+    assert e.value.exit_code == 3 and "x86_64" in e.value.message and spawned == []
+
+
+def _bootstrap(rules: dict, tmp_path):
+    status_r, status_w = os.pipe()
+    p = subprocess.run([*sbrun.bootstrap_command(), "--rules", json.dumps(rules), "--status-fd", str(status_w),
+                        "--", "/bin/echo", "RAN"], pass_fds=(status_w,), capture_output=True, text=True, timeout=60)
+    os.close(status_w)
+    with os.fdopen(status_r) as f:
+        return p, f.read()
+
+
+@needs_landlock
+@pytest.mark.parametrize("missing", ["seccomp", "notify", "shm", "caller_mntns", "network"])
+def test_bootstrap_refuses_rules_that_leave_out_part_of_the_confinement(layout, tmp_path, missing):
+    *_, policy = layout
+    rules, _ = sbrun.bootstrap_rules(policy.grants(), policy)
+    del rules[missing]
+    p, status = _bootstrap(rules, tmp_path)
+    assert p.returncode == BOOTSTRAP_FAILED and "RAN" not in p.stdout
+    assert status.startswith("error ") and "refusing to confine less" in status
+
+
+@needs_landlock
+def test_a_rank_refuses_a_dev_shm_its_launcher_did_not_make_private(layout, tmp_path):
+    *_, policy = layout
+    rules, _ = sbrun.bootstrap_rules(policy.grants(), policy, shm="inherit")   # but no launcher made one
+    p, status = _bootstrap(rules, tmp_path)
+    assert p.returncode == BOOTSTRAP_FAILED and "RAN" not in p.stdout
+    assert "private /dev/shm" in status
+
+
+def test_a_report_of_another_filter_is_a_refusal():
+    prog = seccomp.program(network=False, supervised=True)
+    other = seccomp.program(network=True, supervised=True)
+    report = {"landlock_abi": 7, "seccomp_sha256": hashlib.sha256(other).hexdigest(), "seccomp_supervised": True,
+              "capabilities_dropped": [], "capabilities_left": [], "shm": "private", "namespaces": "mount",
+              "no_new_privs": True}
+    with pytest.raises(SandboxUnavailable, match="another seccomp filter"):
+        sbrun.read_confinement([["ok 7", "confined " + json.dumps(report)]], prog)
+    with pytest.raises(SandboxUnavailable, match="did not report"):
+        sbrun.read_confinement([["ok 7"]], prog)
+    report["seccomp_sha256"] = hashlib.sha256(prog).hexdigest()
+    c = sbrun.read_confinement([["ok 7", "confined " + json.dumps(report)]], prog)
+    assert c.seccomp_filter == seccomp.filter_id(prog) and c.shm_private
+
+
+@needs_landlock
+def test_a_confined_child_cannot_start_a_sandbox_of_its_own(layout):
+    """A sandbox inside a sandbox would need a unix socket (the supervisor), a mount namespace
+    and capabilities: none is there, so it is a typed refusal (exit 3), not half a sandbox."""
+    tmp, a, out, _, _, policy = layout
+    r = run_py("""
+        import sys
+        from ledger.errors import SandboxUnavailable
+        from ledger.sandbox import SandboxPolicy, run_sandboxed
+        try:
+            run_sandboxed(["/bin/true"], SandboxPolicy(read_write=[sys.argv[1]]))
+            print("INNER-RAN")
+        except SandboxUnavailable as e:
+            print("INNER-REFUSED", e.exit_code)
+    """, policy, out, timeout=120)
+    assert "INNER-REFUSED 3" in r.stdout_tail, r.stdout_tail + r.stderr_tail
+
+
+def test_the_filter_is_a_pure_function_of_the_policy():
+    ids = {(n, s): seccomp.filter_id(seccomp.program(network=n, supervised=s)) for n in (False, True)
+           for s in (False, True)}
+    assert len(set(ids.values())) == 4
+    assert ids[(False, True)] == seccomp.filter_id(seccomp.program(network=False, supervised=True))

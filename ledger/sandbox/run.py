@@ -367,7 +367,12 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         os.mkdir(status_dir, 0o700)
         # Refused syscalls are reported by the kernel to this process (the child cannot forge or
         # suppress that record); each bootstrap hands its filter's notification fd over here.
-        supervisor = None if unsandboxed else seccomp.Supervisor(os.path.join(work, "seccomp.sock")).start()
+        if not unsandboxed:
+            try:
+                supervisor = seccomp.Supervisor(os.path.join(work, "seccomp.sock")).start()
+            except OSError as e:   # e.g. we are ourselves confined: no unix socket, no supervisor
+                raise SandboxUnavailable(f"cannot supervise the child's seccomp filter ({e}); "
+                                         "nothing was run") from None
         rules_body, prog = bootstrap_rules(grants, policy, landlock=not unsandboxed,
                                            notify=supervisor.path if supervisor else None,
                                            shm="inherit" if launcher else "private")
