@@ -285,8 +285,12 @@ class Verified(Wrapped):
         rep = self.result
         if rep.ok:
             return None
-        return StoreCorrupt(f"verify found {len(rep.errors)} fault(s); first: {rep.errors[0]['message']}",
-                            "restore the named objects or records from a remote or bundle")
+        from ledger.sharing import repair as repair_mod
+
+        damaged = repair_mod.damaged_ids(rep)
+        hint = (f"`ledger repair --from REMOTE|BUNDLE` replaces the {len(damaged)} missing or damaged object(s) "
+                "with verified copies" if damaged else "restore the named records from a bundle or backup")
+        return StoreCorrupt(f"verify found {len(rep.errors)} fault(s); first: {rep.errors[0]['message']}", hint)
 
 
 def verify(*, read_data: bool = False, progress=None, store: StoreLike = None) -> Verified:
@@ -331,7 +335,7 @@ def query(sql: str, *, store: StoreLike = None) -> QueryResult:
     s = _open(store)
     warn = []
     seq = index.indexed_seq(s.root)
-    if seq != s.state.seq:
+    if not s.index_current():  # behind, or not this store's projection (copied from another store)
         try:   # a reader never waits for the lock
             with s.locked():
                 s.sync_index()
@@ -1204,6 +1208,28 @@ def fetch(source: str, ids: Sequence[str], *, namespace: str | None = None, jobs
     s = _open(store)
     res = fetch_mod.fetch_closure(s, source, list(ids), namespace=namespace, progress=progress, jobs=jobs)
     return Fetched(result=res, warnings=_warnings(s))
+
+
+@dataclass(frozen=True)
+class Repaired(Wrapped):
+    """ledger.sharing.repair's result in `result` (repaired, not_held, refused, remaining);
+    fails with StoreCorrupt (exit 4) while damage remains."""
+
+    def failure(self):
+        from ledger.sharing import repair as repair_mod
+
+        return repair_mod.failure(self.result)
+
+
+def repair(source: str, *, jobs: int = 4, progress=None, store: StoreLike = None) -> Repaired:
+    """Replace every missing or damaged object `verify --read-data` finds with a verified copy
+    from `source` (a configured remote, a bundle file, a remote folder or an s3:// URL)."""
+    from ledger.sharing import fetch as fetch_mod
+    from ledger.sharing import repair as repair_mod
+
+    s = _open(store)
+    res = repair_mod.repair(s, fetch_mod.open_source(s, source), progress=progress, jobs=jobs)
+    return Repaired(result=res, warnings=_warnings(s))
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'push': ('ledger.cli.share_cmds', 'Send the closure of REFs and its journal segment to a remote (only missing objects move).'),
     'pull': ('ledger.cli.share_cmds', 'Fetch refs from a remote into REMOTE/… (or --as NS/…); local HEAD never changes.'),
     'fetch': ('ledger.cli.share_cmds', "Bring the closure of IDs (such as a colleague's receipt) here, verified; then `ledger reproduce ID`."),
+    'repair': ('ledger.cli.share_cmds', 'Replace missing or damaged objects that `ledger verify` found with verified copies from a remote or bundle.'),
     'bundle': ('ledger.cli.share_cmds', 'Bundles: a closure of objects plus its journal segment in one file.'),
     'remote': ('ledger.cli.share_cmds', 'Remotes: a directory or S3-compatible storage to push to and pull from.'),
     'key': ('ledger.cli.share_cmds', 'Signing keys (ed25519) and the keys you trust.'),

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
     app.command("push")(push)
     app.command("pull")(pull)
     app.command("fetch")(fetch)
+    app.command("repair")(repair)
     k = typer.Typer(help="Signing keys (ed25519) and the keys you trust.", no_args_is_help=True)
     k.command("create")(key_create)
     k.command("list")(key_list)
@@ -106,6 +107,9 @@ def _render_import(res) -> None:
     c.print(f"  {_signers(res.signers)}")
     for name, oid in sorted(res.refs.items()):
         c.print(f"  {name} → {short(oid)}")
+    if res.repaired:
+        c.print(f"[green]repaired[/] {len(res.repaired)} damaged object(s) here with verified copies, "
+                f"e.g. {short(res.repaired[0])}")
 
 
 # --- bundle --------------------------------------------------------------------------------
@@ -261,9 +265,41 @@ def fetch(
         for imp in res.imports:
             _render_import(imp)
         c.print(f"fetched {res.fetched_objects} object(s), {human_bytes(res.fetched_bytes)} from {res.source}")
+        walked = sorted(set(res.repaired) - {r for i in res.imports for r in i.repaired})  # imports said theirs
+        if walked:
+            c.print(f"[green]repaired[/] {len(walked)} damaged object(s) here with verified copies, "
+                    f"e.g. {short(walked[0])}")
         if res.missing:
             c.print(f"[yellow]{len(res.missing)} id(s) reachable from it are held neither here nor there[/] "
                     f"(digests or lost objects), e.g. {short(res.missing[0])}")
+    finish(json_, out, render)
+
+
+def repair(
+    source: Annotated[str, typer.Option("--from", metavar="REMOTE|BUNDLE", help="A configured remote, a bundle file, a remote directory or s3:// URL holding intact copies.")],
+    jobs: JobsOpt = 4,
+    json_: JsonOpt = False,
+):
+    """Replace missing or damaged objects that `ledger verify` found with verified copies from a remote or bundle.
+
+    Each copy must hash to its id (the journal already names it, so no signature is needed);
+    the damaged file is replaced atomically. Exit 0 when the store verifies clean afterwards,
+    4 while damage remains (listed)."""
+    out = api.repair(source, jobs=jobs, progress=None if json_ else RichProgress(), store=common.store_dir())
+    res = out.result
+
+    def render():
+        c = common.console()
+        c.print(f"repaired {len(res.repaired)} object(s) from {res.source}")
+        for oid in res.repaired:
+            c.print(f"  [green]replaced[/] {short(oid)} with a verified copy")
+        for oid in res.not_held:
+            c.print(f"  [yellow]not on {res.source}[/] {short(oid)}")
+        for oid, why in res.refused:
+            c.print(f"  [red]refused copy[/] {short(oid)}: {why}")
+        for e in res.remaining:
+            c.print(f"[red]remaining[/] {e.get('message')}")
+        c.print("[green]clean[/]: the store verifies" if res.ok else f"[red]{len(res.remaining)} fault(s) remain[/]")
     finish(json_, out, render)
 
 

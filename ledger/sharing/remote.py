@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Protocol
 
 import blake3
 
-from ledger.errors import BadInput, CorruptObject, RemoteError, UnknownRef, UnsupportedFormat
+from ledger.errors import BadInput, CorruptObject, RemoteError, StoreCorrupt, UnknownRef, UnsupportedFormat
 from ledger.sharing import durable
 from ledger.store import canonical, faults, fsio
 from ledger.store.ids import PREFIX, hash_bytes, hex_of
@@ -91,12 +91,13 @@ def copy_capped(oid: str, url: str, read, cap: int, dest, on_bytes, h) -> None:
         on_bytes(len(chunk))
 
 
-def _not_regular(url: str, key: str, kind: str) -> CorruptObject | RemoteError:
+def _not_regular(url: str, key: str, kind: str) -> StoreCorrupt:
+    """A link or special file where the remote layout has a file: the remote is damaged (exit 4)."""
     msg = f"remote {url}: {key} is a {kind}, not a regular file"
     hint = "the remote is damaged or hostile; ledger never follows links or reads special files there"
     if key.startswith("objects/"):
         return CorruptObject(PREFIX + key[len("objects/"):].replace("/", ""), msg, hint)
-    return RemoteError(msg, hint)
+    return StoreCorrupt(msg, hint)
 
 
 def open_local(oid: str, src: Path) -> int:
