@@ -12,11 +12,15 @@ losses under a verdict's `sealed` key, and never suite text.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 
+from ledger import runs
+
 GEN_RE = re.compile(r"^gen-(\d+)$")
+RUN_KINDS = ("train", "reproduce", "track-start", "track")
 CYCLE_ENDS = ("commit", "refusal")
 RECENT_TURNS = 8
 
@@ -127,6 +131,26 @@ class Receipt:
 
 
 @dataclass(frozen=True)
+class Run:
+    """One training run of any kind (ledger's SFT/DPO/reproduce, or tracked) with its key params."""
+    run: str
+    seq: int
+    time: str
+    trainer: str
+    name: str
+    status: str
+    rung: str | None
+    lr: float | None
+    r: int | None
+    steps: int | None
+    batch: int | None
+    seed: int | None
+    final_loss: float | None
+    receipt: str | None
+    metrics: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Turn:
     n: int
     situation: str
@@ -159,6 +183,7 @@ class Report:
     cycles: tuple[Cycle, ...] = ()
     judges: tuple[Judge, ...] = ()
     receipts: tuple[Receipt, ...] = ()
+    runs: tuple[Run, ...] = ()
     suites: tuple[Suite, ...] = ()
     turns_total: int = 0
     recent_turns: tuple[Turn, ...] = ()
@@ -244,6 +269,7 @@ def gather(store) -> Report:
     cycles: list[Cycle] = []
     judges: list[Judge] = []
     receipts: dict[str, Receipt] = {}
+    run_rows: dict[str, Run] = {}  # run id -> its latest row (a tracked run's end replaces its start)
     comparisons: dict[str, list[tuple[str, str]]] = {}
     suites: list[Suite] = []
     counts: dict[str, int] = {}
@@ -273,6 +299,11 @@ def gather(store) -> Report:
         elif kind in ("train", "reproduce") and p.get("receipt"):
             rid = p["receipt"]
             receipts[rid] = _receipt(rec, rid, store.get_json(rid), open_cycle if kind == "train" else None)
+        elif kind == "track" and p.get("receipt"):  # a tracked run (ledger.track): its receipt and curve
+            receipts[p["receipt"]] = _receipt(rec, p["receipt"], store.get_json(p["receipt"]), None)
+        if kind in RUN_KINDS:
+            for row in runs.rows_for(rec, store.get_json):
+                run_rows[row[0]] = _run(row)
         if kind == "reproduce" and p.get("comparison") and p.get("of"):
             comparisons.setdefault(p["of"], []).append((p["comparison"], _s(p.get("outcome"))))
         if kind == "judge" and p.get("verdict"):
@@ -327,11 +358,32 @@ def gather(store) -> Report:
         store=str(store.root), seq=last["seq"] if last else 0, journal_head=last["id"] if last else None,
         as_of=last["time"] if last else "", head=gen_of_id.get(head_id) if head_id else None, counts=counts,
         generations=tuple(sorted(gens, key=lambda g: g.n)), head_moves=tuple(head_moves), cycles=tuple(cycles),
-        judges=tuple(judges), receipts=rs, suites=tuple(suites), turns_total=turns_total,
+        judges=tuple(judges), receipts=rs, runs=_live_status(store, run_rows),
+        suites=tuple(suites), turns_total=turns_total,
         recent_turns=_recent_turns(store, turn_batches, outcomes), ref_names=tuple(sorted(names)))
 
 
-def _with(r: Receipt, **kw) -> Receipt:
+def _live_status(store, rows: dict[str, Run]) -> tuple[Run, ...]:
+    """A tracked run still `started` is running while its process holds the live lock, else interrupted."""
+    out = []
+    for r in sorted(rows.values(), key=lambda r: r.seq):
+        if r.status == "started":
+            r = _with(r, status="running" if runs.is_live(store, r.run) else "interrupted")
+        out.append(r)
+    return tuple(out)
+
+
+def _run(row: tuple) -> Run:
+    """A run_rows tuple (ledger/runs.py, in store/index.py's column order) as the report's Run."""
+    (run, seq, time, trainer, name, status, rung, receipt, _adapter, _base, lr, r, _alpha, steps, batch, seed,
+     final_loss, metrics, _params) = row
+    values = json.loads(metrics) if metrics else {}
+    return Run(run=run, seq=seq, time=str(time), trainer=trainer, name=_s(name), status=_s(status), rung=rung, lr=lr,
+               r=r, steps=steps, batch=batch, seed=seed, final_loss=final_loss, receipt=receipt,
+               metrics=tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, float)))))
+
+
+def _with(r, **kw):
     from dataclasses import replace
 
     return replace(r, **kw)

@@ -73,7 +73,10 @@ def _short(oid, n: int = 12) -> str:
     if not oid:
         return "-"
     s = str(oid)
-    return s[:3 + n] if s.startswith("b3:") else s
+    for prefix in ("b3:", "run:"):  # object ids, and tracked runs' ids (ledger/runs.py)
+        if s.startswith(prefix):
+            return s[:len(prefix) + n]
+    return s
 
 
 def _id(oid, n: int = 12) -> str:
@@ -252,6 +255,25 @@ def _receipts_table(m: Report) -> str:
                   rows, "receipts", "receipts")
 
 
+def _runs_table(m: Report) -> str:
+    if not m.runs:
+        return plots.empty("No training runs yet: `ledger train`, `ledger run`, or `ledger.track(...)` in your own loop.")
+    curves = {r.id: r.losses for r in m.receipts}
+    rows = []
+    for r in m.runs:
+        metrics = ", ".join(f"{k} {fmt(v, 3)}" for k, v in r.metrics if k != "loss")
+        rows.append(
+            f"<tr><td>{_id(r.run)}</td><td>{esc(r.trainer)}</td><td>{esc(r.name)}</td><td>{_badge(r.status)}</td>"
+            f'<td>{_badge(r.rung, "rung-") if r.rung else "-"}</td><td class=num>{fmt(r.lr, 3) if r.lr is not None else "-"}</td>'
+            f"<td class=num>{esc(r.r if r.r is not None else '-')}</td>"
+            f"<td class=num>{esc(r.steps if r.steps is not None else '-')}</td>"
+            f"<td class=num>{esc(r.batch if r.batch is not None else '-')}</td>"
+            f"<td>{plots.spark(curves.get(r.receipt, ()))}</td>"
+            f"<td class=num>{fmt(r.final_loss, 3) if r.final_loss is not None else '-'}</td><td>{esc(metrics)}</td></tr>")
+    return _table(["run", "trainer", "name", "status", "rung", "lr", "r", "steps", "batch", "loss", "final", "metrics"],
+                  rows, "runs", "runs")
+
+
 def _experience(m: Report) -> str:
     if not m.turns_total:
         return plots.empty("No turns recorded yet: `ledger record TURNS.jsonl`.")
@@ -285,13 +307,16 @@ def render(m: Report, version: str = "") -> str:
                  plots.score_history(m.judges) + _score_table(m)),
         _section("verdicts", "Verdicts", "How each learn cycle ended: Accept commits a generation; every refusal is kept "
                  "with its reasons.", plots.verdict_timeline(m.cycles, m.judges) + _cycles_table(m)),
-        _section("losses", "Training loss per cycle", "Per-step loss from each receipt.", plots.loss_curves(m.receipts)),
+        _section("losses", "Training loss per run", "Per-step loss from each receipt, tracked runs included.",
+                 plots.loss_curves(m.receipts)),
         _section("deltas", "Canary vs scored deltas", "Mean paired Δ (candidate − incumbent) per gate run. Scored must "
                  "fall below −η; canaries getting worse past their threshold while the scored set improves is "
                  "GamedTheEvaluator.", plots.deltas(m.judges)),
         _section("lineage", "Lineage and HEAD", "Generations (lanes), parent → child edges, and HEAD's path through "
                  "commits and rollbacks; nothing is ever deleted.",
                  plots.lineage(m.generations, m.head_moves, m.head) + _moves_table(m) + _generations_table(m)),
+        _section("runs", "Runs", "Every training run — ledger's own and those logged with `ledger.track` — with its key "
+                 "hyper-parameters; the same table as `ledger runs`.", _runs_table(m)),
         _section("receipts", "Receipts", "Every training run, bound by identity. Expand a row for what it pinned; "
                  "`ledger reproduce ID` re-runs it and compares field by field.", _receipts_table(m)),
         _section("experience", "Experience", "Turns the image recorded (situation, action verbatim, outcome).", _experience(m)),

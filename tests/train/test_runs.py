@@ -127,3 +127,15 @@ def test_the_cli_renders_json_csv_and_a_table(mixed):
     assert "interrupted" in p.stdout and "sweep-a" in p.stdout
     p = ledger_cmd("--store", root, "runs", "--where", "nope = 1")
     assert p.returncode == 2 and "columns:" in p.stderr
+
+
+def test_the_report_has_the_runs_table_and_tracked_curves(mixed):
+    from ledger import report as reportlib
+
+    m = reportlib.gather(mixed["store"])
+    assert [(r.name, r.status) for r in m.runs if r.trainer == "tracked"] == [
+        ("sweep-a", "finished"), ("sweep-b", "failed"), ("killed", "interrupted")]
+    tracked = [r for r in m.receipts if r.trainer == "tracked"]
+    assert len(tracked) == 2 and len(tracked[0].losses) == 30  # the curve of sweep-a is plotted
+    html = reportlib.render(m)
+    assert '<section id="runs">' in html and "sweep-a" in html and "interrupted" in html
