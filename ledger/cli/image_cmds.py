@@ -119,6 +119,12 @@ def _render_status(st: dict) -> None:
     c.print(f"  keeper pid {st['pid']}, image pid {st.get('image_pid') or '-'}, decoder {st.get('decoder') or '-'}, "
             + (f"Landlock ABI {box.get('landlock_abi')} ({box.get('grants')} grants)" if box.get("sandboxed")
                else "[red]unsandboxed[/]" if box else "-"))
+    conf = box.get("confinement")
+    if conf:   # what the image's bootstrap applied besides Landlock (docs/sandbox.md)
+        left = ", ".join(conf["capabilities_left"]) or "none"
+        shm = "private" if conf["shm_private"] else "[red]shared[/]"
+        c.print(f"  confined: seccomp {short(conf['seccomp_filter'])}, "
+                f"{len(conf['capabilities_dropped'])} capabilities dropped (left: {left}), /dev/shm {shm}")
     c.print(f"  turns {n.get('turns', 0)} (refusals {n.get('refusals', 0)}, calls {n.get('calls', 0)}, "
             f"call errors {n.get('call_errors', 0)}), switches {n.get('switches', 0)}, starts {n.get('starts', 0)}; "
             f"buffer cursor {short((ctx.get('cursor') or {}).get('session'))}:{(ctx.get('cursor') or {}).get('n')}")

@@ -42,6 +42,16 @@ def serving_objects(store, g: generations.Generation) -> set[str]:
         man = modellib.load_manifest(store, g.base)
         out |= {g.base, man["files"]}
         out |= {e["id"] for e in modellib.tree_entries(store, man["files"])}
+        # the base's tokenizer and chat template are objects of their own (artefacts/tokenizer.py,
+        # template.py); an HF tokenizer keeps its tokenizer.json as one more blob
+        for key in ("tokenizer", "template"):
+            if man.get(key):
+                out.add(man[key])
+        if man.get("tokenizer"):
+            tok = store.get_json(man["tokenizer"])
+            blob = tok.get("tokenizer_json") if isinstance(tok, dict) else None
+            if isinstance(blob, str):
+                out.add(blob)
     if g.adapter:
         out.add(g.adapter)
         out |= {e["id"] for e in modellib.tree_entries(store, g.adapter)}

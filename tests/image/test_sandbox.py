@@ -3,12 +3,13 @@ nor its documents among the objects -- nor write the journal, while it reads wha
 The same probes succeed when the image runs --unsandboxed, so the denials are Landlock's."""
 
 import errno
+import os
 
 import pytest
 
+from ledger.gate import seal as seallib
 from ledger.image import protocol
 from ledger.options import ServeOptions
-from ledger.gate import seal as seallib
 from ledger.sandbox import landlock_abi
 from ledger.store import Store
 
@@ -38,6 +39,10 @@ def test_image_cannot_read_the_suite(served):
     targets = _targets(served.project)
     st = served.start(LEDGER_IMAGE_PROBE="1")
     assert st["sandbox"]["sandboxed"] and str(served.root / "sealed") in st["sandbox"]["protected"]
+    conf = st["sandbox"]["confinement"]     # `ledger image status` names the whole confinement
+    assert conf["landlock_abi"] == landlock_abi() and conf["seccomp_filter"].startswith("b3:")
+    assert conf["shm_private"] and conf["capabilities_left"] == [] and conf["no_new_privs"]
+    assert "cap_sys_admin" in conf["capabilities_dropped"] or os.geteuid() != 0
     for name, (path, write) in targets.items():
         r = _probe(served, path, write)
         if name in ("served-object", "journal"):
@@ -50,6 +55,7 @@ def test_image_cannot_read_the_suite(served):
 
     st = served.start(ServeOptions(unsandboxed=True), LEDGER_IMAGE_PROBE="1")
     assert not st["sandbox"]["sandboxed"]
+    assert st["sandbox"]["confinement"] is None
     for name in ("sealed", "suite-doc-object", "refs"):
         path, write = targets[name]
         assert _probe(served, path, write)["opened"], name
