@@ -23,7 +23,8 @@ from pathlib import Path
 
 import blake3
 
-from ledger.store.ids import PREFIX
+from ledger.errors import BadInput, Refused
+from ledger.store.ids import PREFIX, is_id
 
 RUNGS = ("Checked", "Emitted", "Ran", "Learned", "Judged")
 RECEIPT_VERSION = 1
@@ -99,12 +100,15 @@ def build(*, plan_id: str, plan: dict, result: dict, final_checkpoint: str, fina
 
 
 def load(store, ref: str) -> tuple[str, dict]:
-    from ledger.errors import BadInput
-
     oid = store.resolve(ref)
     r = store.get_json(oid)
     if not isinstance(r, dict) or r.get("kind") != "receipt":
         raise BadInput(f"{oid} is not a receipt", "pass a receipt id from `ledger train` or `ledger log`")
+    if r.get("trainer") == "tracked":
+        # a tracked run (ledger.track) bound what it could see, but no plan was compiled for it:
+        # there is no program here for ledger to re-execute, and it must not pretend otherwise
+        raise Refused(f"{oid} is the receipt of a tracked run ({r.get('name')!r}): it has no compiled plan to re-run",
+                      "re-run your own script (the receipt names its source and params); `ledger diff` compares two runs")
     check(oid, r)
     return oid, r
 
@@ -114,8 +118,6 @@ _ID_FIELDS = ("plan", "spec", "base", "tokenizer", "dataset", "final_checkpoint"
 
 def check(oid: str, r: dict) -> None:
     """A receipt read back is an input too: refuse one that lacks what reproduce relies on."""
-    from ledger.errors import BadInput
-    from ledger.store.ids import is_id
 
     bad = [k for k in _ID_FIELDS if not is_id(r.get(k))]
     if r.get("resumed_from") is not None and not is_id(r["resumed_from"]):

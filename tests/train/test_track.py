@@ -154,3 +154,12 @@ def test_log_buffers(store):
             run.log(step, loss=1.0)
         assert _records(store, "track-metrics") == []
     assert [r["payload"]["rows"] for r in _records(store, "track-metrics")] == [2000]
+
+
+def test_reproduce_refuses_a_tracked_receipt(tmp_path):
+    store = Store.init(tmp_path)
+    with ledger.track("mine", store=store) as run:
+        run.log(0, loss=1.0)
+    p = ledger_cmd("--store", store.root, "reproduce", run.receipt.receipt)
+    assert p.returncode == 3, p.stderr
+    assert "tracked run" in p.stderr and "no compiled plan" in p.stderr
