@@ -11,9 +11,9 @@ import io
 from importlib.metadata import version
 from pathlib import Path
 
-from ledger.errors import BadInput, SpecError
 from ledger.artefacts import recipe_cache
 from ledger.artefacts import tokenizer as toklib
+from ledger.errors import BadInput, SpecError
 from ledger.plan.spec import BUILTIN_DATASET
 
 BUILTIN_TURNS = 4000

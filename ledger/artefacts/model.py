@@ -271,7 +271,8 @@ def prepare_hf_dir(path: str | Path, scratch: Path, progress=None) -> Prepared:
         raise BadInput(f"{p} has no config.json", "give a Hugging Face model directory or a .gguf file")
     cfg = _read_json(p / CONFIG_FILE, "config.json")
     _refuse_remote_code(cfg, f"{p}/config.json")
-    tok_cfg = _read_json(p / "tokenizer_config.json", "tokenizer_config.json") if (p / "tokenizer_config.json").is_file() else {}
+    tc = p / "tokenizer_config.json"
+    tok_cfg = _read_json(tc, "tokenizer_config.json") if tc.is_file() else {}
     _refuse_remote_code(tok_cfg, f"{p}/tokenizer_config.json")
     arch_of(cfg)
     names = sorted(f.name for f in p.iterdir() if f.is_file() and not f.is_symlink())

@@ -63,8 +63,8 @@ def template_id(definition: dict) -> str:
 def check_definition(d) -> dict:
     if d == PLAIN:
         return d
-    if isinstance(d, dict) and d.get("kind") == "chat-template" and d.get("format") == "jinja" and d.get("version") == 1 \
-            and set(d) == {"kind", "version", "format", "source"}:
+    if isinstance(d, dict) and set(d) == {"kind", "version", "format", "source"} \
+            and (d["kind"], d["format"], d["version"]) == ("chat-template", "jinja", 1):
         return jinja_definition(d["source"])
     raise BadInput("not a chat-template definition this ledger knows", "known: plain (v1) and jinja (v1)")
 
@@ -134,7 +134,7 @@ class Chat:
         """(ids, span start, span end, end-of-turn id) of a rendered turn, cut by offsets."""
         prompt, full = self.render(situation), self.render(situation, action)
         if not full.startswith(prompt):
-            raise TemplateError("the chat template's prompt (add_generation_prompt) is not a prefix of the rendered turn",
+            raise TemplateError("the chat template's prompt (add_generation_prompt) is not a prefix of the turn",
                                 "ledger needs templates whose generation prompt starts the assistant message")
         a0, a1 = len(prompt), len(prompt) + len(action)
         if full[a0:a1] != action:

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ledger.errors import BadInput, UnknownRef
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
+from ledger.errors import BadInput, UnknownRef
 
 # Template, span, reduction and precision; bump on any change to any of them.
 SCORER_VERSION = ("ledger.score/2: the base's tokenizer and chat template (plain: [bos]situation sep action eos); "

@@ -10,8 +10,9 @@ The loss is the DPO objective (Rafailov et al. 2023) with the SFT policy as the 
 
     L = -log sigmoid( beta * [ (log pi(y_w|x) - log ref(y_w|x)) - (log pi(y_l|x) - log ref(y_l|x)) ] )
 
-log pi(y|x) is the sum over the response bytes and <eos> of the turn encoding training uses
-(`tokenizer.encode_turn`: <bos> situation <sep> response <eos>). The reference log-probabilities
+log pi(y|x) is the sum over the response's action span -- its tokens and the end-of-turn token --
+of the turn encoding training uses: the base's tokenizer and chat template (template.Chat), the
+plain `<bos> situation <sep> response <eos>` for the built-in model. The reference log-probabilities
 are computed once, before the first step, from the same weights the policy starts from (the SFT
 adapter), so no second model is held in memory. Dropout is off for policy and reference alike:
 the two must be the same function at step 0 (every margin starts at exactly 0).
@@ -39,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ledger.artefacts import template as templatelib
 from ledger.errors import BadInput, LedgerError
 from ledger.train import job
 
@@ -172,13 +174,15 @@ def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig
     work = job.new_work(store, "dpo")
     man = modellib.load_manifest(store, base_id)
     modellib.materialise_tree(store, man["files"], work / "inputs" / "base")
+    templatelib.write_folder(templatelib.for_base(store, man), work / "inputs" / "chat")
     files = _tree_files(store, sft_id)
     (work / "inputs" / "sft").mkdir()
     for name in ADAPTER_FILES:
         store.export_file(files[name], work / "inputs" / "sft" / name)
     (work / "inputs" / "pairs.parquet").write_bytes(pairs_data)
     spec = {"config": cfg.to_json(), "base": base_id, "base_dir": "inputs/base", "sft_dir": "inputs/sft",
-            "pairs": "inputs/pairs.parquet", "max_len": max_len}
+            "pairs": "inputs/pairs.parquet", "max_len": max_len, "chat": "inputs/chat",
+            "tokenizer": man["tokenizer"], "template": man.get("template")}
     (work / "inputs" / "job.json").write_text(json.dumps(spec, sort_keys=True))
     return work
 
@@ -245,12 +249,10 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
     pairs_id = hash_bytes(pairs_data)
     man = modellib.load_manifest(store, sft_model.base)
     max_len = int(man["config"].get("max_position_embeddings") or 0) or None
-    from ledger.artefacts import tokenizer as toklib
-
-    tok = toklib.ByteTokenizer()
+    chat = templatelib.for_base(store, man)
     for s, c, r in rows:  # refuse before starting a child: nothing is truncated, ever
-        toklib.encode_turn(tok, s, c, max_len)
-        toklib.encode_turn(tok, s, r, max_len)
+        chat.encode_turn(s, c, max_len)
+        chat.encode_turn(s, r, max_len)
     sft_receipt = None
     from ledger.gate.judge import receipt_of
 
@@ -270,6 +272,7 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
             rung, evidence = _rung(result, adapter)
             body = {"kind": RECEIPT_KIND, "version": RECEIPT_VERSION, "trainer": "dpo", "rung": rung,
                     "evidence": evidence, "base": sft_model.base, "tokenizer": man["tokenizer"],
+                    "template": chat.template_id,
                     "sft_adapter": sft_model.adapter, "sft_receipt": sft_receipt, "dataset": pid,
                     "config": cfg.to_json(), "dpo": result["dpo"], "adapter": adapter, "stopped": result["stopped"],
                     "losses": result["losses"], "metrics": result["metrics"], "counters": result["counters"],
@@ -287,22 +290,20 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
 
 
 # --- the child --------------------------------------------------------------------------------------
-def _encode(rows, which: int, max_len):
-    """Padded ids, attention mask and the response-target mask (response bytes and <eos>)."""
+def _encode(rows, which: int, max_len, chat):
+    """Padded ids, attention mask and the response-target mask (the response's action span:
+    its tokens and the end-of-turn token)."""
     import torch
 
-    from ledger.artefacts import tokenizer as toklib
-
-    tok = toklib.ByteTokenizer()
-    enc = [toklib.encode_turn(tok, r[0], r[which], max_len) for r in rows]
+    enc = [chat.encode_turn(r[0], r[which], max_len) for r in rows]
     T = max(len(e.ids) for e in enc)
-    ids = torch.full((len(enc), T), toklib.PAD, dtype=torch.long)
+    ids = torch.full((len(enc), T), chat.tokenizer.pad_id, dtype=torch.long)
     att = torch.zeros((len(enc), T), dtype=torch.long)
     span = torch.zeros((len(enc), T), dtype=torch.bool)
     for i, e in enumerate(enc):
         ids[i, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
         att[i, :len(e.ids)] = 1
-        span[i, e.action_start:e.action_end + 1] = True  # + <eos>: ending the response is part of it
+        span[i, e.action_start:e.action_end] = True  # ends with end-of-turn: ending the response is part of it
     return ids, att, span[:, 1:]
 
 
@@ -340,8 +341,9 @@ def child_run(work: Path) -> dict:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     rows = read_pairs_bytes((work / job["pairs"]).read_bytes(), "pairs")
-    chosen = _encode(rows, 1, job["max_len"])
-    rejected = _encode(rows, 2, job["max_len"])
+    chat = templatelib.read_folder(work / job["chat"], job["tokenizer"], job["template"])
+    chosen = _encode(rows, 1, job["max_len"], chat)
+    rejected = _encode(rows, 2, job["max_len"], chat)
     n = len(rows)
 
     base = LlamaForCausalLM.from_pretrained(str(work / job["base_dir"]), dtype=torch.float32, local_files_only=True)

@@ -73,8 +73,8 @@ def _write_gguf(hf_dir, path, n_tokens=None, raw_type=None):
 def test_gguf_import_round_trips_the_weights(store, tmp_path):
     from safetensors.torch import load_file
 
-    from ledger.plan import compile as comp
     from ledger.artefacts import model
+    from ledger.plan import compile as comp
     from ledger.plan import spec, targets
 
     hf = tmp_path / "hf"
@@ -241,7 +241,8 @@ def test_smollm2_import_stores_bf16_one_tied_tensor_and_matches_transformers_log
     stored = sum(e["size"] for e in model.tree_entries(store, man["files"]))
     assert stored < 3 * smol_gguf.stat().st_size  # bf16 (~270 MB), not fp32 (~540 MB)
     ours = LlamaForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
-    ref = AutoModelForCausalLM.from_pretrained(str(smol_gguf.parent), gguf_file=smol_gguf.name, dtype=torch.float32).eval()
+    ref = AutoModelForCausalLM.from_pretrained(str(smol_gguf.parent), gguf_file=smol_gguf.name,
+                                               dtype=torch.float32).eval()
     chat = tp.for_base(store, man)
     ids = torch.tensor([chat.encode_turn("What is the capital of France?", "Paris, ✓ of course.").ids])
     with torch.inference_mode():

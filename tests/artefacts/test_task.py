@@ -1,5 +1,5 @@
-from ledger.artefacts.builtin_task import SPLITS, turns
 from ledger.artefacts import tokenizer as tk
+from ledger.artefacts.builtin_task import SPLITS, turns
 from ledger.verdicts.contamination import fold_tokens
 
 

@@ -61,7 +61,8 @@ def test_hf_tokenizer_round_trips_through_a_folder(smol_store, tmp_path):
     with pytest.raises(BadInput):
         tp.read_folder(tmp_path / "t", tk.ByteTokenizer().id)
     # a tokenizer.json other than the one the definition names is refused
-    (tmp_path / "t" / tk.HF_FILE).write_bytes((tmp_path / "t" / tk.HF_FILE).read_bytes().replace(b"<|im_end|>", b"<|im_END|>"))
+    f = tmp_path / "t" / tk.HF_FILE
+    f.write_bytes(f.read_bytes().replace(b"<|im_end|>", b"<|im_END|>"))
     with pytest.raises(BadInput):
         tk.read_folder(tmp_path / "t")
 
@@ -91,7 +92,8 @@ def test_chat_template_renders_like_transformers_and_cuts_the_span_in_token_spac
         span = list(e.ids[e.action_start:e.action_end])
         assert span[-1] == smol_auto_tokenizer.convert_tokens_to_ids("<|im_end|>")  # learns to stop
         assert chat.tokenizer.decode(span[:-1]) == act
-        prompt = smol_auto_tokenizer.apply_chat_template(msgs[:1], add_generation_prompt=True, tokenize=True)["input_ids"]
+        prompt = smol_auto_tokenizer.apply_chat_template(msgs[:1], add_generation_prompt=True,
+                                                         tokenize=True)["input_ids"]
         assert chat.prompt_ids(sit) == list(prompt) == list(e.ids[:e.action_start])
     assert chat.stop_ids == {smol_auto_tokenizer.eos_token_id}
     fixed = chat.fixed_text()
