@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ledger.errors import BadInput, InternalError, LedgerError
+from ledger.errors import BadInput, InternalError, StoreCorrupt
 from ledger.store import faults, schema
 
 INDEX_VERSION = 3  # 2: the outcomes table; 3: run_rows and the runs view
@@ -252,7 +252,8 @@ def query(root: Path, sql: str):
 
     path = root / "index.duckdb"
     if not path.exists():
-        raise LedgerError("the index is missing", "run `ledger index rebuild`")
+        # a lost cache, not a bug: typed like the other store faults (exit 4), with its fix
+        raise StoreCorrupt("the index is missing", "run `ledger index rebuild`")
     con = _connect(path, read_only=True)
     try:
         try:
