@@ -81,6 +81,18 @@ def open_regular(path) -> tuple[int, os.stat_result]:
     return fd, st
 
 
+def read_small(path, limit: int) -> bytes:
+    """The bytes of a small store file (config, refs.json, a cache entry), opened safely and
+    refused (NotRegular / ValueError) if it is not a regular file or is larger than `limit`."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size > limit:
+            raise ValueError(f"{path} is {st.st_size} bytes, more than the {limit} it can be")
+        return read_bounded(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
 def read_bounded(fd: int, size: int) -> bytes:
     """Read exactly `size` bytes from fd (a regular file): fewer means it shrank under us."""
     parts, got = [], 0

@@ -168,7 +168,28 @@ def _meta_seq(con) -> int | None:
     return int(row[0])
 
 
-def _write(con, records, state, get_json) -> None:
+def _meta(con) -> dict | None:
+    """What the index says it projects: the journal position (seq, head: the id of the last
+    record it holds) and the store it belongs to. None if unreadable or of another version."""
+    seq = _meta_seq(con)
+    if seq is None:
+        return None
+    try:
+        rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('head', 'store')").fetchall())
+    except Exception:
+        return None
+    return {"seq": seq, "head": rows.get("head") or None, "store": rows.get("store") or None}
+
+
+def _foreign(meta: dict, state, store_id: str | None) -> bool:
+    """The index is not a projection of this store's journal: another store's id, or another
+    record at the position it claims (an index copied from another store at the same seq)."""
+    if store_id is not None and meta["store"] not in (None, store_id):
+        return True
+    return meta["seq"] == state.seq and meta["head"] != state.head
+
+
+def _write(con, records, state, get_json, store_id: str | None = None) -> None:
     batch: dict[str, list[tuple]] = {}
     for n, rec in enumerate(records, 1):
         for t, rows in rows_for(rec, get_json).items():
@@ -181,9 +202,11 @@ def _write(con, records, state, get_json) -> None:
     _insert(con, {"refs": sorted(state.refs.items())})
     con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?)",
                 [str(state.seq), state.head or "", str(INDEX_VERSION)])
+    if store_id is not None:
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('store', ?)", [store_id])
 
 
-def rebuild(root: Path, records, state, get_json, tmp_dir: Path) -> None:
+def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str | None = None) -> None:
     """Replay the journal into a fresh database and swap it in (caller holds the lock)."""
     path = root / "index.duckdb"
     new = tmp_dir / f"index-{os.getpid()}.duckdb"
@@ -193,7 +216,7 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path) -> None:
     try:
         _create(con)
         con.execute("BEGIN")
-        _write(con, records, state, get_json)
+        _write(con, records, state, get_json, store_id)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:
@@ -202,8 +225,10 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path) -> None:
     os.replace(new, path)
 
 
-def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_records) -> None:
-    """Bring the index up to `state` (caller holds the lock). Rebuild if missing or damaged."""
+def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_records,
+         store_id: str | None = None) -> None:
+    """Bring the index up to `state` (caller holds the lock). Rebuild if missing, damaged, or
+    not this store's projection (another store's id, or another record at its position)."""
     path = root / "index.duckdb"
     faults.point("index.before-sync")
     try:
@@ -211,18 +236,26 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
             raise FileNotFoundError
         con = _connect(path, read_only=False)
     except Exception:
-        rebuild(root, all_records(), state, get_json, tmp_dir)
+        rebuild(root, all_records(), state, get_json, tmp_dir, store_id)
         return
     try:
-        seq = _meta_seq(con)
-        if seq is None or seq > state.seq:
+        meta = _meta(con)
+        recs = None
+        if meta is not None and not _foreign(meta, state, store_id) and meta["seq"] < state.seq:
+            recs = journal_records_after(meta["seq"])
+        # the records to add must continue the one the index ends at
+        if meta is None or meta["seq"] > state.seq or _foreign(meta, state, store_id) \
+                or (recs is not None and recs and recs[0]["prev"] != meta["head"]):
             con.close()
             con = None
-            rebuild(root, all_records(), state, get_json, tmp_dir)
+            rebuild(root, all_records(), state, get_json, tmp_dir, store_id)
             return
-        if seq < state.seq:
+        if recs is None and store_id is not None and meta["store"] is None:
+            # an index from before store ids: it is this store's (same head), now it says so
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('store', ?)", [store_id])
+        if recs is not None:
             con.execute("BEGIN")
-            _write(con, journal_records_after(seq), state, get_json)
+            _write(con, recs, state, get_json, store_id)
             con.execute("COMMIT")
             # Fold the WAL into the file now: the index file alone is then always a whole,
             # consistent snapshot (copies, backups and a crash never pair it with a stale WAL).
@@ -231,6 +264,39 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
         if con is not None:
             con.close()
     faults.point("index.after-sync")
+
+
+def indexed_meta(root: Path) -> dict | None:
+    """The index's meta (seq, head, store), read-only; None if missing or unreadable."""
+    path = root / "index.duckdb"
+    if not path.exists():
+        return None
+    try:
+        con = _connect(path, read_only=True)
+    except Exception:
+        return None
+    try:
+        return _meta(con)
+    finally:
+        con.close()
+
+
+def indexed_id_at(root: Path, seq: int) -> str | None:
+    """The id the index holds for journal record `seq` (None if it holds none)."""
+    path = root / "index.duckdb"
+    if not path.exists():
+        return None
+    try:
+        con = _connect(path, read_only=True)
+    except Exception:
+        return None
+    try:
+        row = con.execute("SELECT id FROM journal WHERE seq = ?", [seq]).fetchone()
+        return row[0] if row else None
+    except Exception:
+        return None
+    finally:
+        con.close()
 
 
 def indexed_seq(root: Path) -> int | None:

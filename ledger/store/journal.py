@@ -224,6 +224,21 @@ class Journal:
             os.close(fd)
         return aside
 
+    def record_id_before(self, end: int) -> str | None:
+        """The id of the whole record that ends at byte `end` (None if there is none there)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+                return None
+            return parse_line(self.last_line_before(fd, end))["id"]
+        except BadInput:
+            return None
+        finally:
+            os.close(fd)
+
     def last_line_before(self, fd: int, end: int) -> bytes:
         """The last whole line of the file ending at offset `end` (which is a record boundary)."""
         if end == 0:

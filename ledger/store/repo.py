@@ -83,6 +83,15 @@ class Transaction:
         return self._note(oid, self.store.objects.size(oid), kind)
 
 
+CONFIG_MAX = 64 << 10   # config is ~100 bytes: never read more
+REFS_MAX = 256 << 20    # refs.json holds every ref: generous, but bounded
+
+
+def _new_store_id() -> str:
+    # not a b3: id, so nothing mistakes it for a reference to an object
+    return "store-" + uuid.uuid4().hex
+
+
 def _fs_stat(path) -> os.stat_result:
     """stat(2), in one place: the stat cache's keys and its racy check read the same clock."""
     return os.stat(path)
@@ -115,6 +124,7 @@ class Store:
         self._state: State | None = None
         self._scan_end = 0
         self._index_deferred = 0  # > 0 inside index_deferred(): commits leave the index behind
+        self._config: dict | None = None
         self._work_locks: dict[Path, int] = {}  # work folder -> the fd holding its flock
 
     # --- opening ------------------------------------------------------------------------
@@ -126,7 +136,7 @@ class Store:
             raise BadInput(f"a ledger store already exists at {root}", "use it as is, or choose another directory")
         for sub in ("objects", "tmp", "cache/stat", "sealed"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        cfg = {"format": FORMAT_VERSION, "hash": "blake3", "ids": "b3:<64 hex>"}
+        cfg = {"format": FORMAT_VERSION, "hash": "blake3", "ids": "b3:<64 hex>", "id": _new_store_id()}
         fsio.atomic_write(root / "config", canonical.dumps(cfg) + b"\n", root / "tmp")
         fsio.fsync_dir(root.parent)
         store = cls(root)
@@ -137,24 +147,51 @@ class Store:
     @classmethod
     def open(cls, dir: str | Path | None = None) -> "Store":
         root = find_root(dir)
-        try:
-            cfg = json.loads((root / "config").read_bytes())
-            fmt = cfg["format"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise UnsupportedFormat(f"{root}/config is unreadable", "the store's config file is damaged") from None
+        store = cls(root)
+        fmt = store.config["format"]
         if fmt != FORMAT_VERSION:
             raise UnsupportedFormat(f"store format {fmt!r} is not understood by this ledger (knows {FORMAT_VERSION})")
-        return cls(root)
+        return store
+
+    @property
+    def config(self) -> dict:
+        if self._config is None:
+            try:
+                cfg = json.loads(fsio.read_small(self.root / "config", CONFIG_MAX))
+                cfg["format"]
+            except (OSError, ValueError, KeyError, TypeError, fsio.NotRegular):
+                raise UnsupportedFormat(f"{self.root}/config is unreadable", "the store's config file is damaged") from None
+            self._config = cfg
+        return self._config
+
+    @property
+    def store_id(self) -> str | None:
+        """This store's identity (config "id"): caches record it, so a cache copied from
+        another store is recognised. None only for a store made before ids, until its next
+        writer gives it one."""
+        sid = self.config.get("id")
+        return sid if isinstance(sid, str) else None
+
+    def _ensure_id(self) -> None:
+        """Migrate a store made before store ids: give it one (lock holder only)."""
+        if self.store_id is not None:
+            return
+        cfg = {**self.config, "id": _new_store_id()}
+        fsio.atomic_write(self.root / "config", canonical.dumps(cfg) + b"\n", self.tmp)
+        self._config = cfg
 
     # --- reading ------------------------------------------------------------------------
     def _load_cache(self) -> dict | None:
+        """refs.json if it is this store's (a copy from another store is ignored)."""
         try:
-            c = json.loads((self.root / "refs.json").read_bytes())
+            c = json.loads(fsio.read_small(self.root / "refs.json", REFS_MAX))
             State.from_json(c)
             int(c["offset"])
-            return c
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
             return None
+        if c.get("store", self.store_id) != self.store_id:  # no "store": written before store ids
+            return None
+        return c
 
     @property
     def state(self) -> State:
@@ -162,13 +199,17 @@ class Store:
         if self._state is None:
             c = self._load_cache()
             start, offset = State(), 0
-            if c and self.journal.path.exists() and self.journal.path.stat().st_size >= c["offset"]:
+            if c and self.journal.path.exists() and self.journal.path.stat().st_size >= c["offset"] \
+                    and self.journal.record_id_before(c["offset"]) == c["head"]:
+                # the cache is a starting point only if the journal's record at its offset is its head
                 start, offset = State.from_json(c), c["offset"]
             scan = self.journal.scan(offset, start.seq + 1, start.head)
             if scan.broken_at is not None and offset:
                 scan, start = self.journal.scan(), State()
             if scan.broken_at is not None:
                 self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it (run `ledger verify`)")
+            elif scan.torn and self.tail_committed(scan) is not None:
+                self.warnings.append(f"committed record {scan.last_seq + 1} is damaged; showing state before it (run `ledger verify`)")
             self._state = fold(scan.records, start)
             self._scan_end = scan.end
         return self._state
@@ -291,12 +332,38 @@ class Store:
             raise JournalCorrupt(f"journal ends at record {st.seq} but record {c['seq']} was seen before: records were removed",
                                  "restore the journal from a bundle or backup")
         if scan.torn:
+            committed = self.tail_committed(scan)
+            if committed is not None:
+                raise JournalCorrupt(f"record {committed} was committed (the index holds it) but its bytes in the journal "
+                                     "are damaged; appends are refused",
+                                     "restore .ledger/journal from a bundle or backup; `ledger verify` names the record")
             aside = self.journal.set_aside_tail(scan.end)
             self.warnings.append(f"moved a torn journal tail ({len(scan.torn)} bytes) aside to {aside.name}")
         return st, scan.end
 
+    def tail_committed(self, scan) -> int | None:
+        """Bytes after the last whole record are a torn append unless a cache says the record
+        after it was committed: then they are a damaged committed record. Returns that
+        record's seq, or None. (A lost refs.json leaves the index to say so; refs.json's own
+        evidence is checked by the writer and verify as "records were removed".)"""
+        last_seq, last_id = scan.last_seq, scan.last_id
+        meta = index.indexed_meta(self.root)
+        if meta is None or meta["store"] not in (None, self.store_id) or meta["seq"] <= last_seq:
+            return None
+        if last_seq and index.indexed_id_at(self.root, last_seq) != last_id:
+            return None  # the index is of another history: no evidence either way
+        return last_seq + 1
+
+    def index_current(self) -> bool:
+        """The index projects exactly this store's journal up to its current state."""
+        meta = index.indexed_meta(self.root)
+        st = self.state
+        # an index from before store ids has none (the next sync records it)
+        return meta is not None and (meta["seq"], meta["head"]) == (st.seq, st.head) \
+            and meta["store"] in (None, self.store_id)
+
     def _write_cache(self, st: State, offset: int) -> None:
-        c = {**st.to_json(), "offset": offset, "digest": self.journal.prefix_digest(offset)}
+        c = {**st.to_json(), "offset": offset, "digest": self.journal.prefix_digest(offset), "store": self.store_id}
         fsio.atomic_write(self.root / "refs.json", canonical.dumps(c), self.tmp, durable=False)
 
     def sync_index(self, st: State | None = None) -> None:
@@ -312,7 +379,8 @@ class Store:
                     return recs
             return self.journal.scan().records[seq:]
 
-        index.sync(self.root, records_after, st, self.get_json, self.tmp, lambda: self.journal.scan().records)
+        index.sync(self.root, records_after, st, self.get_json, self.tmp, lambda: self.journal.scan().records,
+                   self.store_id)
 
     @contextmanager
     def index_deferred(self):
@@ -338,7 +406,7 @@ class Store:
         with self.locked():
             scan = self.journal.scan()
             st = fold(scan.records)
-            index.rebuild(self.root, scan.records, st, self.get_json, self.tmp)
+            index.rebuild(self.root, scan.records, st, self.get_json, self.tmp, self.store_id)
             self._write_cache(st, scan.end)
 
     @contextmanager
@@ -349,6 +417,7 @@ class Store:
             self.warnings.append("cleared a lock left by a dead process")
         try:
             self._ensure_dirs()
+            self._ensure_id()
             yield
         finally:
             self.lock.release()

@@ -109,7 +109,7 @@ def verify(store, read_data: bool = False, progress=None) -> Report:
     # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
     # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
     with ThreadPoolExecutor(1) as pool:
-        indexed = pool.submit(index.indexed_seq, store.root)
+        indexed = pool.submit(index.indexed_meta, store.root)
         return _verify(store, read_data, progress, indexed)
 
 
@@ -126,6 +126,10 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
             pass
         rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": rid,
                            "message": f"journal chain broken at {scan.problem}"})
+    elif scan.torn and store.tail_committed(scan) is not None:
+        rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
+                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its bytes in the "
+                                      "journal are damaged"})
     elif scan.torn:
         rep.warnings.append({"what": "journal-tail", "seq": len(scan.records),
                              "message": f"damaged journal tail of {len(scan.torn)} bytes after record {len(scan.records)} "
@@ -198,10 +202,18 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         rep.info.append({"what": "dangling", "count": len(dangling), "ids": dangling[:50],
                          "message": f"{len(dangling)} object(s) no record reaches (`ledger gc` removes them)"})
 
-    seq = indexed.result()
-    if seq is None:
+    meta = indexed.result()
+    seq = meta["seq"] if meta else None
+    by_seq = {r["seq"]: r["id"] for r in scan.records}
+    if meta is None:
         rep.warnings.append({"what": "index", "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
-    elif seq != st.seq:
+    elif meta["store"] not in (None, store.store_id):
+        rep.errors.append({"what": "index", "message": f"the index belongs to another store ({meta['store']}); its answers "
+                                                       "are not this journal's (`ledger index rebuild`)"})
+    elif seq in by_seq and by_seq[seq] != meta["head"]:
+        rep.errors.append({"what": "index", "seq": seq, "message": f"the index ends at a record {seq} that is not this "
+                                                                   "journal's (copied from elsewhere?): `ledger index rebuild`"})
+    elif seq != st.seq and not (seq > st.seq and scan.torn):
         rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at {st.seq} (`ledger index rebuild`)"})
 
     if not store.tmp.is_dir():
