@@ -285,6 +285,16 @@ class Add(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Gc(Payload):
+    """`gc --prune` removed something: unreachable objects, temporary files, dead work folders."""
+    KIND: ClassVar[str] = "gc"
+    objects_removed: int = need(COUNT)
+    bytes_removed: int = need(COUNT)
+    tmp_files_removed: int = need(COUNT)
+    work_folders_removed: list = need(STRS)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ImportBase(Payload):
     KIND: ClassVar[str] = "import-base"
     base: str = need(ID, object_kind="base")
@@ -683,6 +693,14 @@ class Import(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Repair(Payload):
+    """Damaged or missing objects replaced by verified copies from a remote or bundle."""
+    KIND: ClassVar[str] = "repair"
+    source: str = need(STR)
+    repaired: list = need(IDS)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Remote(Payload):
     KIND: ClassVar[str] = "remote"
     remote: dict = need(shape(name=TEXT, action=one_of("add", "remove")))
@@ -713,9 +731,9 @@ class Setting(Payload):
 
 # --- the registry ---------------------------------------------------------------------------------
 KINDS: dict[str, type[Payload]] = {c.KIND: c for c in (
-    Init, Add, ImportBase, Genesis, Commit, Refusal, Rollback, Adopt, Capability, CapabilityGrant, Compile, Train,
+    Init, Add, Gc, ImportBase, Genesis, Commit, Refusal, Rollback, Adopt, Capability, CapabilityGrant, Compile, Train,
     Checkpoint, Reproduce, SandboxViolation, TrackStart, TrackMetrics, Track, Seal, Judge, Record, Outcome,
-    Export, Image, KernelBuild, KernelTest, KernelBench, KernelGate, Import, Remote, Key, Trust, Setting)}
+    Export, Image, KernelBuild, KernelTest, KernelBench, KernelGate, Import, Repair, Remote, Key, Trust, Setting)}
 
 # The refs whose targets must be objects of a kind (verify reads them): HEAD and gen-N are
 # generation manifests; the suite ref is a sealed suite manifest.

@@ -26,6 +26,7 @@ EXAMPLES: dict[str, dict] = {
     "init": {"format": 1},
     "add": {"path": "/data/x.bin", "kind": "blob", "size": 12, "name": "x", "refs": {"name/x": i(2)},
             "objects": [[i(2), 12, "blob"]]},
+    "gc": {"objects_removed": 2, "bytes_removed": 100, "tmp_files_removed": 1, "work_folders_removed": ["train-1"]},
     "import-base": {"base": i(3), "name": "smol", "refs": {"name/smol": i(3)}},
     "genesis": {"generation": 0, "refs": {"HEAD": i(1), "gen-0": i(1)}},
     "commit": {"generation": 1, "cycle": 1, "verdict_name": "Accept", "counters": {"cycles": 1}, **REFS},
@@ -72,6 +73,7 @@ EXAMPLES: dict[str, dict] = {
                     "code_object": i(29), "verdict": "Accept", "code": None},
     "import": {"source": "bundle.tar", "namespace": "alice", "manifest": i(34), "segment": None, "signers": [],
                "objects_new": 3, "bytes_new": 100, "absent": [i(35)], "refs": {"alice/HEAD": i(1)}},
+    "repair": {"source": "origin", "repaired": [i(2)], "objects": [[i(2), 12, "repair"]]},
     "remote": {"remote": {"name": "origin", "action": "add"}, "refs": {"remote:origin": i(36)}},
     "key": {"key": {"name": "me", "fingerprint": "ab12"}},
     "trust": {"untrust": {"fingerprint": "ab12"}, "refs": {"trust:ab12": None}},
@@ -167,7 +169,7 @@ def _written_kinds() -> set[str]:
                   and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                   for t in n.targets if isinstance(t, ast.Name)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "transaction" \
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("transaction", "transaction_held") \
                     and node.args:
                 a = node.args[0]
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
