@@ -93,11 +93,11 @@ def copy_capped(oid: str, url: str, read, cap: int, dest, on_bytes, h) -> None:
 
 def _not_regular(url: str, key: str, kind: str) -> StoreCorrupt:
     """A link or special file where the remote layout has a file: the remote is damaged (exit 4)."""
-    msg = f"remote {url}: {key} is a {kind}, not a regular file"
     hint = "the remote is damaged or hostile; ledger never follows links or reads special files there"
     if key.startswith("objects/"):
-        return CorruptObject(PREFIX + key[len("objects/"):].replace("/", ""), msg, hint)
-    return StoreCorrupt(msg, hint)
+        oid = PREFIX + key[len("objects/"):].replace("/", "")
+        return CorruptObject(oid, f"remote {url}: object {oid} is a {kind}, not a regular file", hint)
+    return StoreCorrupt(f"remote {url}: {key} is a {kind}, not a regular file", hint)
 
 
 def open_local(oid: str, src: Path) -> int:
