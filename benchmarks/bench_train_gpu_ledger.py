@@ -186,7 +186,7 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from ledger.train import child
+    from ledger.train import sft
 
     from ledger.artefacts import model as modellib
     from ledger.store import Store
@@ -197,7 +197,7 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     d = Path(tempfile.mkdtemp())
     modellib.materialise_tree(s, modellib.load_manifest(s, plan["inputs"]["base"])["files"], d / "base")
     s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
-    ids, mask, labels = child.encode_rows(child.read_rows(d / "data.parquet"), c["data"]["seq_len"])
+    ids, mask, labels = sft.encode_rows(sft.read_rows(d / "data.parquet"), c["data"]["seq_len"])
     dev = torch.device(device)
     torch.manual_seed(0)
     m = LlamaForCausalLM.from_pretrained(str(d / "base"), dtype=torch.bfloat16).to(dev)
@@ -212,7 +212,7 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
         torch.cuda.reset_peak_memory_stats()
     times, toks, losses = [], [], []
     for i in range(warmup + steps):
-        rows = child.batch_indices(i, B, ids.shape[0], c["seeds"]["data"], cache)
+        rows = sft.batch_indices(i, B, ids.shape[0], c["seeds"]["data"], cache)
         x, mk, y = (t[rows].to(dev) for t in (ids, mask, labels))
         t0 = time.perf_counter()
         loss = m(input_ids=x, attention_mask=mk, labels=y).loss

@@ -67,7 +67,7 @@ def main() -> None:
 
     import torch
 
-    from ledger.train import child
+    from ledger.train import sft
     from ledger.plan import compile as comp
     from ledger.artefacts import model as modellib
     from ledger.plan import spec, targets
@@ -98,9 +98,9 @@ def main() -> None:
     base_dir = tmp / "base"
     modellib.materialise_tree(store, store.get_json(plan.body["inputs"]["base"])["files"], base_dir)
     store.export_file(plan.body["inputs"]["dataset"], tmp / "data.parquet")
-    ids, mask, labels = child.encode_rows(child.read_rows(tmp / "data.parquet"), c["data"]["seq_len"])
+    ids, mask, labels = sft.encode_rows(sft.read_rows(tmp / "data.parquet"), c["data"]["seq_len"])
     cache: dict = {}
-    rows = [child.batch_indices(i, c["data"]["micro_batch"], ids.shape[0], c["seeds"]["data"], cache) for i in range(args.steps)]
+    rows = [sft.batch_indices(i, c["data"]["micro_batch"], ids.shape[0], c["seeds"]["data"], cache) for i in range(args.steps)]
     torch.save({"ids": [ids[r] for r in rows], "mask": [mask[r] for r in rows], "labels": [labels[r] for r in rows]},
                tmp / "batches.pt")
     (tmp / "job.json").write_text(json.dumps({"config": c, "base": str(base_dir), "batches": str(tmp / "batches.pt")}))

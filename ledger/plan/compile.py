@@ -13,11 +13,12 @@ would pass (the largest micro-batch that fits, or the longest sequence at micro-
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ledger.errors import LedgerError, CompileRejected, SpecError
 from ledger.artefacts import dataset as datalib
 from ledger.plan import memory
+from ledger.plan import plan as planlib
 from ledger.artefacts import model
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
@@ -26,14 +27,20 @@ from ledger.plan.targets import Target
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
 
-PLAN_VERSION = 1
+PLAN_VERSION = planlib.PLAN_VERSION
 OPERATORS = ("embedding", "rmsnorm", "rope", "attention", "linear_lora", "mlp_act", "lm_head", "cross_entropy", "adamw")
 GIB = 1 << 30
 
 
 @dataclass(frozen=True)
 class Plan:
+    """A stored plan: its canonical body (what the id hashes) and the typed view of it
+    (ledger.plan.plan), read once here; an ill-shaped body is refused naming the field."""
     body: dict
+    view: planlib.Plan = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "view", planlib.Plan.from_json(self.body))
 
     @property
     def id(self) -> str:
@@ -45,8 +52,6 @@ class Plan:
 
 
 def from_body(body) -> Plan:
-    if not isinstance(body, dict) or body.get("kind") != "plan" or body.get("version") != PLAN_VERSION:
-        raise SpecError("object is not a plan this ledger understands")
     return Plan(body)
 
 

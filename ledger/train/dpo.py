@@ -41,12 +41,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ledger.artefacts import template as templatelib
-from ledger.errors import BadInput, LedgerError
-from ledger.train import job
+from ledger.errors import BadInput
+from ledger.train import job, recipe, runtime
 
 RECEIPT_KIND = "dpo-receipt"
 RECEIPT_VERSION = 1
-CHILD_ERROR_EXIT = 3
 
 
 # --- configuration --------------------------------------------------------------------------------
@@ -236,9 +235,9 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
               progress: Callable[[dict], None] | None = None) -> DpoResult:
     """Train a DPO adapter on `pairs` on top of the SFT adapter `sft` (its policy is the reference)."""
     from ledger.artefacts import model as modellib
-    from ledger.train.receipt import source_identity
     from ledger.gate.score import resolve_model
     from ledger.store.ids import hash_bytes
+    from ledger.train.receipt import source_identity
 
     cfg = config or DpoConfig()
     sft_model = resolve_model(store, sft)
@@ -322,127 +321,128 @@ def _summary(xs: list[float]) -> dict:
     return {"mean": sum(s) / n, "min": s[0], "max": s[-1], "median": (s[(n - 1) // 2] + s[n // 2]) / 2}
 
 
-def child_run(work: Path) -> dict:
-    t_start = time.perf_counter()
-    job = json.loads((work / "inputs" / "job.json").read_text())
-    cfg = DpoConfig(**job["config"])
-    out = work / "out"
+class DpoRecipe:
+    """setup -> train -> save (ledger.train.recipe.Recipe): DPO on the SFT adapter in inputs/sft."""
 
-    import torch
+    def __init__(self, work: Path):
+        self.t_start = time.perf_counter()
+        self.work, self.out = work, work / "out"
+        self.job = json.loads((work / "inputs" / "job.json").read_text())
+        self.cfg = DpoConfig(**self.job["config"])
 
-    torch.set_num_threads(cfg.threads)
-    torch.use_deterministic_algorithms(True)
-    import transformers
-    from peft import PeftModel, get_peft_model_state_dict
-    from transformers import LlamaForCausalLM
+    def setup(self) -> None:
+        import torch
+        import transformers
+        from peft import PeftModel
+        from transformers import LlamaForCausalLM
 
-    from ledger.train import child as sft_child
+        cfg, job, work = self.cfg, self.job, self.work
+        torch.set_num_threads(cfg.threads)
+        torch.use_deterministic_algorithms(True)
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        rows = read_pairs_bytes((work / job["pairs"]).read_bytes(), "pairs")
+        chat = templatelib.read_folder(work / job["chat"], job["tokenizer"], job["template"])
+        self.chosen = _encode(rows, 1, job["max_len"], chat)
+        self.rejected = _encode(rows, 2, job["max_len"], chat)
+        self.n = len(rows)
+        base = LlamaForCausalLM.from_pretrained(str(work / job["base_dir"]), dtype=torch.float32, local_files_only=True)
+        self.model = PeftModel.from_pretrained(base, str(work / job["sft_dir"]), is_trainable=True)
+        self.model.eval()  # no dropout: policy and reference are the same function at step 0
+        self.params = [p for _, p in sorted(self.model.named_parameters()) if p.requires_grad]
+        for p in self.params:
+            p.data = p.data.float()
+        self.ref_c, self.ref_r = self._all_logps()  # the SFT policy: the weights before the first step
+        self.t_ready = time.perf_counter()
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    rows = read_pairs_bytes((work / job["pairs"]).read_bytes(), "pairs")
-    chat = templatelib.read_folder(work / job["chat"], job["tokenizer"], job["template"])
-    chosen = _encode(rows, 1, job["max_len"], chat)
-    rejected = _encode(rows, 2, job["max_len"], chat)
-    n = len(rows)
+    def _all_logps(self):
+        import torch
 
-    base = LlamaForCausalLM.from_pretrained(str(work / job["base_dir"]), dtype=torch.float32, local_files_only=True)
-    model = PeftModel.from_pretrained(base, str(work / job["sft_dir"]), is_trainable=True)
-    model.eval()  # no dropout: policy and reference are the same function at step 0
-    params = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
-    for p in params:
-        p.data = p.data.float()
-
-    def all_logps():
         with torch.no_grad():
             out_c, out_r = [], []
-            for lo in range(0, n, 64):
-                sl = slice(lo, min(n, lo + 64))
-                out_c.append(sequence_logps(model, *(x[sl] for x in chosen)))
-                out_r.append(sequence_logps(model, *(x[sl] for x in rejected)))
+            for lo in range(0, self.n, 64):
+                sl = slice(lo, min(self.n, lo + 64))
+                out_c.append(sequence_logps(self.model, *(x[sl] for x in self.chosen)))
+                out_r.append(sequence_logps(self.model, *(x[sl] for x in self.rejected)))
             return torch.cat(out_c), torch.cat(out_r)
 
-    ref_c, ref_r = all_logps()  # the SFT policy: the weights before the first step
-    t_ready = time.perf_counter()
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    order = torch.randperm(n, generator=gen)
-    pos = 0
-    losses, margins, accs = [], [], []
-    stopped = None
-    prog = open(out / "progress.jsonl", "a", buffering=1)
-    step = 0
-    for step in range(1, cfg.steps + 1):
-        idx = []
-        while len(idx) < cfg.batch:  # consecutive slices of seeded per-epoch permutations
-            if pos == n:
-                order, pos = torch.randperm(n, generator=gen), 0
-            take = min(cfg.batch - len(idx), n - pos)
-            idx.extend(order[pos:pos + take].tolist())
-            pos += take
-        b = torch.tensor(idx)
-        pc = sequence_logps(model, *(x[b] for x in chosen))
-        pr = sequence_logps(model, *(x[b] for x in rejected))
-        margin = cfg.beta * ((pc - ref_c[b]) - (pr - ref_r[b]))
-        loss = -torch.nn.functional.logsigmoid(margin).mean()
-        if not math.isfinite(loss.item()):
-            stopped = {"reason": "non-finite loss", "step": step, "loss": repr(loss.item())}
-            step -= 1
-            break
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        margins.append(margin.mean().item())
-        accs.append((margin > 0).float().mean().item())
-        prog.write(json.dumps({"step": step, "steps": cfg.steps, "loss": losses[-1], "margin": margins[-1],
-                               "accuracy": accs[-1]}) + "\n")
-    prog.close()
-    t_loop = time.perf_counter()
+    def train(self) -> None:
+        import torch
 
-    pc, pr = all_logps()
-    rc = (cfg.beta * (pc - ref_c)).tolist()
-    rr = (cfg.beta * (pr - ref_r)).tolist()
-    margin_all = [a - b for a, b in zip(rc, rr)]
-    dpo = {"beta": cfg.beta, "reference": "sft", "pairs": n,
-           "reward_margin": _summary(margin_all), "accuracy": sum(m > 0 for m in margin_all) / n,
-           "chosen_reward": _summary(rc), "rejected_reward": _summary(rr)}
-    if stopped is None:
+        cfg, n, model = self.cfg, self.n, self.model
+        opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        order = torch.randperm(n, generator=gen)
+        pos = 0
+        self.losses, self.margins, self.accs = [], [], []
+        self.stopped = None
+        prog = open(self.out / "progress.jsonl", "a", buffering=1)
+        step = 0
+        for step in range(1, cfg.steps + 1):
+            idx = []
+            while len(idx) < cfg.batch:  # consecutive slices of seeded per-epoch permutations
+                if pos == n:
+                    order, pos = torch.randperm(n, generator=gen), 0
+                take = min(cfg.batch - len(idx), n - pos)
+                idx.extend(order[pos:pos + take].tolist())
+                pos += take
+            b = torch.tensor(idx)
+            pc = sequence_logps(model, *(x[b] for x in self.chosen))
+            pr = sequence_logps(model, *(x[b] for x in self.rejected))
+            margin = cfg.beta * ((pc - self.ref_c[b]) - (pr - self.ref_r[b]))
+            loss = -torch.nn.functional.logsigmoid(margin).mean()
+            if not math.isfinite(loss.item()):
+                self.stopped = {"reason": "non-finite loss", "step": step, "loss": repr(loss.item())}
+                step -= 1
+                break
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.losses.append(loss.item())
+            self.margins.append(margin.mean().item())
+            self.accs.append((margin > 0).float().mean().item())
+            prog.write(json.dumps({"step": step, "steps": cfg.steps, "loss": self.losses[-1],
+                                   "margin": self.margins[-1], "accuracy": self.accs[-1]}) + "\n")
+        prog.close()
+        self.steps_done = step
+        self.t_loop = time.perf_counter()
+
+    def save(self) -> dict:
+        import torch
+        from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
-        (out / "adapter").mkdir()
-        sd = {k: v.detach().contiguous() for k, v in sorted(get_peft_model_state_dict(model).items())}
-        save_file(sd, str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
-        (out / "adapter" / "adapter_config.json").write_text(
-            json.dumps(sft_child.adapter_config(model, job["base"]), sort_keys=True, indent=2) + "\n")
-    result = {"steps_done": step, "losses": losses, "stopped": stopped, "dpo": dpo,
-              "metrics": {"reward_margin": margins, "accuracy": accs},
-              "counters": {"optimizer_steps": step, "pairs_seen": step * cfg.batch},
-              "timings": {"total_s": time.perf_counter() - t_start, "setup_s": t_ready - t_start,
-                          "train_s": t_loop - t_ready},
-              "versions": sft_child.versions(), "device": sft_child.device_info(),
-              "determinism": {"threads": cfg.threads,
-                              "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-                              "pythonhashseed": os.environ.get("PYTHONHASHSEED")}}
-    (out / "result.json").write_text(json.dumps(result, sort_keys=True))
-    return result
+        from ledger.train import sft  # torch: the child only
+
+        cfg, n, out, step = self.cfg, self.n, self.out, self.steps_done
+        pc, pr = self._all_logps()
+        rc = (cfg.beta * (pc - self.ref_c)).tolist()
+        rr = (cfg.beta * (pr - self.ref_r)).tolist()
+        margin_all = [a - b for a, b in zip(rc, rr)]
+        dpo = {"beta": cfg.beta, "reference": "sft", "pairs": n,
+               "reward_margin": _summary(margin_all), "accuracy": sum(m > 0 for m in margin_all) / n,
+               "chosen_reward": _summary(rc), "rejected_reward": _summary(rr)}
+        if self.stopped is None:
+            (out / "adapter").mkdir()
+            sd = {k: v.detach().contiguous() for k, v in sorted(get_peft_model_state_dict(self.model).items())}
+            save_file(sd, str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
+            (out / "adapter" / "adapter_config.json").write_text(
+                json.dumps(sft.adapter_config(self.model, self.job["base"]), sort_keys=True, indent=2) + "\n")
+        result = {"steps_done": step, "losses": self.losses, "stopped": self.stopped, "dpo": dpo,
+                  "metrics": {"reward_margin": self.margins, "accuracy": self.accs},
+                  "counters": {"optimizer_steps": step, "pairs_seen": step * cfg.batch},
+                  "timings": {"total_s": time.perf_counter() - self.t_start, "setup_s": self.t_ready - self.t_start,
+                              "train_s": self.t_loop - self.t_ready},
+                  "versions": runtime.versions(), "device": runtime.device_info(),
+                  "determinism": {"threads": cfg.threads,
+                                  "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+                                  "pythonhashseed": os.environ.get("PYTHONHASHSEED")}}
+        (out / "result.json").write_text(json.dumps(result, sort_keys=True))
+        return result
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m ledger.train.dpo WORKDIR", file=sys.stderr)
-        return 2
-    from ledger.train.child import _die_with_parent
-
-    _die_with_parent()  # a killed parent must not leave a training child running unobserved
-    work = Path(argv[0])
-    try:
-        child_run(work)
-    except LedgerError as e:
-        (work / "out" / "error.json").write_text(json.dumps(e.to_json(), sort_keys=True, default=str))
-        print(f"error: {e.message}", file=sys.stderr)
-        return CHILD_ERROR_EXIT
-    return 0
+    return recipe.child_main(argv, "ledger.train.dpo", DpoRecipe)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,14 @@ import math
 import shutil
 from dataclasses import dataclass
 
-from ledger.errors import BadInput
 from ledger.artefacts import checkpoint as ck
+from ledger.errors import BadInput
 from ledger.plan import compile as comp
-from ledger.train import receipt as rcpt
 from ledger.plan import spec as speclib
 from ledger.plan import targets as targetlib
-from ledger.train import run as trainlib
 from ledger.store.ids import is_id
+from ledger.train import receipt as rcpt
+from ledger.train import run as trainlib
 
 OUTCOMES = ("Reproduced", "WithinTolerance", "Diverged", "MissingInputs")
 DEFAULT_TOLERANCE = {"loss_abs": 1e-4, "weight_abs": 1e-4}

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import errors
-from ledger.errors import BadInput, InternalError
 from ledger.artefacts import checkpoint as ck
-from ledger.plan import compile as comp
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
+from ledger.errors import BadInput, InternalError
+from ledger.plan import compile as comp
+from ledger.plan.plan import Plan as PlanView
 from ledger.store import canonical
 from ledger.train import job
 from ledger.train import receipt as rcpt
@@ -79,19 +80,19 @@ class TrainResult:
                 "checkpoints": self.receipt["checkpoints"], "sandboxed": self.receipt["sandbox"].get("sandboxed")}
 
 
-def check_runnable_here(plan: dict) -> None:
+def check_runnable_here(plan: PlanView) -> None:
     """Fail before materialising anything when the plan's realization cannot run on this machine.
 
     The child checks again where it executes; this is only the early, cheap answer."""
-    if any(r["device"] == "cuda" for r in plan["realizations"].values()):
+    if any(r.device == "cuda" for r in plan.realizations.values()):
         import torch
 
-        names = ", ".join(sorted({r["name"] for r in plan["realizations"].values()}))
+        names = ", ".join(sorted({r.name for r in plan.realizations.values()}))
         if not torch.cuda.is_available():
             raise errors.RealizationUnavailable(
-                f"the plan selected {names} on cuda (target {plan['target']['name']}), but no CUDA device is "
+                f"the plan selected {names} on cuda (target {plan.target.name}), but no CUDA device is "
                 "available here; nothing was trained", "run it on a machine with the target's GPU, or compile for --target cpu")
-        n = plan["config"]["train"].get("devices", 1)
+        n = plan.devices
         if torch.cuda.device_count() < n:
             raise errors.RealizationUnavailable(
                 f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) are visible here",
@@ -101,27 +102,28 @@ def check_runnable_here(plan: dict) -> None:
 def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
     work = job.new_work(store, "train")
     inputs = work / "inputs"
-    man = modellib.load_manifest(store, plan.body["inputs"]["base"])
+    view = plan.view
+    man = modellib.load_manifest(store, view.inputs.base)
     modellib.materialise_tree(store, man["files"], inputs / "base")
     # the base's tokenizer and chat template: the child encodes the turns with them
     templatelib.write_folder(templatelib.for_base(store, man), inputs / "chat")
-    store.export_file(plan.body["inputs"]["dataset"], inputs / "dataset.parquet")
+    store.export_file(view.inputs.dataset, inputs / "dataset.parquet")
     spec = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
             "chat": "inputs/chat", "resume": None}
-    if plan.body["inputs"].get("init_adapter"):
-        modellib.materialise_tree(store, plan.body["inputs"]["init_adapter"], inputs / "init_adapter")
+    if view.inputs.init_adapter:
+        modellib.materialise_tree(store, view.inputs.init_adapter, inputs / "init_adapter")
         spec["init_adapter"] = "inputs/init_adapter"
-    fused = plan.body["realizations"].get("linear_lora", {})
-    if fused.get("name") == "cupy-fused":
+    fused = view.realizations.get("linear_lora")
+    if fused is not None and fused.name == "cupy-fused":
         # The child cannot read the store: it gets the exact build the plan names (body, source,
         # PTX, cubin), and checks the cubin against the plan's code object before loading it.
-        kdir = inputs / "kernels" / fused["kernel"]
+        kdir = inputs / "kernels" / fused.kernel
         kdir.mkdir(parents=True)
-        body = store.get_json(fused["build"])
+        body = store.get_json(fused.build)
         (kdir / "body.json").write_text(json.dumps(body, sort_keys=True))
         for name, key in (("source", "source_id"), ("ptx", "ptx"), ("cubin", "cubin")):
             store.export_file(body[key], kdir / name)
-        spec["kernels"] = {fused["kernel"]: f"inputs/kernels/{fused['kernel']}"}
+        spec["kernels"] = {fused.kernel: f"inputs/kernels/{fused.kernel}"}
     if resume is not None:
         cid, cman = resume
         if cman["plan"] != plan.id:
@@ -133,14 +135,14 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
     return work
 
 
-def child_env(work: Path, plan: dict) -> dict:
-    env = job.child_env(work, plan["runtime"]["threads"], _PASS_ENV)
+def child_env(work: Path, plan: PlanView) -> dict:
+    env = job.child_env(work, plan.runtime.threads, _PASS_ENV)
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    if plan["runtime"].get("loop") == "compiled":
+    if plan.runtime.loop_kind == "compiled":
         # Inductor compiles in a pool of worker processes by default; a confined child grants
         # /proc/self to itself only, so its workers cannot run there: compile in-process.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    if plan["config"]["train"].get("devices", 1) > 1:
+    if plan.devices > 1:
         # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
         # multicast stays off unless asked for: a LoRA's gradients are small, and on shared
         # hosts multicast can take GPUs out of service.
@@ -160,24 +162,24 @@ def child_argv(work: Path) -> list[str]:
     return job.module_argv("ledger.train.child", work)
 
 
-def limits(plan: dict) -> job.Limits:
+def limits(plan: PlanView) -> job.Limits:
     """What the child may write: adapter and optimizer files sized by the memory plan (plus
     safetensors headers), progress and JSON by the step count."""
-    lines = {x["name"]: x["bytes"] for x in plan["memory"]["lines"]}
-    tensors = plan["shapes"]["arch"]["layers"] * len(plan["shapes"]["lora_modules"]) * 2
-    return job.Limits(steps=plan["shapes"]["steps"], adapter_bytes=job.tensor_file_bound(lines["adapter"], tensors),
-                      optimizer_bytes=job.tensor_file_bound(lines["optimizer_state"], 3 * tensors))
+    tensors = plan.shapes.lora_tensors
+    return job.Limits(steps=plan.shapes.steps,
+                      adapter_bytes=job.tensor_file_bound(plan.memory.line("adapter"), tensors),
+                      optimizer_bytes=job.tensor_file_bound(plan.memory.line("optimizer_state"), 3 * tensors))
 
 
 def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout: float | None = None) -> job.ChildJob:
-    body = plan.body
-    n = body["config"]["train"].get("devices", 1)
+    view = plan.view
+    n = view.devices
     # Several devices: data-parallel (DDP), one process per device. Their rendezvous store and
     # the NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
     # receipt's sandbox policy); the filesystem grants are the same as for one process.
-    policy = job.policy_for(store, work, gpu=body["target"]["device"] == "cuda", network=n > 1)
-    return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=child_env(work, body),
-                        policy=policy, limits=limits(body), launcher=tuple(torchrun(n)) if n > 1 else (),
+    policy = job.policy_for(store, work, gpu=view.cuda, network=n > 1)
+    return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=child_env(work, view),
+                        policy=policy, limits=limits(view), launcher=tuple(torchrun(n)) if n > 1 else (),
                         processes=n, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id)
 
 
@@ -259,7 +261,7 @@ def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int
 
 def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
     """Materialise, run the child, commit its checkpoints as they appear. Caller removes run.work."""
-    check_runnable_here(plan.body)
+    check_runnable_here(plan.view)
     resumed = None
     if resume:
         job.check_resumable(store, resume)
@@ -316,8 +318,8 @@ def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tup
                       final_manifest=final_manifest, adapter=adapter, checkpoints=list(run.checkpoints),
                       resumed_from=resumed_from, sandbox=run.sandbox)
     rid = tx.put_json(body)
-    b = plan.body["inputs"]
-    tx.inputs.extend([plan.id, b["base"], b["dataset"], b["tokenizer"]] + ([resumed_from] if resumed_from else []))
+    b = plan.view.inputs
+    tx.inputs.extend([plan.id, b.base, b.dataset, b.tokenizer] + ([resumed_from] if resumed_from else []))
     tx.outputs.extend([rid, final_id] + ([adapter] if adapter else []))
     return rid, body
 

@@ -139,8 +139,8 @@ def test_cuda_plan_never_falls_back_to_cpu(store):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from ledger.train import child
     from ledger.train import run as trainlib
+    from ledger.train import sft
 
     plan = comp.compile_spec(store, spec.parse(SMALL), targets.get("h200")).plan
     assert all(r["device"] == "cuda" for r in plan.body["realizations"].values())
@@ -151,7 +151,7 @@ def test_cuda_plan_never_falls_back_to_cpu(store):
     assert store.state.seq == seq  # nothing trained, nothing recorded
     # the child refuses on its own too (it is where the plan executes)
     with pytest.raises(RealizationUnavailable):
-        child.check_realizations(plan.body)
+        sft.check_realizations(plan.view)
 
 
 @pytest.mark.parametrize("extra", [{}, {"lora.target_modules": ["q_proj", "v_proj"], "lora.r": 2},
@@ -161,14 +161,14 @@ def test_activation_line_matches_what_autograd_saves(tmp_path, extra):
     counted storage by storage with saved_tensors_hooks on a real forward."""
     import torch
 
-    from ledger.train import child
-
     from ledger.artefacts import model
+    from ledger.plan.plan import Config
+    from ledger.train import sft
 
     s = spec.parse("[model]\nhidden = 64\nlayers = 2\nintermediate = 96\n[data]\nmicro_batch = 4\nseq_len = 32\n")
     s = s.with_overrides(extra)
     model.build_builtin_files(s.config["model"], tmp_path)
-    m, _ = child.build({"config": s.config}, tmp_path)
+    m, _ = sft.build(Config.from_json(s.config), tmp_path)
     m.train()
     ids = torch.randint(0, 256, (4, 32))
     mask = torch.ones(4, 32, dtype=torch.long)

@@ -12,6 +12,7 @@ import pytest
 from ledger.errors import CompileRejected, RealizationUnavailable
 from ledger.plan import compile as comp
 from ledger.plan import memory, spec, targets
+from ledger.store import Store
 
 H200 = targets.get("h200")
 CPU = targets.get("cpu")
@@ -134,8 +135,8 @@ def test_a_plan_that_selected_cupy_fused_fails_loudly_without_a_gpu(store, monke
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from ledger.train import child
     from ledger.train import run as trainlib
+    from ledger.train import sft
 
     gate_for(store, monkeypatch)
     data = _tiny_turn_dataset(store)
@@ -149,7 +150,7 @@ def test_a_plan_that_selected_cupy_fused_fails_loudly_without_a_gpu(store, monke
     assert e.value.exit_code == 3 and "cupy-fused" in e.value.message and "no CUDA device" in e.value.message
     assert store.state.seq == seq                       # nothing ran, nothing recorded
     with pytest.raises(RealizationUnavailable):        # and the child refuses on its own
-        child.check_realizations(plan.body)
+        sft.check_realizations(plan.view)
 
 
 def test_compiled_memory_model_is_per_device_and_scales(store):
@@ -220,12 +221,13 @@ def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
     import torch
 
     from ledger.kernels import lora_train, reference
-    from ledger.train import child
     from ledger.artefacts import model
+    from ledger.plan.plan import Config
+    from ledger.train import sft
 
     s = spec.parse('[model]\nhidden = 64\nlayers = 2\nintermediate = 96\n[precision]\ndtype = "bf16"\n[lora]\nr = 8\n')
     model.build_builtin_files(s.config["model"], tmp_path)
-    m, named = child.build({"config": s.config}, tmp_path)
+    m, named = sft.build(Config.from_json(s.config), tmp_path)
     calls = []
 
     def op(x, w, a, b, s):
@@ -384,16 +386,17 @@ def test_compiled_layers_never_fall_back_to_eager_past_the_recompile_limit(monke
     import torch._dynamo as dynamo
     import torch.nn as nn
 
-    from ledger.train import child
     from ledger.train import run as trainlib
+    from ledger.train import sft
 
     for name in ("recompile_limit", "fail_on_recompile_limit_hit"):
         monkeypatch.setattr(dynamo.config, name, getattr(dynamo.config, name))
     layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(30)])
-    child.compile_layers(layers)
+    sft.compile_layers(layers)
     assert dynamo.config.recompile_limit >= 30 and dynamo.config.fail_on_recompile_limit_hit is True
     assert all(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers)
-    plan = {"runtime": {"threads": 1, "loop": "compiled"}, "config": {"train": {"devices": 2}}}
-    env = trainlib.child_env(tmp_path, plan)
+    plan = comp.compile_spec(Store.init(tmp_path), spec.parse("[data]\nsteps = 2\n[train]\ndevices = 2\n"), H200).plan
+    assert plan.view.runtime.loop == "compiled"
+    env = trainlib.child_env(tmp_path, plan.view)
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
     assert env["NCCL_CUMEM_ENABLE"] == "0"     # no abstract unix sockets between sandboxes
