@@ -17,9 +17,16 @@ from importlib import resources
 from pathlib import Path
 
 from ledger import experience, generations
+from ledger.artefacts import model as modellib
 from ledger.errors import Refused
+from ledger.gate import judge as judgelib
 from ledger.lineage import verdict_summary
 from ledger.options import LearnOptions
+from ledger.plan import compile as comp
+from ledger.plan import spec as speclib
+from ledger.plan import targets as targetlib
+from ledger.train import job as trainjob
+from ledger.train import run as trainlib
 
 ENDS = ("commit", "refusal")
 DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model and LoRA settings
@@ -105,8 +112,6 @@ def will_run(store, options: LearnOptions) -> bool:
 
 
 def load_spec(path: str | Path | None):
-    from ledger.plan import spec as speclib
-
     if path is None:
         text = resources.files("ledger.demo").joinpath(DEFAULT_SPEC).read_text()
         return speclib.parse(text)
@@ -118,8 +123,6 @@ def ensure_genesis(store, spec) -> generations.Generation:
     g = generations.head(store)
     if g is not None:
         return g
-    from ledger.artefacts import model as modellib
-
     with store.transaction("genesis") as tx:
         base = modellib.ensure_builtin(tx, store, spec.config["model"]) if spec.get("model.base").startswith("builtin:") \
             else store.resolve(spec.get("model.base"))
@@ -141,11 +144,6 @@ def run_cycle(store, options: LearnOptions = LearnOptions(), *, progress=None, t
 
 
 def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=None) -> CycleResult:
-    from ledger.plan import compile as comp
-    from ledger.plan import targets as targetlib
-    from ledger.train import job as trainjob
-    from ledger.train import run as trainlib
-
     force, policy = options.force, Policy.of(options)
     say = progress or (lambda stage, msg: None)
     spec = load_spec(options.spec)
@@ -211,8 +209,6 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
 
     # judge
     t0 = time.perf_counter()
-    from ledger.gate import judge as judgelib
-
     suite = store.state.refs.get("suite")
     if suite is None:
         raise Refused("no suite is sealed, so nothing can judge the candidate", "seal one first: `ledger seal SUITE_DIR`")
@@ -247,8 +243,6 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
 def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
     """The verdict id when the export is contaminated (recorded before training; reused when a
     cycle resumes), else None."""
-    from ledger.gate import judge as judgelib
-
     prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
     if prev is not None:
         return prev["payload"]["verdict"]

@@ -9,7 +9,11 @@ is stale. After adding a command, run that.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
+
+import typer
 
 # One module per command group; each exposes `register(app)`. Modules import only light
 # libraries at top level: torch/peft/transformers load inside the commands that need them.
@@ -76,11 +80,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def scan() -> dict[str, tuple[str, str]]:
     """Import every module and read what it registers (the source of truth for COMMANDS)."""
-    import importlib
-    import inspect
-
-    import typer
-
     out: dict[str, tuple[str, str]] = {}
     for module in MODULES:
         sub = typer.Typer(rich_markup_mode=None)

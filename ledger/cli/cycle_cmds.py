@@ -11,8 +11,9 @@ import typer
 
 from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, finish, short
+from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, short
 from ledger.cli.render import VERDICT_STYLE
+from ledger.demo.story import run_demo
 from ledger.options import LearnOptions
 
 
@@ -187,8 +188,8 @@ def checkout(ref: Annotated[str, typer.Argument(help="gen-N or HEAD")],
 def demo(directory: Annotated[Optional[Path], typer.Option("--dir", help="Where to build the demo store (default: ./ledger-demo).")] = None,
          json_: JsonOpt = False):
     """The whole story on a built-in tiny model: seal, record, learn, refuse, diff, roll back, verify."""
-    res = api.demo(directory or Path("ledger-demo"), show=None if json_ else DemoShow(common.console()))
-    finish(json_, res)
+    story = run_demo(directory or Path("ledger-demo"), show=None if json_ else DemoShow(common.console()))
+    emit(json_, story)
 
 
 class DemoShow:

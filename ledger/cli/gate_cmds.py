@@ -11,6 +11,7 @@ budget is 3 (Refused); sealing a different suite without --repin is 3; bad input
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Optional
 
 import typer
@@ -197,6 +198,4 @@ def _render_dpo(res) -> None:
 
 
 def render_dpo_receipt_obj(oid: str, obj: dict) -> None:
-    from types import SimpleNamespace
-
     _render_dpo(SimpleNamespace(receipt=obj, receipt_id=oid))

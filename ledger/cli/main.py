@@ -13,12 +13,15 @@ Conduct every command shares (tests/cli/test_conduct.py):
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from typing import Annotated, Optional
 
 import typer
 
+from ledger import api
 from ledger.cli import catalog, common
+from ledger.errors import LedgerError
 
 
 class LazyGroup(typer.core.TyperGroup):
@@ -88,8 +91,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from ledger import api
-
         common.line(f"ledger {api.version()}")
         raise typer.Exit(0)
 
@@ -107,8 +108,6 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ledger.errors import LedgerError
-
     args = sys.argv[1:] if argv is None else list(argv)
     json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
@@ -144,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
 def _interrupted(json_mode: bool) -> int:
     """Ctrl-C: exit 130, saying what the store kept. Every change is a transaction, so what was
     committed before the interrupt is whole and nothing after it was written."""
-    from ledger import api
-    from ledger.errors import LedgerError
-
     try:
         last = api.last_record(store=common.store_dir())
     except LedgerError:   # no store here (or an unreadable one): nothing of it to report
@@ -161,8 +157,6 @@ def _interrupted(json_mode: bool) -> int:
 def _print_details(e) -> None:
     """LEDGER_DEBUG=1: what an error carries besides its message (a child's output, the accesses
     its sandbox denied), printed before the traceback."""
-    import json
-
     for key, value in e.details.items():
         text = value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
         sys.stderr.write(f"--- {key} ---\n{text.rstrip()}\n")

@@ -10,6 +10,7 @@ import importlib
 import json
 import sys
 
+from ledger import api
 from ledger.cli import common
 
 RENDERERS: dict[str, str] = {
@@ -41,12 +42,10 @@ Segment = tuple[str, "str | None"]  # (text, rich style or None); text is data, 
 
 def loss_segments(losses, width: int = 16, numbers: bool = True) -> list[Segment]:
     """`▇▅▃▂▁ 2.70→0.39`: a receipt's loss trace in one cell (first→last loss with `numbers`)."""
-    from ledger.api import sparkline
-
     vals = [v for v in (losses or []) if isinstance(v, (int, float))]
     if not vals:
         return []
-    return [(sparkline(vals, width), "cyan")] + ([(f" {vals[0]:.3g}→{vals[-1]:.3g}", None)] if numbers else [])
+    return [(api.sparkline(vals, width), "cyan")] + ([(f" {vals[0]:.3g}→{vals[-1]:.3g}", None)] if numbers else [])
 
 
 def loss_spark(losses, width: int = 16, numbers: bool = True) -> str:

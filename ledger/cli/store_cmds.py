@@ -3,6 +3,7 @@ Parsing and rendering only: the work is ledger.api's."""
 
 from __future__ import annotations
 
+import csv as csvmod
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ledger import api
-from ledger.cli import common
+from ledger.cli import common, render
 from ledger.cli.common import JsonOpt, WaitOpt, finish, human_bytes
 
 
@@ -72,8 +73,6 @@ def cat(ref: Annotated[str, typer.Argument(help="Object id, prefix or name.")], 
 def show(ref: Annotated[str, typer.Argument(help="Object id, prefix, name, gen-N, HEAD, or a journal record id.")],
          json_: JsonOpt = False):
     """Describe an object: structured objects rendered by kind, blobs by size."""
-    from ledger.cli import render
-
     res = api.show(ref, store=common.store_dir())
     if res.record is not None:
         finish(json_, res, lambda: render.record(res.record))
@@ -94,8 +93,6 @@ def log(
     if json_:
         finish(True, res)
         return
-    from ledger.cli import render
-
     render.records(res.records, res.losses)
 
 
@@ -155,8 +152,6 @@ def query(
         return
     common.print_warnings(res.warnings)
     if csv:
-        import csv as csvmod
-
         w = csvmod.writer(sys.stdout)
         w.writerow(res.columns)
         w.writerows(res.rows)

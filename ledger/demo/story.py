@@ -1,7 +1,8 @@
 """`ledger demo`: the whole learn-cycle story on the built-in tiny model, in a few minutes on a
 laptop CPU, with no downloads. It is written as a script a newcomer can read next to its output:
 every step calls ledger.api, the same verbs the CLI commands call. How it is drawn is the
-caller's (`show`, a Show; the CLI passes its renderers, JSON mode passes none).
+caller's (`show`, a Show): `ledger demo` passes the CLI's renderers, `--json` passes none. The
+demo sits beside the CLI, above the API (it imports no CLI module).
 
   1. init a store                     5. a cycle on bad experience → refused (HEAD stays)
   2. seal a suite (10 scored + 4)     6. gens, and diff gen-0 gen-1

@@ -45,7 +45,9 @@ import time
 import uuid
 from pathlib import Path
 
+import ledger
 from ledger import experience, generations
+from ledger.capabilities import cache
 from ledger.cycle import Policy, due, run_cycle
 from ledger.errors import BadInput, InternalError, LedgerError, Locked, Refused, SandboxUnavailable
 from ledger.image import act as actlib
@@ -69,8 +71,6 @@ def _log(msg: str) -> None:
 
 
 def _package_root() -> str:
-    import ledger
-
     return os.path.dirname(os.path.dirname(os.path.abspath(ledger.__file__)))
 
 
@@ -249,10 +249,16 @@ class Keeper:
                 proc.kill()
                 proc.wait()
                 raise SandboxUnavailable(f"could not confine the image: {status.strip() or 'no status'}; nothing was served")
+            try:   # what its bootstrap applied: Landlock ABI, seccomp filter id, capabilities, private /dev/shm
+                confinement = None if self.options.unsandboxed else confine.confinement(status, prog)
+            except SandboxUnavailable:
+                proc.kill()
+                proc.wait()
+                raise
             sandbox = {"sandboxed": not self.options.unsandboxed, "landlock_abi": int(status.split()[1]), "grants": len(policy.grants()),
                        "objects": len(objects), "read_write": list(policy.read_write), "network": policy.network,
                        "protected": list(policy.protected),
-                       "confinement": None if self.options.unsandboxed else confine.confinement(status, prog)}
+                       "confinement": confinement}
             info = self._await_ready(proc, ours)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -280,8 +286,6 @@ class Keeper:
         mods = {e["module"] for g in gens for e in g.capabilities.values()}
         (self.store.root / "cache" / "wasm").mkdir(parents=True, exist_ok=True)
         if mods:
-            from ledger.capabilities import cache
-
             for m in sorted(mods):
                 cache.load(self.store, m)
 

@@ -1,0 +1,96 @@
+"""The porcelain: one function per verb the `ledger` CLI offers, for Python users and for the CLI.
+
+    from ledger import api
+    api.init("project")
+    api.add("data/train.jsonl", kind="dataset", name="train", store="project")
+    res = api.run_cycle(api.LearnOptions(min_turns=150), store="project")
+    print(res.to_json())
+
+Every verb takes `store=`: a Store, a store folder (DIR or DIR/.ledger), or None for the store
+found from the current folder or any parent (like git; LEDGER_DIR when set). Every verb returns a
+frozen dataclass (a `Result`) whose `to_json()` is exactly what `ledger VERB --json` prints
+(schemas: docs/json.md); `warnings` holds what the store warned about on the way, and
+`failure()` the error the CLI raises after printing the result (a training run stopped by a
+non-finite loss, a reproduction that diverged, a cycle that was not due, ...): a Python caller
+may raise it or read the result. Errors are LedgerError subclasses (ledger/errors.py). The verbs
+are listed in docs/store-api.md.
+
+The CLI (ledger/cli/) calls only this package: it parses arguments and renders results.
+
+Why the verbs live in submodules, loaded on first use (`api.log` imports ledger.api.journal):
+each verb's result is a frozen dataclass, and creating the ~50 of them costs ~30 ms (measured
+with `python -X importtime`), and the domain modules behind every verb ~0.5 s, while `ledger log
+-n 20` takes ~0.06 s in all and `ledger --help` ~0.05 s. So `from ledger import api` loads this
+file only; a submodule, with its domain modules imported at its top, loads when one of its names
+is first used. VERBS below is that map (tests/cli/test_api.py checks it against the submodules).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ledger.api._base import MAX_INLINE_BYTES, Result, Wrapped, human_bytes
+from ledger.options import LearnOptions, ServeOptions
+
+# submodule -> the public names it defines (verbs, their results, constants)
+VERBS: dict[str, tuple[str, ...]] = {
+    "about": (
+        "version",
+    ),
+    "capabilities": (
+        "CapabilityAdmitted", "capability_add", "Granted", "capability_grant", "Called", "capability_call",
+        "Capabilities", "capability_list",
+    ),
+    "experience": (
+        "Recorded", "read_text", "record", "Exported", "export", "Gens", "gens", "Diff", "diff", "RolledBack",
+        "rollback", "CheckedOut", "checkout",
+    ),
+    "gate": (
+        "Sealed", "Restored", "seal", "seal_restore", "write_demo_suite", "Judged", "judge", "DpoTrained",
+        "dpo", "Reported", "report", "report_html",
+    ),
+    "image": (
+        "ImageStatus", "serve", "Acted", "act", "Outcome", "outcome", "image_status", "image_stop",
+    ),
+    "journal": (
+        "RECEIPT_RECORDS", "Log", "log", "last_record", "sparkline",
+    ),
+    "kernels": (
+        "Kernels", "kernel_list", "KernelRecorded", "KernelGated", "kernel_build", "kernel_test",
+        "kernel_bench", "kernel_gate",
+    ),
+    "learn": (
+        "Cycle", "run_cycle", "genesis",
+    ),
+    "plans": (
+        "Targets", "targets", "Compiled", "compile", "plan_ref", "Trained", "train", "parse_override",
+        "Reproduced", "reproduce", "ImportedBase", "import_base",
+    ),
+    "sharing": (
+        "BundleWritten", "Imported", "Pulled", "BundleListing", "bundle_create", "bundle_import", "bundle_ls",
+        "Remote", "Remotes", "Done", "remote_add", "remote_list", "remote_remove", "Pushed", "push", "pull",
+        "Fetched", "fetch", "Repaired", "repair", "KeyCreated", "key_create", "Keys", "key_list",
+        "KeyExported", "key_export", "key_trust", "key_untrust", "key_require",
+    ),
+    "store": (
+        "Initialised", "init", "Added", "tree_size", "add", "Catted", "cat", "Shown", "show", "read_json",
+        "Verified", "verify", "Collected", "gc", "QueryResult", "query", "Rebuilt", "index_rebuild",
+        "Unlocked", "unlock",
+    ),
+}
+_WHERE = {name: module for module, names in VERBS.items() for name in names}
+
+__all__ = ["LearnOptions", "ServeOptions", "Result", "Wrapped", "MAX_INLINE_BYTES", "human_bytes", *_WHERE]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ledger.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ledger.api.{module}"), name)
+    globals()[name] = value   # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,56 @@
+"""The journal read from its end: `log`, and the last committed record (what an interrupted
+command kept); the loss sparkline of the CLI's tables.
+
+Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ledger.api._base import Result, StoreLike, store_root
+from ledger.report.sparkline import sparkline as spark
+from ledger.store.journal import Journal
+from ledger.store.objects import ObjectStore
+
+RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receipt (its losses)
+
+
+@dataclass(frozen=True)
+class Log(Result):
+    records: tuple[Mapping, ...]
+    losses: Mapping[int, Any] = field(default_factory=dict)   # seq -> loss trace of the receipt it names
+
+    def to_json(self):
+        return list(self.records)
+
+
+def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: StoreLike = None) -> Log:
+    """The last `n` journal records (of `kind`), newest last. Reads only the journal's end (fast on
+    millions of records) and never opens the index. `losses`: also read the loss traces of the
+    receipts the shown records name (only those)."""
+    root = store_root(store)
+    j = Journal(root)
+    recs = [r for r in j.scan().records if r["kind"] == kind][-n:] if kind else j.tail(n)
+    traces = {}
+    wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
+    if losses and wanted:
+        objects = ObjectStore(root)
+        for r in wanted:   # a missing or corrupt receipt raises, as any read does
+            body = objects.get_json(r["payload"]["receipt"])
+            traces[r["seq"]] = body.get("losses") if isinstance(body, dict) else None
+    return Log(tuple(recs), traces)
+
+
+
+
+def last_record(*, store: StoreLike = None) -> Mapping | None:
+    """The store's last committed journal record (what an interrupted command kept), read from the
+    journal's end; None for an empty journal."""
+    tail = Journal(store_root(store)).tail(1)
+    return tail[-1] if tail else None
+
+
+def sparkline(values: Sequence[float], width: int = 16) -> str:
+    """`▇▅▃▂▁`: a series in `width` block glyphs (the loss curves of `log`, `gens` and `show`)."""
+    return spark(values, width)

@@ -1,0 +1,166 @@
+"""Plans and training: targets, compile, train, reproduce, import-base.
+
+Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
+from ledger.api._open import open_store
+from ledger.artefacts import model as modellib
+from ledger.errors import BadInput, Refused
+from ledger.plan import compile as comp
+from ledger.plan import spec as speclib
+from ledger.plan import targets as t
+from ledger.sharing import fetch_closure
+from ledger.train import reproduce as rep
+from ledger.train import run as trainlib
+
+
+@dataclass(frozen=True)
+class Targets(Result):
+    targets: tuple[Any, ...]   # ledger.plan.targets.Target, in listing order
+
+    def to_json(self):
+        return [{**t.body(), "id": t.id} for t in self.targets]
+
+
+def targets(file: str | os.PathLike | None = None) -> Targets:
+    """The target profiles: built-in, plus those in the TOML `file`."""
+    return Targets(tuple(t.available(file).values()))
+
+
+@dataclass(frozen=True)
+class Compiled(Result):
+    """`plan`: ledger.plan.compile's Plan (its body and id); `explain`: what changed from another
+    plan, when asked."""
+
+    plan: Any
+    new: bool
+    target: str
+    explain: Mapping | None = None
+
+    def to_json(self):
+        b = self.plan.body
+        out = {"plan": self.plan.id, "new": self.new, "target": self.target, "fits": True,
+               "memory_bytes": b["memory"]["total_bytes"], "usable_bytes": b["fit"]["usable_bytes"],
+               "parameters": b["parameters"]}
+        if self.explain is not None:
+            out["explain"] = self.explain
+        return out
+
+
+def compile(spec: str | os.PathLike, *, target: str | None = None, targets_file: str | os.PathLike | None = None,
+            explain: str | None = None, store: StoreLike = None) -> Compiled:
+    """Compile a spec (TOML) for a target (default: the spec's compile.target) into a plan, or
+    raise CompileRejected (exit 3) naming what does not fit. `explain`: another plan to compare."""
+    sp = speclib.load(Path(spec))
+    tgt = t.get(target or sp.get("compile.target"), targets_file)
+    s = open_store(store)
+    res = comp.compile_spec(s, sp, tgt)
+    diff = comp.explain(comp.load(s, explain), res.plan) if explain else None
+    return Compiled(res.plan, res.new, tgt.name, diff, warnings=take_warnings(s))
+
+
+def plan_ref(ref: str, *, store: StoreLike = None, say: Callable[[str], None] | None = None) -> str:
+    """A plan ref as is, or a spec .toml compiled first for its own target (its plan id)."""
+    p = Path(ref)
+    if p.suffix == ".toml" and p.is_file():
+        sp = speclib.load(p)
+        res = comp.compile_spec(open_store(store), sp, t.get(sp.get("compile.target")))
+        if say:
+            say(f"compiled {p} → plan {res.plan.id}")
+        return res.plan.id
+    return ref
+
+
+@dataclass(frozen=True)
+class Trained(Wrapped):
+    """ledger.train.run's TrainResult in `result` (receipt_id, receipt, rung). failure(): Refused
+    when training stopped on a non-finite loss (the receipt is committed, at a lower rung)."""
+
+    def failure(self):
+        r = self.result
+        st = r.receipt["stopped"]
+        if not st:
+            return None
+        return Refused(f"training stopped: {st['reason']} ({st['loss']}) at step {st['step']}; receipt {r.receipt_id} "
+                       f"is at rung {r.rung} and has no adapter to judge", "lower optimizer.lr and compile again")
+
+
+def train(plan: str, *, resume: str | None = None, unsandboxed: bool = False, progress=None,
+          store: StoreLike = None, say: Callable[[str], None] | None = None) -> Trained:
+    """Run a plan (a ref, or a spec .toml compiled first) in a sandboxed child; commit adapter,
+    checkpoints and a receipt. `progress(dict)` gets step, steps, loss, tokens_per_s."""
+    s = open_store(store)
+    ref = plan_ref(plan, store=s, say=say)
+    res = trainlib.train(s, ref, resume=resume, unsandboxed=unsandboxed, progress=progress)
+    return Trained(result=res, warnings=take_warnings(s))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`section.field=VALUE` (VALUE read as TOML; a bare word is a string) -> (key, value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise BadInput(f"--override {text!r}: expected section.field=VALUE", "e.g. --override optimizer.lr=0.001")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word is a string, as a user would mean it
+    return key.strip(), value
+
+
+@dataclass(frozen=True)
+class Reproduced(Wrapped):
+    """ledger.train.reproduce's ReproduceResult in `result`. failure(): Refused unless it
+    reproduced (Diverged, MissingInputs), after the comparison is committed."""
+
+    def failure(self):
+        r = self.result
+        if r.outcome not in ("Diverged", "MissingInputs"):
+            return None
+        return Refused(f"reproduce: {r.outcome} (comparison {r.comparison_id})",
+                       "see the comparison above: `ledger show " + r.comparison_id[:15] + "`")
+
+
+def reproduce(receipt: str, *, overrides: Mapping[str, Any] | None = None, loss_tol: float = 1e-4,
+              weight_tol: float = 1e-4, unsandboxed: bool = False, source: str | None = None, progress=None,
+              store: StoreLike = None) -> Reproduced:
+    """Re-execute a receipt from its pinned inputs in a fresh process and compare. `source`: first
+    fetch the receipt's closure from a remote, bundle file, remote folder or s3:// URL."""
+    s = open_store(store)
+    if source:
+        receipt = fetch_closure(s, source, [receipt]).requested[0]  # verified; what it lacks → MissingInputs
+    res = rep.reproduce(s, receipt, overrides=dict(overrides or {}),
+                        tolerance={"loss_abs": loss_tol, "weight_abs": weight_tol}, unsandboxed=unsandboxed,
+                        progress=progress)
+    return Reproduced(result=res, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class ImportedBase(Result):
+    base: str
+    name: str | None
+
+
+def import_base(path: str | os.PathLike, *, name: str | None = None, store: StoreLike = None) -> ImportedBase:
+    """Import base weights (a Hugging Face Llama folder, or a .gguf file) as objects (one
+    `import-base` record); `name` names it (then model.base = NAME in a spec)."""
+    p = Path(path)
+    s = open_store(store)
+    with s.transaction("import-base") as tx:
+        if p.is_file() and p.suffix == ".gguf":
+            oid = modellib.import_gguf(tx, s, p)
+        else:
+            oid = modellib.import_hf_dir(tx, p)
+        tx.outputs.append(oid)
+        tx.payload["base"] = oid
+        if name:
+            tx.refs[f"name/{name}"] = oid
+            tx.payload["name"] = name
+    return ImportedBase(oid, name, warnings=take_warnings(s))

@@ -1,0 +1,258 @@
+"""The store's own verbs: init, add, cat, show, verify, gc, query, index rebuild, unlock.
+
+Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Mapping
+
+from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human_bytes, store_root, take_warnings
+from ledger.api._open import open_store
+from ledger.errors import BadInput, Locked, StoreCorrupt, UnknownRef
+from ledger.sharing import repair as repair_mod
+from ledger.store import Store, canonical, index
+from ledger.store import gc as gcmod
+from ledger.store.add import add_path
+from ledger.store.lock import Lock
+from ledger.store.verify import verify as run_verify
+
+
+@dataclass(frozen=True)
+class Initialised(Result):
+    store: str
+    head: str | None
+    seq: int
+
+
+def init(directory: str | os.PathLike | None = None) -> Initialised:
+    """Create an empty store (DIRECTORY/.ledger, default ./.ledger) with its first journal record."""
+    s = Store.init(Path(directory or "."))
+    return Initialised(str(s.root), s.state.head, s.state.seq)
+
+
+@dataclass(frozen=True)
+class Added(Result):
+    id: str
+    size: int
+    kind: str
+    name: str | None
+    unchanged: bool
+    seq: int | None = None    # None when unchanged: nothing was written
+
+    def to_json(self):
+        out = super().to_json()
+        if self.unchanged:
+            out.pop("seq")
+        return out
+
+
+def tree_size(path: str | os.PathLike) -> int:
+    """Bytes `add` would read (for a progress bar); links are not followed."""
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def add(path: str | os.PathLike, *, kind: str | None = None, name: str | None = None, wait: float = 0.0,
+        bar: Callable[[int], None] | None = None, store: StoreLike = None) -> Added:
+    """Store a file or folder as immutable objects and record it (one `add` record). `bar(n)` is
+    called as bytes are read."""
+    s = open_store(store)
+    r = add_path(s, Path(path), kind=kind or None, name=name, wait=wait, **({"bar": bar} if bar else {}))
+    return Added(r["id"], r["size"], r["kind"], r["name"], r["unchanged"], r.get("seq"), warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class Catted(Result):
+    id: str
+    size: int
+    data: bytes | None = None   # None when streamed to `out`
+
+    def to_json(self):
+        try:
+            body = {"text": self.data.decode("utf-8")}
+        except UnicodeDecodeError:
+            body = {"base64": base64.b64encode(self.data).decode()}
+        return {"id": self.id, "size": self.size, **body}
+
+
+def cat(ref: str, out: BinaryIO | None = None, *, store: StoreLike = None) -> Catted:
+    """An object's verified bytes: in `data` (objects up to 64 MiB), or written to `out` (any
+    size; large objects stream through a verified temporary copy, never whole in memory)."""
+    s = open_store(store)
+    oid = s.resolve(ref)
+    size = s.objects.size(oid)
+    if out is None:
+        if size > MAX_INLINE_BYTES:
+            raise BadInput(f"{oid} is {human_bytes(size)}; --json carries objects up to 64 MiB",
+                           "use `ledger cat` without --json")
+        return Catted(oid, size, s.get_bytes(oid))
+    if size > MAX_INLINE_BYTES:
+        with tempfile.TemporaryDirectory() as td:
+            tmp = Path(td) / "obj"
+            s.export_file(oid, tmp)
+            with open(tmp, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+    else:
+        out.write(s.get_bytes(oid))
+    return Catted(oid, size)
+
+
+@dataclass(frozen=True)
+class Shown(Result):
+    """An object (structured: its parsed JSON in `object`; a blob: only its size), or, when the
+    ref names a journal record instead, that record in `record`."""
+
+    id: str | None
+    size: int | None = None
+    object: Any = None
+    record: Mapping | None = None
+
+    @property
+    def structured(self) -> bool:
+        return self.object is not None
+
+    def to_json(self):
+        if self.record is not None:
+            return self.record
+        if self.object is None:
+            return {"id": self.id, "size": self.size, "structured": False}
+        return {"id": self.id, "size": self.size, "structured": True, "object": self.object}
+
+
+def show(ref: str, *, store: StoreLike = None) -> Shown:
+    """Describe an object (id, prefix, name, gen-N, HEAD), or a journal record (an id prefix of
+    at least 8 hex digits)."""
+    s = open_store(store)
+    try:
+        oid = s.resolve(ref)
+    except UnknownRef:
+        rec = next((r for r in s.journal.scan().records if r["id"].startswith(ref) or r["id"][3:].startswith(ref)),
+                   None)
+        if rec is None or len(ref.removeprefix("b3:")) < 8:
+            raise
+        return Shown(None, record=rec)
+    size = s.objects.size(oid)
+    data = s.get_bytes(oid) if size <= MAX_INLINE_BYTES else None
+    obj = None
+    if data is not None and data[:1] == b"{":
+        try:
+            obj = canonical.loads(data)
+        except BadInput:
+            obj = None
+    return Shown(oid, size, obj)
+
+
+def read_json(oid: str, *, store: StoreLike = None):
+    """A structured object, verified (what the CLI's renderers read for a receipt's loss curve)."""
+    return open_store(store).get_json(oid)
+
+
+@dataclass(frozen=True)
+class Verified(Wrapped):
+    """ledger.store.verify's Report in `result`; failure(): StoreCorrupt when it found faults."""
+
+    read_data: bool = False
+
+    def failure(self):
+        rep = self.result
+        if rep.ok:
+            return None
+        damaged = repair_mod.damaged_ids(rep)
+        hint = (f"`ledger repair --from REMOTE|BUNDLE` replaces the {len(damaged)} missing or damaged object(s) "
+                "with verified copies" if damaged else "restore the named records from a bundle or backup")
+        return StoreCorrupt(f"verify found {len(rep.errors)} fault(s); first: {rep.errors[0]['message']}", hint)
+
+
+def verify(*, read_data: bool = False, progress=None, store: StoreLike = None) -> Verified:
+    """Check the journal chain, the caches and every object (`read_data`: rehash every byte)."""
+    s = open_store(store)
+    rep = run_verify(s, read_data=read_data, **({"progress": progress} if progress else {}))
+    return Verified(result=rep, read_data=read_data, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class Collected(Wrapped):
+    """ledger.store.gc's GcPlan in `result`."""
+
+    pruned: bool = False
+
+
+def gc(*, prune: bool = False, store: StoreLike = None) -> Collected:
+    """The objects no journal record reaches; with `prune`, delete them."""
+    s = open_store(store)
+    p = gcmod.prune(s) if prune else gcmod.plan(s)
+    return Collected(result=p, pruned=prune, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class QueryResult(Result):
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    def to_json(self):
+        return [dict(zip(self.columns, r)) for r in self.rows]
+
+
+def query(sql: str, *, store: StoreLike = None) -> QueryResult:
+    """Read-only SQL over the DuckDB index. An index that lags the journal (a crash after a commit)
+    is brought up to date first when nobody is writing; otherwise a warning says so."""
+    s = open_store(store)
+    warn = []
+    seq = index.indexed_seq(s.root)
+    if not s.index_current():  # behind, or not this store's projection (copied from another store)
+        try:   # a reader never waits for the lock
+            with s.locked():
+                s.sync_index()
+        except Locked:
+            warn.append(f"the index is behind the journal ({seq} < {s.state.seq}) and a writer holds the lock")
+    cols, rows = s.query(sql)
+    return QueryResult(tuple(cols), tuple(tuple(r) for r in rows), warnings=take_warnings(s) + tuple(warn))
+
+
+@dataclass(frozen=True)
+class Rebuilt(Result):
+    rebuilt: bool
+    seq: int
+
+
+def index_rebuild(*, store: StoreLike = None) -> Rebuilt:
+    """Recreate the DuckDB index by replaying the journal."""
+    s = open_store(store)
+    s.rebuild_index()
+    return Rebuilt(True, s.state.seq, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class Unlocked(Result):
+    cleared: bool
+    holder: Mapping | None
+    describe: str = ""
+
+    def to_json(self):
+        return {"cleared": self.cleared, "holder": self.holder}
+
+    def failure(self):
+        if self.holder is None or self.cleared:
+            return None
+        if self.holder["status"] == "live":
+            return Locked(f"lock is held by a live process ({self.describe}); not cleared", "wait for it to finish")
+        return Locked(f"lock is held from another host ({self.describe}); not cleared",
+                      "if you know that process is dead, pass --force-other-host")
+
+
+def unlock(*, force_other_host: bool = False, store: StoreLike = None) -> Unlocked:
+    """Clear the store lock if (and only if) its holder is dead (or, with `force_other_host`, held
+    from another host). failure(): Locked when it was not cleared."""
+    lock = Lock(store_root(store))
+    # clear_invalid: a symlink, FIFO or empty directory at the lock path is no one's lock
+    cleared, info = lock.break_if_dead(force_other_host, clear_invalid=True)
+    holder = None if info is None else {"pid": info.pid, "host": info.host, "status": info.status(), "kind": info.kind}
+    return Unlocked(cleared, holder, info.describe() if info is not None else "")
