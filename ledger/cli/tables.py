@@ -28,6 +28,7 @@ class Column:
 
 
 GAP = "  "
+COMFORTABLE = 24  # a wrapped column is not squeezed below this before other columns are left out
 
 
 def terminal_width() -> int | None:
@@ -60,19 +61,24 @@ def layout(columns: list[Column], rows: list[list[str]], width: int | None) -> t
     def total():
         return sum(widths[i] for i in shown) + len(GAP) * (len(shown) - 1)
 
-    while total() > width:
-        over = total() - width
-        wrappable = [i for i in shown if columns[i].wrap and widths[i] > floor[i]]
-        if wrappable:
-            i = max(wrappable, key=lambda k: widths[k] - floor[k])
-            widths[i] = max(floor[i], widths[i] - over)
-            continue
-        optional = [i for i in shown if columns[i].priority > 0]
-        if not optional:
-            break  # nothing left to give: the terminal wraps the line, no word is cut here
-        i = max(optional, key=lambda k: (columns[k].priority, k))
-        shown.remove(i)
-        dropped.append(columns[i].header)
+    # Three passes, in order: wrap the wrap-columns down to a comfortable width; leave out the
+    # least important columns; wrap further, down to the longest word (never inside a word).
+    comfortable = {i: max(floor[i], min(natural[i], COMFORTABLE)) for i in shown}
+    for limit in (comfortable, None, floor):
+        while total() > width:
+            if limit is None:
+                optional = [i for i in shown if columns[i].priority > 0]
+                if not optional:
+                    break
+                i = max(optional, key=lambda k: (columns[k].priority, k))
+                shown.remove(i)
+                dropped.append(columns[i].header)
+                continue
+            wrappable = [i for i in shown if columns[i].wrap and widths[i] > limit[i]]
+            if not wrappable:
+                break
+            i = max(wrappable, key=lambda k: widths[k] - limit[k])
+            widths[i] = max(limit[i], widths[i] - (total() - width))
     return shown, [widths[i] for i in shown], dropped
 
 
