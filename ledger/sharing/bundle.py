@@ -67,7 +67,8 @@ class Header:
         """The header as JSON (`bundle ls --json`)."""
         return {"origin": self.origin, "created": self.created, "actor": self.actor, "manifest": self.manifest.id,
                 "refs": self.manifest.refs, "roots": list(self.manifest.roots), "objects": len(self.manifest.objects),
-                "bytes": self.manifest.total_bytes, "segment": self.manifest.segment, "absent": list(self.manifest.absent),
+                "bytes": self.manifest.total_bytes, "segment": self.manifest.segment,
+                "absent": list(self.manifest.absent),
                 "file_size": self.file_size}
 
 
@@ -188,7 +189,8 @@ def read_header(path: Path) -> Header:
     try:
         h = canonical.loads(hdata, strict=True)
     except BadInput as e:
-        raise StoreCorrupt(f"bundle {path} has a damaged table of contents: {e.message}", "copy the bundle again") from None
+        raise StoreCorrupt(f"bundle {path} has a damaged table of contents: {e.message}",
+                           "copy the bundle again") from None
     if not isinstance(h, dict) or h.get("format") != FORMAT:
         raise StoreCorrupt(f"bundle {path} has a damaged table of contents")
     if h.get("algorithm") != mf.ALGORITHM:

@@ -121,7 +121,8 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
     # signatures refuses this path for new objects instead of quietly taking it. Replacing a
     # damaged object needs no signature: its id, which this store already recorded, is the check.
     if missing and keys.signatures_required(store):
-        raise Refused(f"{src.label} has no signed manifest for {sorted(missing)[0]}, and this store requires signatures",
+        raise Refused(f"{src.label} has no signed manifest for {sorted(missing)[0]}, "
+                      "and this store requires signatures",
                       "ask the sender to `ledger push REMOTE ID --sign KEY` for exactly this id")
     ns = check_namespace(namespace or default_ns)
     got: dict = {}

@@ -33,6 +33,8 @@ REQUIRE_REF = "setting:require_signatures"
 
 @dataclass(frozen=True)
 class PublicKey:
+    """An ed25519 public key as this store knows it (an object under `key:NAME` or `trust:…`)."""
+
     name: str
     key: str            # 64 hex chars: the raw ed25519 public key
 
@@ -57,12 +59,14 @@ class PublicKey:
 
 
 def check_name(name: str) -> str:
+    """A key name: letters, digits, . _ - (it names a file under .ledger/keys)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise BadInput(f"bad key name {name!r}", "key names use letters, digits, . _ - (up to 64)")
     return name
 
 
 def keys_dir(store) -> Path:
+    """Where this store's private keys live (0700; never an object, never shared)."""
     return store.root / "keys"
 
 
@@ -138,6 +142,7 @@ def _load(store, oid: str) -> PublicKey:
 
 
 def own_keys(store) -> dict[str, PublicKey]:
+    """The keys created in this store, by name."""
     return {n[4:]: _load(store, oid) for n, oid in sorted(store.state.refs.items()) if n.startswith("key:")}
 
 
@@ -179,6 +184,7 @@ def read_public_key_file(path: Path, name: str | None = None) -> PublicKey:
 
 
 def trust(store, pub: PublicKey) -> str:
+    """Trust `pub` (a `trust:ed25519:<hex>` ref in one record); returns its fingerprint."""
     ref = f"trust:{pub.fingerprint}"
     with store.transaction("trust") as tx:
         oid = tx.put_json(pub.to_json())
@@ -189,6 +195,7 @@ def trust(store, pub: PublicKey) -> str:
 
 
 def untrust(store, fingerprint: str) -> None:
+    """Stop trusting a key (its trust ref removed in one record)."""
     fp = fingerprint if fingerprint.startswith("ed25519:") else f"ed25519:{fingerprint}"
     matches = [n for n in store.state.refs if n.startswith("trust:") and n[len("trust:"):].startswith(fp)]
     if len(matches) != 1:
@@ -200,11 +207,13 @@ def untrust(store, fingerprint: str) -> None:
 
 
 def signatures_required(store) -> bool:
+    """Whether imports and pulls need a valid signature by a trusted key."""
     oid = store.state.refs.get(REQUIRE_REF)
     return bool(oid) and store.get_json(oid).get("value") is True
 
 
 def set_signatures_required(store, on: bool) -> None:
+    """Turn the signature requirement on or off (the ref `setting:require_signatures`)."""
     with store.transaction("setting") as tx:
         if on:
             oid = tx.put_json({"kind": "setting", "name": "require_signatures", "value": True})

@@ -34,6 +34,8 @@ MAX_SEGMENT = 256 << 20         # the segment blob is parsed in memory
 
 @dataclass(frozen=True)
 class Manifest:
+    """A share manifest: refs, roots, the closure's objects with offsets and sizes, segment, absent ids."""
+
     refs: dict                      # ref name (as named by the sender) -> object id
     roots: tuple                    # ids the sender named (ref targets and raw ids), sorted
     objects: tuple                  # ((id, offset, size), ...): data order; offset is cumulative
@@ -66,7 +68,8 @@ class Manifest:
         if not isinstance(m, dict) or m.get("kind") != "share-manifest":
             raise StoreCorrupt("not a share manifest", "the bundle or remote holds something else under this name")
         if m.get("algorithm") != ALGORITHM:
-            raise UnsupportedFormat(f"manifest uses hash algorithm {m.get('algorithm')!r}; this ledger knows only {ALGORITHM!r}",
+            raise UnsupportedFormat(f"manifest uses hash algorithm {m.get('algorithm')!r}; "
+                                    f"this ledger knows only {ALGORITHM!r}",
                                     "ask the sender to share from a ledger that uses blake3 ids")
         if m.get("version") != VERSION:
             raise UnsupportedFormat(f"manifest version {m.get('version')!r} is not understood (knows {VERSION})",
@@ -88,7 +91,8 @@ class Manifest:
                 raise StoreCorrupt("manifest object entry is malformed")
             oid, off, size = o
             if off != offset or not 0 <= size <= MAX_OBJECT_SIZE:
-                raise StoreCorrupt(f"manifest entry for {oid} claims offset {off} / size {size}; expected offset {offset}",
+                raise StoreCorrupt(f"manifest entry for {oid} claims offset {off} / size {size}; "
+                                   f"expected offset {offset}",
                                    "the table of contents was altered")
             if oid in seen:
                 raise StoreCorrupt(f"manifest lists {oid} twice")
@@ -100,7 +104,8 @@ class Manifest:
         missing = [r for r in list(roots) + list(refs.values()) if r not in seen]
         if missing:
             raise StoreCorrupt(f"manifest names {missing[0]} but does not carry it")
-        if not isinstance(absent, list) or len(absent) > MAX_OBJECTS or not all(is_id(a) and a not in seen for a in absent):
+        if not isinstance(absent, list) or len(absent) > MAX_OBJECTS \
+                or not all(is_id(a) and a not in seen for a in absent):
             raise StoreCorrupt("manifest's list of absent ids is malformed")
         return cls(refs=dict(refs), roots=tuple(roots), objects=tuple(out), segment=seg, absent=tuple(absent))
 
@@ -162,12 +167,15 @@ def segment_records(store, objects: set[str]) -> list[dict]:
 
 
 def encode_segment(records: list[dict], signatures: dict | None = None) -> bytes:
+    """The segment blob: the magic line, then canonical JSON of the records and their signatures."""
     body = {"records": records, "signatures": dict(sorted((signatures or {}).items()))}
     return SEGMENT_MAGIC + canonical.dumps(body) + b"\n"
 
 
 @dataclass(frozen=True)
 class Segment:
+    """A checked journal segment: its records and their signatures."""
+
     records: tuple
     signatures: dict = field(default_factory=dict)   # record id -> [signature dicts]
 
@@ -197,7 +205,8 @@ def decode_segment(data: bytes) -> Segment:
             if rec["seq"] <= prev["seq"]:
                 raise StoreCorrupt(f"journal segment is out of order at record {rec['seq']}")
             if rec["seq"] == prev["seq"] + 1 and rec["prev"] != prev["id"]:
-                raise StoreCorrupt(f"journal segment chain is broken at record {rec['seq']}: prev does not name record {prev['seq']}",
+                raise StoreCorrupt(f"journal segment chain is broken at record {rec['seq']}: "
+                                   f"prev does not name record {prev['seq']}",
                                    "the segment was altered after it was made")
         recs.append(rec)
         prev = rec
@@ -210,6 +219,8 @@ def decode_segment(data: bytes) -> Segment:
 
 @dataclass(frozen=True)
 class Selection:
+    """What sharing some refs carries (manifest.gather)."""
+
     refs: dict          # ref name -> id, as they will be named on the other side
     roots: tuple        # the ids named
     objects: frozenset  # their closure (what this store holds of it)

@@ -43,11 +43,14 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def object_key(oid: str) -> str:
+    """Where an object lives on a remote: objects/<2 hex>/<62 hex>."""
     h = hex_of(oid)
     return f"objects/{h[:2]}/{h[2:]}"
 
 
 class Backend(Protocol):
+    """What push and the sources need of a remote: small atomic files, staged objects, bounded reads."""
+
     url: str
 
     def read_small(self, key: str, limit: int) -> bytes | None: ...       # None if absent
@@ -116,6 +119,8 @@ def _hash_mismatch(oid: str, got: str) -> CorruptObject:
 
 # --- a directory (local disk or a shared filesystem) ------------------------------------
 class DirBackend:
+    """A remote in a directory (local disk or a shared filesystem)."""
+
     def __init__(self, root: Path):
         self.root = Path(root)
         self.url = str(self.root)
@@ -248,6 +253,8 @@ SMALL_PUT = 16 << 20   # below this an object is sent in one PUT (read, hashed, 
 
 
 class S3Backend:
+    """A remote in S3-compatible object storage (s3fs)."""
+
     def __init__(self, url: str, options: dict | None = None):
         try:
             import s3fs
@@ -376,6 +383,8 @@ class S3Backend:
 # --- configuration and opening ----------------------------------------------------------
 @dataclass(frozen=True)
 class RemoteConfig:
+    """A configured remote: the object behind the ref `remote:NAME`."""
+
     name: str
     url: str
     options: dict = field(default_factory=dict)
@@ -389,6 +398,7 @@ class RemoteConfig:
 
 
 def normalise_url(url: str) -> str:
+    """A remote URL as stored: an absolute directory path, or s3://bucket/prefix."""
     if url.startswith("s3://"):
         return url.rstrip("/")
     if "://" in url and not url.startswith("file://"):
@@ -398,6 +408,7 @@ def normalise_url(url: str) -> str:
 
 
 def open_backend(url: str, options: dict | None = None) -> Backend:
+    """The backend for a directory, file:// or s3:// URL."""
     if url.startswith("s3://"):
         return S3Backend(url, options)
     if "://" in url and not url.startswith("file://"):
@@ -427,12 +438,14 @@ def check_marker(backend: Backend, create: bool) -> None:
 
 
 def check_name(name: str) -> str:
+    """A remote name: letters, digits, . _ - (up to 64)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise BadInput(f"bad remote name {name!r}", "remote names use letters, digits, . _ - (up to 64)")
     return name
 
 
 def add(store, name: str, url: str, options: dict | None = None) -> RemoteConfig:
+    """Configure a remote (one `remote` record)."""
     check_name(name)
     if f"remote:{name}" in store.state.refs:
         raise BadInput(f"a remote named {name!r} already exists", f"`ledger remote remove {name}` first")
@@ -446,6 +459,7 @@ def add(store, name: str, url: str, options: dict | None = None) -> RemoteConfig
 
 
 def remove(store, name: str) -> None:
+    """Forget a remote (one `remote` record; the remote itself is untouched)."""
     if f"remote:{check_name(name)}" not in store.state.refs:
         raise UnknownRef(f"no remote named {name!r}", "see `ledger remote list`")
     with store.transaction("remote") as tx:
@@ -454,6 +468,7 @@ def remove(store, name: str) -> None:
 
 
 def configured(store) -> dict[str, RemoteConfig]:
+    """The configured remotes, by name."""
     out = {}
     for ref, oid in sorted(store.state.refs.items()):
         if ref.startswith("remote:"):
@@ -463,6 +478,7 @@ def configured(store) -> dict[str, RemoteConfig]:
 
 
 def get(store, name: str) -> RemoteConfig:
+    """One configured remote (UnknownRef if there is none of that name)."""
     cfgs = configured(store)
     if name not in cfgs:
         raise UnknownRef(f"no remote named {name!r}", "see `ledger remote list`, or `ledger remote add NAME URL`")

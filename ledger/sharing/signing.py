@@ -27,16 +27,20 @@ SIG_RE = re.compile(r"^[0-9a-f]{128}$")
 
 
 def message(context: str, obj) -> bytes:
+    """The bytes signed: domain prefix, context, canonical JSON."""
     return DOMAIN + context.encode() + b"\0" + canonical.dumps(obj)
 
 
 def sign(private_key, pub: keys.PublicKey, context: str, obj) -> dict:
+    """A signature dict {key, name, sig} over `obj` in `context`."""
     sig = private_key.sign(message(context, obj))
     return {"key": pub.fingerprint, "name": pub.name, "sig": sig.hex()}
 
 
 @dataclass(frozen=True)
 class Check:
+    """One signature judged: whether it verifies, and whether its key is trusted here."""
+
     key: str            # "ed25519:<hex>"
     claimed_name: str   # what the signature says (informational only)
     valid: bool
@@ -78,6 +82,7 @@ def verify(trusted: dict, context: str, obj, signatures) -> list[Check]:
 
 
 def enforce(store, checks: list[Check], what: str) -> None:
+    """Refuse tampering always (exit 4), and unsigned or untrusted input when signatures are required (exit 3)."""
     bad = [c for c in checks if not c.valid]
     if bad:
         raise StoreCorrupt(f"{what}: the signature by {bad[0].claimed_name} ({bad[0].key[:24]}…) does not verify",
