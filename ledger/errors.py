@@ -222,6 +222,14 @@ class SandboxUnavailable(Refused):
     default_hint = "pass --unsandboxed to run without the sandbox (this is recorded)"
 
 
+class SandboxViolation(Refused):
+    """A child wrote something its parent must not read where ledger reads its outputs (a link, a
+    special file, a hard link, a file over the plan's bound, an unexpected entry): the run fails,
+    nothing of it is committed, and a sandbox-violation record names it (ledger/train/job.py)."""
+    default_hint = ("a training child may write regular files only, within the plan's sizes; nothing from "
+                    "this run is committed or resumed from (see the sandbox-violation record in `ledger log`)")
+
+
 class RealizationUnavailable(Refused):
     default_hint = "compile for a target that can run here; ledger never falls back silently"
 

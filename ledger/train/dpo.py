@@ -33,7 +33,6 @@ import io
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -166,11 +165,12 @@ class DpoResult:
                 "protected_attempts": len(r["sandbox"].get("protected_attempts") or [])}
 
 
-def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig, max_len: int | None) -> Path:
+def _prepare(store, work: Path, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig,
+             max_len: int | None) -> None:
+    """Fill work/inputs/: the base, its chat template, the SFT adapter, the pairs, job.json."""
     from ledger.artefacts import model as modellib
     from ledger.gate.score import ADAPTER_FILES, _tree_files
 
-    work = job.new_work(store, "dpo")
     man = modellib.load_manifest(store, base_id)
     modellib.materialise_tree(store, man["files"], work / "inputs" / "base")
     templatelib.write_folder(templatelib.for_base(store, man), work / "inputs" / "chat")
@@ -183,7 +183,6 @@ def _prepare(store, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig
             "pairs": "inputs/pairs.parquet", "max_len": max_len, "chat": "inputs/chat",
             "tokenizer": man["tokenizer"], "template": man.get("template")}
     (work / "inputs" / "job.json").write_text(json.dumps(spec, sort_keys=True))
-    return work
 
 
 def _child_argv(work: Path) -> list[str]:
@@ -259,8 +258,9 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
     if found is not None:
         sft_receipt = found[0]
     t0 = time.time()
-    work = _prepare(store, sft_model.base, sft_model.adapter, pairs_data, cfg, max_len)
+    work = job.new_work(store, "dpo")
     try:
+        _prepare(store, work, sft_model.base, sft_model.adapter, pairs_data, cfg, max_len)
         fin = job.run_job(store, _child_job(store, work, cfg, unsandboxed=unsandboxed), progress=progress,
                           collect=_collect)
         result, sandbox = fin.result, fin.sandbox
@@ -284,7 +284,7 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
                                "sft_adapter": sft_model.adapter, "dataset": pid, "unsandboxed": unsandboxed,
                                "wall_s": round(time.time() - t0, 3)})
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        store.discard_work_folder(work)
     return DpoResult(rid, body, tx.record)
 
 

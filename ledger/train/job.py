@@ -3,7 +3,9 @@
 SFT (`ledger.train.run`), DPO (`ledger.train.dpo`) and reproduce (through run) all go through it:
 
   1. `new_work(store, prefix)`: a fresh work folder `.ledger/tmp/<prefix>-<rand>/` with
-     `inputs/` (the parent fills it; read-only to the child), `out/` and `scratch/` (the child's);
+     `inputs/` (the parent fills it; read-only to the child), `out/` and `scratch/` (the child's),
+     held live (`Store.work_folder`: gc never removes it while this process runs) until
+     `store.discard_work_folder(work)`;
   2. `ChildJob`: the child's argv, environment (`child_env`), sandbox policy and output limits;
   3. `run_job(store, job, ...)`: launches it through `ledger.sandbox.run_sandboxed` on a thread,
      polls `out/progress.jsonl` (and, through `poll`, anything else the caller ingests while the
@@ -35,13 +37,12 @@ import re
 import stat
 import sys
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import errors
-from ledger.errors import InternalError, LedgerError, Refused
+from ledger.errors import InternalError, LedgerError, Refused, SandboxViolation
 from ledger.sandbox import SandboxPolicy, run_sandboxed
 
 VIOLATION_KIND = "sandbox-violation"
@@ -49,13 +50,6 @@ MiB = 1 << 20
 
 # Environment a child may inherit from ledger's own (everything else is dropped).
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LEDGER_DEBUG", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-class SandboxViolation(Refused):
-    """A child wrote something its parent must not read (a link, a special file, a file too large
-    or an unexpected entry where ledger reads its outputs). The run fails and is recorded."""
-    default_hint = ("a training child may write regular files only, within the plan's sizes; nothing from "
-                    "this run is committed or resumed from (see the sandbox-violation record in `ledger log`)")
 
 
 # --- reading what the child wrote -----------------------------------------------------------------
@@ -354,10 +348,15 @@ class ChildJob:
 
 
 def new_work(store, prefix: str) -> Path:
-    """A fresh work folder with inputs/, out/ and scratch/."""
-    work = store.tmp / f"{prefix}-{uuid.uuid4().hex[:12]}"
-    for d in ("inputs", "out", "scratch"):
-        (work / d).mkdir(parents=True)
+    """A fresh work folder with inputs/, out/ and scratch/, which this process holds live (gc
+    keeps it) until `store.discard_work_folder(work)` removes it."""
+    work = store.work_folder(prefix)
+    try:
+        for d in ("inputs", "out", "scratch"):
+            (work / d).mkdir()
+    except BaseException:
+        store.discard_work_folder(work)
+        raise
     return work
 
 

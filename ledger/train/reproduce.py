@@ -17,7 +17,6 @@ what was changed.
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 
 from ledger.artefacts import checkpoint as ck
@@ -179,5 +178,5 @@ def reproduce(store, receipt_ref: str, *, overrides: dict | None = None, toleran
             tx.outputs.append(cid)
             tx.payload.update({"comparison": cid, "of": rid, "receipt": new_id, "outcome": body["outcome"]})
     finally:
-        shutil.rmtree(run.work, ignore_errors=True)
+        store.discard_work_folder(run.work)
     return ReproduceResult(cid, body, new_id, tx.record)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -99,8 +98,8 @@ def check_runnable_here(plan: PlanView) -> None:
                 "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
-def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
-    work = job.new_work(store, "train")
+def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path) -> None:
+    """Fill work/inputs/ with what the plan declares (the child reads nothing else)."""
     inputs = work / "inputs"
     view = plan.view
     man = modellib.load_manifest(store, view.inputs.base)
@@ -132,7 +131,6 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None) -> Path:
         ck.materialise(store, cman, inputs / "checkpoint")
         spec["resume"] = "inputs/checkpoint"
     (inputs / "job.json").write_text(json.dumps(spec, sort_keys=True))
-    return work
 
 
 def child_env(work: Path, plan: PlanView) -> dict:
@@ -260,17 +258,19 @@ def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int
 
 
 def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
-    """Materialise, run the child, commit its checkpoints as they appear. Caller removes run.work."""
+    """Materialise, run the child, commit its checkpoints as they appear. The caller removes
+    run.work (`store.discard_work_folder`)."""
     check_runnable_here(plan.view)
     resumed = None
     if resume:
         job.check_resumable(store, resume)
         resumed = ck.load_manifest(store, resume)
-    work = prepare(store, plan, resumed)
+    work = job.new_work(store, "train")
     try:
+        prepare(store, plan, resumed, work)
         return _execute(store, plan, work, unsandboxed, progress)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        store.discard_work_folder(work)
         raise
 
 
@@ -335,5 +335,5 @@ def train(store, plan_ref: str, *, resume: str | None = None, unsandboxed: bool 
             tx.payload.update({"receipt": rid, "plan": plan.id, "adapter": body["adapter"], "rung": body["rung"],
                                "unsandboxed": unsandboxed, "wall_s": round(time.time() - t0, 3)})
     finally:
-        shutil.rmtree(run.work, ignore_errors=True)
+        store.discard_work_folder(run.work)
     return TrainResult(rid, body, tx.record)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ledger.errors import Refused
+from ledger.errors import Refused, SandboxViolation
 from ledger.plan import compile as comp
 from ledger.plan import spec, targets
 from ledger.store import Store
@@ -200,7 +200,7 @@ def test_hostile_output_is_refused_recorded_and_copies_nothing(hostile_world, mo
     _hostile(monkeypatch, store, mode)
     before, since = _objects(store), _seq(store)
     seen = []
-    with pytest.raises(job.SandboxViolation) as ei:
+    with pytest.raises(SandboxViolation) as ei:
         trainlib.train(store, plan.id, progress=seen.append)
     e = ei.value
     assert e.exit_code == 3 and f"out/{CASES[mode]}" in e.message
@@ -224,7 +224,7 @@ def test_hard_link_to_a_store_file_is_refused_even_unsandboxed(hostile_world, mo
     store, plan = hostile_world
     _hostile(monkeypatch, store, "checkpoint-hard-link-to-the-store")
     before, since = _objects(store), _seq(store)
-    with pytest.raises(job.SandboxViolation, match="hard link"):
+    with pytest.raises(SandboxViolation, match="hard link"):
         trainlib.train(store, plan.id, unsandboxed=True)
     (rec,) = _violations(store, since)
     assert rec["payload"]["violations"][0]["path"] == "checkpoints/step-00000004/optimizer.safetensors"
@@ -244,7 +244,7 @@ def test_no_resume_from_a_run_that_violated(hostile_world, monkeypatch):
         if any(r["kind"] == "checkpoint" for r in store.journal.tail(2) if r["seq"] > since):
             (next(store.tmp.glob("train-*")) / "out" / "go").write_text("")
 
-    with pytest.raises(job.SandboxViolation):
+    with pytest.raises(SandboxViolation):
         trainlib.train(store, plan.id, progress=progress)
     recs = [r for r in store.journal.records() if r["seq"] > since]
     assert [r["kind"] for r in recs] == ["checkpoint", job.VIOLATION_KIND]
