@@ -2,7 +2,9 @@
 
     compile (size-checked) -> validate -> imports are WASI preview1 only -> exports match the
     manifest -> every manifest test runs in a fresh sandbox granted NOTHING (no preopens,
-    env, args or stdio) under the manifest's fuel, time and memory limits -> one `capability`
+    env, args or stdio) under the manifest's fuel, time and memory limits, with a fixed clock
+    and fixed random bytes (runtime.FIXED_CLOCK_NS: a test passes or fails the same way every
+    time) -> the grants are checked against what the module's content id held before -> one `capability`
     transaction: source, module, manifest, compiler identity and test report as objects, and
     a new generation listing the capability with its grants.
 
@@ -23,6 +25,7 @@ from ledger.capabilities import manifest as manifest_mod
 from ledger.capabilities import registry, runtime
 from ledger.capabilities.manifest import Handle, Manifest
 from ledger.errors import BadInput, CapabilityTrapped, InternalError, Refused
+from ledger.store.ids import hash_bytes
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,12 @@ def _show(values, types) -> str:
 
 
 def run_test(module, m: Manifest, t: manifest_mod.Test) -> TestOutcome:
-    """One manifest test in a fresh sandbox with no grants at all."""
+    """One manifest test in a fresh sandbox with no grants at all, in the fixed world (a fixed
+    clock and fixed random bytes: the same outcome at every run)."""
     ex = m.export(t.export)
     label = t.export
     try:
-        r = runtime.run(module, ex, t.args, m.limits, grants=(), label=label)
+        r = runtime.run(module, ex, t.args, m.limits, grants=(), label=label, fixed_world=True)
     except CapabilityTrapped as e:
         code = e.details.get("trap", "")
         fuel = int(e.details.get("fuel_used", -1))
@@ -108,14 +112,37 @@ def check(source: str | Path, manifest_path: str | Path, *,
     return m, compiled, module, tuple(outcomes)
 
 
+def _check_module_grants(store, module_id: str, name: str, proposed, regrant_reason: str | None) -> dict | None:
+    """Grants attach to the module's content id: the same module admitted again (under any
+    name) may not regain a handle it was attenuated out of, unless the operator says why
+    (`regrant_reason`, kept in the record). Returns the regrant record, or None."""
+    found = grants_mod.regained(store, module_id, proposed)
+    if found is None:
+        return None
+    wide, held = found
+    where = ", ".join(f"{k!r}: {', '.join(str(Handle.from_json(h, 'grant')) for h in v) or 'nothing'}"
+                      for k, v in held["names"].items())
+    if regrant_reason is None:
+        raise Refused(f"admitting {name!r} would give its module back {', '.join(map(str, wide))}, which it was "
+                      f"attenuated out of (gen-{held['generation']} last named it: {where}); "
+                      "regaining it needs --regrant-reason",
+                      "grants belong to the module's content, not its name; to grant it again on purpose, "
+                      "say why: --regrant-reason \"...\"", widening=[h.to_json() for h in wide], held=held)
+    return {"reason": regrant_reason, "widening": [h.to_json() for h in wide], "held": held}
+
+
 def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, replace: bool = False,
           note: str = "", actor: str | None = None, wait: float | None = None,
-          max_module_bytes: int = compile_mod.MAX_MODULE_BYTES) -> Admission:
+          max_module_bytes: int = compile_mod.MAX_MODULE_BYTES, regrant_reason: str | None = None) -> Admission:
     """Admit a capability: check it (zero authority), then commit it as a new generation.
 
     `grants`: the handles to grant (default: exactly what the manifest declares); they must be
     within the manifest's handles. With `replace`, a capability of the same name in HEAD is
-    replaced, and the new grants must attenuate its current ones."""
+    replaced, and the new grants must attenuate its current ones. A module (by content id)
+    may not regain, under any name, a handle it was attenuated out of, unless `regrant_reason`
+    says why (the record keeps it)."""
+    if regrant_reason is not None and not regrant_reason.strip():
+        raise BadInput("the regrant reason is empty", "say why the module may hold more again: --regrant-reason \"...\"")
     m, compiled, module, outcomes = check(source, manifest_path, max_module_bytes=max_module_bytes)
     proposed = grants_mod.normalize(m.handles if grants is None else grants)
     grants_mod.check_attenuates(m.handles, proposed, what=f"granting {', '.join(map(str, proposed))} to {m.name!r}",
@@ -134,12 +161,14 @@ def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, 
         if replace:
             grants_mod.check_attenuates(grants_mod.from_json(caps[m.name].get("grants")), proposed,
                                         what=f"replacing {m.name!r}", against="what HEAD grants it")
+        regrant = _check_module_grants(store, hash_bytes(compiled.wasm), m.name, proposed, regrant_reason)
         source_id = tx.put_bytes(compiled.source, kind=f"capability-source-{compiled.language}")
         module_id = tx.put_bytes(compiled.wasm, kind="wasm")
         manifest_id = tx.put_json(m.to_json())
         compiler_id = tx.put_json(compiled.compiler)
         report_id = tx.put_json({"kind": "capability-tests", "capability": m.name, "module": module_id,
                                  "manifest": manifest_id, "engine": identity, "authority": "none",
+                                 "world": runtime.fixed_world_description(),
                                  "results": [o.to_json() for o in outcomes]})
         tx.outputs.extend([source_id, module_id, manifest_id, compiler_id, report_id])
         n = (max(generations.numbers(store)) + 1) if generations.numbers(store) else 0
@@ -148,6 +177,8 @@ def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, 
                         "tests": report_id, "grants": grants_mod.to_json(proposed), "admitted_in": n}
         tx.payload.update({"capability": m.name, "action": "replace" if replace else "add", "module": module_id,
                            "manifest": manifest_id, "grants": grants_mod.to_json(proposed)})
+        if regrant is not None:
+            tx.payload["regrant"] = regrant  # the operator's explicit record of why it holds more again
         gen = generations.new_generation(tx, store, capabilities=caps,
                                          note=note or f"capability {m.name} {'replaced' if replace else 'admitted'}")
         if gen.n != n:

@@ -114,3 +114,38 @@ def check_grantable(store, handles) -> None:
 def resolve(store, handles):
     """The handles as runtime Grants, each dir handle resolved to its host folder now."""
     return tuple(Grant(h, resolve_dir(store, h) if h.kind == "dir" else None) for h in normalize(handles))
+
+
+# --- grants belong to the module's content ---------------------------------------------------------
+def module_history(store, module_id: str) -> list[tuple[int, dict[str, tuple[Handle, ...]]]]:
+    """Every generation that names the module's content id, oldest first:
+    (generation number, {capability name: its grants})."""
+    from ledger import generations
+
+    out = []
+    for n in sorted(generations.numbers(store)):
+        g = generations.load(store, f"gen-{n}")
+        names = {name: from_json(e.get("grants")) for name, e in g.capabilities.items() if e.get("module") == module_id}
+        if names:
+            out.append((n, names))
+    return out
+
+
+def regained(store, module_id: str, proposed) -> tuple[list[Handle], dict] | None:
+    """The handles of `proposed` that the module (by content id) held once and was later
+    attenuated out of: not covered by what it held when a generation last named it (under any
+    name), but covered by what it held in an earlier one. None when there are none.
+
+    Grants attach to the module's content, not to the name it was admitted under: admitting the
+    same module again under another name must not undo an attenuation (issue 16). A handle it
+    never held is a first grant (within its manifest), not a regain."""
+    history = module_history(store, module_id)
+    if not history:
+        return None
+    n, names = history[-1]
+    last = [h for grants in names.values() for h in grants]
+    before = [h for _, ns in history[:-1] for grants in ns.values() for h in grants]
+    wide = sorted(h for h in widening(last, proposed) if any(covers(b, h) for b in before))
+    if not wide:
+        return None
+    return wide, {"generation": n, "names": {k: to_json(v) for k, v in sorted(names.items())}}

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import blake3
+
 from ledger.capabilities.manifest import Export, Handle, Limits, parse_arg
 from ledger.errors import BadInput, CapabilityTrapped, InternalError, Refused
 from ledger.store import canonical
@@ -205,6 +207,86 @@ def _no_poll(_in, _out, _n, _nevents) -> int:
     return WASI_ENOTSUP
 
 
+# --- the fixed world of admission tests -------------------------------------------------------------
+# Admission must decide the same way every time it runs: a test that read the real clock or real
+# random bytes could pass today and fail tomorrow (or pass by chance). So admission runs the
+# module in a world where both are fixed: the clocks start at FIXED_CLOCK_NS and each read moves
+# them by FIXED_CLOCK_STEP_NS (so a loop that waits for time to pass ends, the same way every
+# time), and random_get returns the BLAKE3 output stream of FIXED_RANDOM_SEED, from its start at
+# every run. Live calls (the image, `ledger capability call`) see the real ones.
+FIXED_CLOCK_NS = 1_700_000_000 * 10**9      # 2023-11-14T22:13:20Z
+FIXED_CLOCK_STEP_NS = 1_000
+FIXED_CLOCK_RES_NS = 1_000
+FIXED_RANDOM_SEED = b"ledger.capabilities.admission/1"
+WASI_EFAULT, WASI_EINVAL = 21, 28
+_CLOCKS = 4  # realtime, monotonic, process cputime, thread cputime
+
+
+def fixed_world_description() -> dict:
+    """What a test report records about the world its tests ran in."""
+    return {"clock": {"start_ns": FIXED_CLOCK_NS, "step_ns": FIXED_CLOCK_STEP_NS},
+            "random": {"stream": "blake3", "seed": FIXED_RANDOM_SEED.decode()}}
+
+
+class _FixedWorld:
+    """The clock and random stream of one admission run (fresh for each test)."""
+
+    def __init__(self):
+        self.now = FIXED_CLOCK_NS
+        self.offset = 0
+
+    @staticmethod
+    def _write(caller, ptr: int, data: bytes) -> int:
+        import wasmtime
+
+        mem = caller.get("memory")
+        if not isinstance(mem, wasmtime.Memory) or ptr < 0 or ptr + len(data) > mem.data_len(caller):
+            return WASI_EFAULT
+        mem.write(caller, data, ptr)
+        return 0
+
+    def clock_time_get(self, caller, clock_id: int, _precision: int, ptr: int) -> int:
+        if not 0 <= clock_id < _CLOCKS:
+            return WASI_EINVAL
+        now, self.now = self.now, self.now + FIXED_CLOCK_STEP_NS
+        return self._write(caller, ptr, now.to_bytes(8, "little"))
+
+    def clock_res_get(self, caller, clock_id: int, ptr: int) -> int:
+        if not 0 <= clock_id < _CLOCKS:
+            return WASI_EINVAL
+        return self._write(caller, ptr, FIXED_CLOCK_RES_NS.to_bytes(8, "little"))
+
+    def random_get(self, caller, ptr: int, n: int) -> int:
+        import wasmtime
+
+        mem = caller.get("memory")
+        n &= 0xFFFFFFFF
+        if not isinstance(mem, wasmtime.Memory) or ptr < 0 or ptr + n > mem.data_len(caller):
+            return WASI_EFAULT  # checked before generating: a guest cannot make the host allocate
+        data = blake3.blake3(FIXED_RANDOM_SEED).digest(length=n, seek=self.offset)
+        self.offset += n
+        return self._write(caller, ptr, data)
+
+
+def _fixed_linker(world: _FixedWorld):
+    """A linker like `linker()`, with the clock and random functions of `world`."""
+    import wasmtime
+
+    lk = wasmtime.Linker(engine())
+    lk.define_wasi()
+    lk.allow_shadowing = True
+    i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+    lk.define_func(WASI_MODULE, "poll_oneoff", wasmtime.FuncType([i32] * 4, [i32]), _no_poll)
+    lk.define_func(WASI_MODULE, "clock_time_get", wasmtime.FuncType([i32, i64, i32], [i32]),
+                   world.clock_time_get, access_caller=True)
+    lk.define_func(WASI_MODULE, "clock_res_get", wasmtime.FuncType([i32, i32], [i32]),
+                   world.clock_res_get, access_caller=True)
+    lk.define_func(WASI_MODULE, "random_get", wasmtime.FuncType([i32, i32], [i32]),
+                   world.random_get, access_caller=True)
+    lk.allow_shadowing = False
+    return lk
+
+
 def check_imports(module) -> None:
     """Refuse any import that is not a WASI preview1 function (before linking)."""
     import wasmtime
@@ -330,14 +412,15 @@ def format_value(v, ty: str) -> str:
 
 
 def run(module, export: Export, args: tuple, limits: Limits, grants: tuple[Grant, ...] = (), *,
-        label: str = "") -> CallResult:
+        label: str = "", fixed_world: bool = False) -> CallResult:
     """Instantiate `module` in a fresh store with exactly `grants`, call `export(*args)`.
+    `fixed_world`: the clock and random bytes are fixed (admission tests; see FIXED_CLOCK_NS).
 
     Traps and limit hits raise CapabilityTrapped with details {"trap": CODE}; nothing the guest
     does escapes as anything else."""
     import wasmtime
 
-    pre = _instance_pre(module)
+    pre = _instance_pre(module)  # also checks the imports, for both worlds
     eng = engine()
     st = wasmtime.Store(eng)
     st.set_limits(memory_size=limits.memory_bytes, **STORE_LIMITS)
@@ -350,7 +433,7 @@ def run(module, export: Export, args: tuple, limits: Limits, grants: tuple[Grant
     with _ticker:
         st.set_epoch_deadline(ticks)
         try:
-            inst = pre.instantiate(st)
+            inst = _fixed_linker(_FixedWorld()).instantiate(st, module) if fixed_world else pre.instantiate(st)
             exports = inst.exports(st)
             init = exports.get("_initialize")   # a WASI reactor's constructors (wasi-libc)
             if init is not None:

@@ -37,12 +37,13 @@ def add(
     no_grants: Annotated[bool, typer.Option("--no-grants", help="Admit it holding no handles at all.")] = False,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a live capability of the same name (grants may only narrow).")] = False,
     note: Annotated[str, typer.Option("--note", help="A note for the new generation.")] = "",
+    regrant_reason: Annotated[Optional[str], typer.Option("--regrant-reason", help="Why this module may regain a grant it was attenuated out of (grants belong to its content id, not its name; the record keeps the reason).")] = None,
     wait: WaitOpt = 0.0,
     json_: JsonOpt = False,
 ):
     """Compile, test with zero authority, and admit a capability as a new generation."""
     out = api.capability_add(source, manifest, grants=grant, no_grants=no_grants, replace=replace, note=note, wait=wait,
-                             store=common.store_dir())
+                             store=common.store_dir(), regrant_reason=regrant_reason)
     res = out.result
 
     def render():
