@@ -579,7 +579,40 @@ def test_a_confined_child_cannot_start_a_sandbox_of_its_own(layout):
 
 
 def test_the_filter_is_a_pure_function_of_the_policy():
-    ids = {(n, s): seccomp.filter_id(seccomp.program(network=n, supervised=s)) for n in (False, True)
-           for s in (False, True)}
-    assert len(set(ids.values())) == 4
-    assert ids[(False, True)] == seccomp.filter_id(seccomp.program(network=False, supervised=True))
+    ids = {(n, s, g): seccomp.filter_id(seccomp.program(network=n, supervised=s, gpu=g)) for n in (False, True)
+           for s in (False, True) for g in (False, True)}
+    assert len(set(ids.values())) == 8
+    assert ids[(False, True, False)] == seccomp.filter_id(seccomp.program(network=False, supervised=True))
+
+
+@needs_landlock
+def test_gpu_children_get_seqpacket_unix_sockets_which_cannot_reach_a_stream_listener(layout, tmp_path):
+    """The CUDA driver probes the MPS control socket with socket(AF_UNIX, SOCK_SEQPACKET) and
+    fails cuInit (304) when that socket is refused, so gpu=True allows that one type; the store's
+    sockets are SOCK_STREAM, which a SEQPACKET socket cannot connect to."""
+    *_, policy = layout
+    gpu = SandboxPolicy(**{**policy.__dict__, "gpu": True})
+    path = str(tmp_path / "keeper.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(path)
+        srv.listen(4)
+        srv.settimeout(0.5)
+        r = run_py("""
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.connect(sys.argv[1])
+                print("CONNECTED")
+            except OSError as e:
+                print("SEQPACKET-REFUSED", e.errno)
+            try:
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                print("STREAM-OPEN")
+            except OSError as e:
+                print("STREAM-DENIED", e.errno)
+        """, gpu, path)
+        with pytest.raises(TimeoutError):
+            srv.accept()
+    assert f"SEQPACKET-REFUSED {errno.EPROTOTYPE}" in r.stdout_tail, r.stdout_tail + r.stderr_tail
+    assert f"STREAM-DENIED {errno.EPERM}" in r.stdout_tail
+    assert [(d.syscall, d.detail) for d in r.syscall_denials] == [("socket", "AF_UNIX, SOCK_STREAM")]

@@ -73,7 +73,7 @@ def bootstrap_rules(grants: Sequence[Grant], policy: SandboxPolicy, *, landlock:
 
     notify: a seccomp.Supervisor's socket path (refused syscalls are recorded), else they only
     fail with EPERM. shm: "private" (the bootstrap makes it), "inherit" (a launcher did)."""
-    prog = seccomp.program(network=policy.network, supervised=notify is not None)
+    prog = seccomp.program(network=policy.network, supervised=notify is not None, gpu=policy.gpu)
     return ({"grants": [[g.path, g.kind] for g in grants], "network": policy.network, "landlock": landlock,
              "seccomp": prog.hex(), "notify": notify, "shm": shm,
              "caller_mntns": privileges.mount_namespace()}, prog)

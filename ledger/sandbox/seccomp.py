@@ -7,9 +7,13 @@ undo a sandbox (namespaces, mounts, io_uring, ptrace-like peeking). This filter 
   socket()      AF_UNIX: refused (socketpair(AF_UNIX) stays allowed). A pathname unix socket is
                 reached with socket() + connect(), and Landlock cannot refuse that connect, so
                 refusing the socket is what keeps a child away from the image's and the keeper's
-                sockets. AF_INET / AF_INET6: refused unless the policy allows network, and then
-                SOCK_STREAM only (no UDP, no raw). Every other family (netlink, packet, ...):
-                refused.
+                sockets. With gpu, AF_UNIX SOCK_SEQPACKET is allowed: the CUDA driver probes the
+                MPS control socket (/tmp/nvidia-mps/control) with one and fails cuInit (304) if
+                socket() is refused; a SEQPACKET socket cannot connect to the store's SOCK_STREAM
+                sockets (EPROTOTYPE). AF_INET / AF_INET6: refused unless the policy allows
+                network, and then SOCK_STREAM only (no UDP, no raw); with network also
+                AF_NETLINK NETLINK_ROUTE (gloo reads the addresses through it; read-only without
+                CAP_NET_ADMIN). Every other family (packet, vsock, ...): refused.
   refused       ptrace, process_vm_readv/writev, process_madvise, pidfd_getfd, kcmp; mount and
                 the new mount API, umount2, pivot_root, chroot; unshare, setns, clone() with a
                 namespace flag; io_uring (its requests would bypass this filter); bpf,
@@ -66,7 +70,7 @@ def _arg(i: int) -> int:          # low 32 bits of syscall argument i (little-en
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 NETLINK_ROUTE = 0
-SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+SOCK_STREAM, SOCK_SEQPACKET, SOCK_TYPE_MASK = 1, 5, 0xF
 CLONE_NAMESPACES = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
     | 0x20000000 | 0x40000000     # NEWTIME NEWNS NEWCGROUP NEWUTS NEWIPC NEWUSER NEWPID NEWNET
 X32_BIT = 0x40000000
@@ -128,8 +132,9 @@ class _Asm:
         return bytes(out)
 
 
-def program(*, network: bool, supervised: bool) -> bytes:
-    """The filter for a child: network allows TCP (SOCK_STREAM over AF_INET/AF_INET6);
+def program(*, network: bool, supervised: bool, gpu: bool = False) -> bytes:
+    """The filter for a child: network allows TCP (SOCK_STREAM over AF_INET/AF_INET6); gpu allows
+    AF_UNIX SOCK_SEQPACKET sockets (the CUDA driver's probe of the MPS control socket);
     supervised hands refused calls to the parent (USER_NOTIF) instead of returning EPERM."""
     why = available()
     if why:
@@ -149,6 +154,8 @@ def program(*, network: bool, supervised: bool) -> bytes:
     a.op(_RET_K, RET_ALLOW)
     a.label("socket")
     a.op(_LD_W_ABS, _arg(0))
+    if gpu:
+        a.op(_JEQ_K, AF_UNIX, "unix", 0)
     if network:
         a.op(_JEQ_K, AF_INET, "inet", 0)
         a.op(_JEQ_K, AF_INET6, "inet", 0)
@@ -163,6 +170,11 @@ def program(*, network: bool, supervised: bool) -> bytes:
         a.op(_LD_W_ABS, _arg(1))
         a.op(_ALU_AND_K, SOCK_TYPE_MASK)      # drop SOCK_NONBLOCK / SOCK_CLOEXEC
         a.op(_JEQ_K, SOCK_STREAM, "allow", "deny")
+    if gpu:
+        a.label("unix")
+        a.op(_LD_W_ABS, _arg(1))
+        a.op(_ALU_AND_K, SOCK_TYPE_MASK)
+        a.op(_JEQ_K, SOCK_SEQPACKET, "allow", "deny")
     a.label("socketpair")
     a.op(_LD_W_ABS, _arg(0))
     a.op(_JEQ_K, AF_UNIX, "allow", "deny")
