@@ -366,6 +366,9 @@ class Capability(Payload):
     manifest: str = need(ID, object_kind="capability-manifest")
     grants: list = need(list_of(OBJ))
     generation: int = need(COUNT)
+    # The operator's reason when the module (by content id) regains a grant it was attenuated
+    # out of (ledger.capabilities.admission; --regrant-reason).
+    regrant: dict = opt(shape(reason=TEXT, widening=list_of(OBJ), held=OBJ))
 
 
 @dataclass(frozen=True, kw_only=True)
