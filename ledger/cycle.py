@@ -20,6 +20,7 @@ from ledger import experience, generations
 from ledger.artefacts import model as modellib
 from ledger.errors import Refused
 from ledger.gate import judge as judgelib
+from ledger.gate import seal as seallib
 from ledger.lineage import verdict_summary
 from ledger.options import LearnOptions
 from ledger.plan import compile as comp
@@ -147,6 +148,10 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     force, policy = options.force, Policy.of(options)
     say = progress or (lambda stage, msg: None)
     spec = load_spec(options.spec)
+    # Preconditions before any work: a cycle nothing can judge must not export, compile or train
+    # (it would spend a whole training run to learn that). The suite's contamination check and
+    # the judge come later; a missing suite is known now.
+    seallib.require_pinned(store)
     ensure_genesis(store, spec)
     pending_export = open_cycle(store)
     if pending_export is None:
