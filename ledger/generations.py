@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ledger import records
 from ledger.errors import BadInput, JournalCorrupt, UnknownRef
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
@@ -117,7 +118,11 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
             last = next((r for r in store.journal.backwards() if r["kind"] == "rollback"), None)
             if last is None:
                 raise BadInput("there is no rollback to undo")
-            dest = load(store, f"gen-{last['payload']['from']}")
+            moved_from = records.read(last).from_  # typed; an ill-formed record is JournalCorrupt
+            if moved_from is records.ABSENT:
+                raise BadInput(f"the last rollback (record {last['seq']}) does not say where it moved HEAD from",
+                               "name the generation: `ledger rollback gen-N`")
+            dest = load(store, f"gen-{moved_from}")
         elif target is not None:
             dest = load(store, target)
         else:

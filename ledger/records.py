@@ -1,12 +1,15 @@
 """Every journal record kind, in one place: its name, a frozen payload dataclass, to/from payload,
 and its index projection.
 
-A payload dataclass names the fields its writer puts in `payload`; `from_payload(dict)` checks
-their types and meaning (ids are well-formed `b3:` ids, counts are non-negative integers, turn
+A payload dataclass names the fields its writer puts in `payload`. A field is required (`need`)
+only where a reader depends on it; descriptive fields are optional (`opt`), but a field that is
+present must always have its type. `from_payload(dict)` checks their types and meaning
+(ids are well-formed `b3:` ids, counts are non-negative integers, turn
 names look like t42, ...) and raises BadInput naming the field; `to_payload()` gives the dict back
 (`from_payload(p).to_payload() == p`). Keys a kind does not model are kept verbatim in `extra`,
 so a newer writer's fields survive a round trip. The store-owned envelope (refs, counters,
-objects) is checked by ledger/store/schema.py, not here.
+objects) is checked by ledger/store/schema.py, not here. Readers call `read(rec)`: the typed
+payload, or JournalCorrupt naming the record.
 
 Layering: the store may import only errors and itself, so this module sits above it and
 registers each kind's check and projection into store/schema.py when imported. ledger/__init__
@@ -24,7 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar
 
 from ledger import runs
-from ledger.errors import BadInput
+from ledger.errors import BadInput, JournalCorrupt
 from ledger.store import schema
 from ledger.store.ids import is_id
 
@@ -278,9 +281,9 @@ class Init(Payload):
 @dataclass(frozen=True, kw_only=True)
 class Add(Payload):
     KIND: ClassVar[str] = "add"
-    path: str = need(STR)
-    kind: str = need(STR)
-    size: int = need(COUNT)
+    path: str = opt(STR)
+    kind: str = opt(STR)
+    size: int = opt(COUNT)
     name: str = opt(TEXT)
 
 
@@ -297,7 +300,7 @@ class Gc(Payload):
 @dataclass(frozen=True, kw_only=True)
 class ImportBase(Payload):
     KIND: ClassVar[str] = "import-base"
-    base: str = need(ID, object_kind="base")
+    base: str = opt(ID, object_kind="base")
     name: str = opt(TEXT)
 
 
@@ -312,8 +315,8 @@ class Genesis(Payload):
 class Commit(Payload):
     KIND: ClassVar[str] = "commit"
     generation: int = need(COUNT)
-    cycle: int = need(SEQ1)
-    verdict_name: str = need(TEXT)
+    cycle: int = opt(SEQ1)           # absent when a generation is made outside a learn cycle
+    verdict_name: str = opt(TEXT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,20 +327,20 @@ class Refusal(Payload):
     # Only a refusal without a gate verdict (training failed) keeps its reasons here; a gate
     # verdict's reasons stay in the verdict object (sealed from the learner side).
     reasons: list = opt(LIST)
-    receipt: str | None = need(OPT_ID)
-    verdict: str | None = need(OPT_ID)
+    receipt: str | None = opt(OPT_ID)
+    verdict: str | None = opt(OPT_ID)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Rollback(Payload):
     KIND: ClassVar[str] = "rollback"
     head: int = need(COUNT)
-    from_: int = need(COUNT, key="from")
-    to: int = need(COUNT)
-    reason: str = need(STR)
+    from_: int = opt(COUNT, key="from")  # absent when HEAD is moved by generations.move_head alone
+    to: int = opt(COUNT)
+    reason: str = opt(STR)
 
     def check_meaning(self) -> None:
-        if self.head != self.to:
+        if self.to is not ABSENT and self.head != self.to:
             raise BadInput(f"rollback record: payload.head ({self.head}) and payload.to ({self.to}) differ")
 
 
@@ -408,10 +411,10 @@ class Train(Payload):
     """An SFT run (trainer absent) or a DPO run (trainer "dpo", with sft_adapter and dataset)."""
     KIND: ClassVar[str] = "train"
     receipt: str = need(ID)
-    adapter: str | None = need(OPT_ID)
-    rung: str = need(TEXT)
-    unsandboxed: bool = need(BOOL)
-    wall_s: float = need(NUM)
+    adapter: str | None = opt(OPT_ID)
+    rung: str = opt(TEXT)
+    unsandboxed: bool = opt(BOOL)
+    wall_s: float = opt(NUM)
     plan: str = opt(ID, object_kind="plan")
     trainer: str = opt(TEXT)
     sft_adapter: str | None = opt(OPT_ID)
@@ -623,10 +626,10 @@ class Export(Payload):
 class Image(Payload):
     """The image's lifecycle (start, pause, resume, restart, stop) with its new context."""
     KIND: ClassVar[str] = "image"
-    event: str = need(TEXT)
-    generation: str | None = need(OPT_ID)
-    gen: int | None = need(OPT_INT)
-    restored: str | None = need(OPT_ID)
+    event: str = opt(TEXT)            # absent when only the context moves (image/context.write)
+    generation: str | None = opt(OPT_ID)
+    gen: int | None = opt(OPT_INT)
+    restored: str | None = opt(OPT_ID)
     context: str = need(ID, object_kind="image-context")
 
 
@@ -747,6 +750,17 @@ def ref_object_kind(name: str) -> str | None:
     if schema.GEN_REF_RE.match(name):
         return "generation"
     return REF_KINDS.get(name)
+
+
+def read(rec: dict) -> Payload:
+    """The typed payload of a journal record, for code that acts on it: an ill-formed payload is
+    JournalCorrupt (exit 4) naming the record, as `verify` reports it — never a KeyError later."""
+    try:
+        return parse(rec)
+    except BadInput as e:
+        raise JournalCorrupt(f"journal record {rec.get('seq')} is ill-formed: {e.message}",
+                             "run `ledger verify`; restore .ledger/journal from a backup or bundle",
+                             seq=rec.get("seq")) from None
 
 
 def parse(rec: dict) -> Payload:
