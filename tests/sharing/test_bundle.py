@@ -7,7 +7,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger.errors import CorruptObject, LedgerError, MissingObject, StoreCorrupt, UnknownRef, UnsupportedFormat
+from ledger.errors import CorruptObject, LedgerError, MissingObject, StoreCorrupt, UnsupportedFormat
 from ledger.sharing import bundle, manifest as mf
 from ledger.store import Store, canonical
 from ledger.store.ids import hash_bytes

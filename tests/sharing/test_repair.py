@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 
-from ledger.sharing import bundle, fetch, push, remote as rm
+from ledger.sharing import bundle, fetch, push
+from ledger.sharing import remote as rm
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
+
 from .conftest import assert_clean
 
 
