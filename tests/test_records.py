@@ -216,3 +216,11 @@ def test_real_writers_pass_their_schemas(tmp_path):
             assert store.get_json(oid)["kind"] == want, (rec["kind"], key)
         seen.add(rec["kind"])
     assert {"init", "add", "record", "outcome", "export", "remote", "key", "trust"} <= seen
+
+
+def test_every_kind_is_documented():
+    """docs/store-format.md ("Record schemas") lists every kind the registry defines."""
+    doc = (ROOT / "docs" / "store-format.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Record schemas"):]
+    missing = [k for k in records.KINDS if f"`{k}`" not in section and f"`{k}` /" not in section]
+    assert missing == [], f"record kinds not described in docs/store-format.md: {missing}"
