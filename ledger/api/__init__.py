@@ -3,7 +3,7 @@
     from ledger import api
     api.init("project")
     api.add("data/train.jsonl", kind="dataset", name="train", store="project")
-    res = api.run_cycle(api.LearnOptions(min_turns=150), store="project")
+    res = api.run_cycle(api.LearnOptions(min_hours=0), store="project")
     print(res.to_json())
 
 Every verb takes `store=`: a Store, a store folder (DIR or DIR/.ledger), or None for the store
@@ -65,6 +65,9 @@ VERBS: dict[str, tuple[str, ...]] = {
     "plans": (
         "Targets", "targets", "Compiled", "compile", "plan_ref", "Trained", "train", "parse_override",
         "Reproduced", "reproduce", "ImportedBase", "import_base",
+    ),
+    "runlist": (
+        "RUN_FIELDS", "RunsResult", "runs", "csv_cell",
     ),
     "sharing": (
         "BundleWritten", "Imported", "Pulled", "BundleListing", "bundle_create", "bundle_import", "bundle_ls",

@@ -9,10 +9,9 @@ from typing import Annotated
 
 import typer
 
-from ledger import runs as runslib
-from ledger.store import Store
+from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, emit
+from ledger.cli.common import JsonOpt, finish
 from ledger.cli.tables import Column, number, render, short_id, terminal_width
 
 COLUMNS = [
@@ -44,18 +43,17 @@ def runs(
     """Every training run with status, verdict, key params (lr, r, alpha, steps, batch, seed,
     base) and final loss: SFT, DPO, reproduce and tracked runs (`ledger.track`). Also the `runs`
     view of `ledger query`."""
-    store = Store.open(common.store_dir())
-    res = runslib.Runs(tuple(runslib.list_runs(store, where=where, sort=sort, descending=desc, limit=limit)))
+    res = api.runs(where=where, sort=sort, descending=desc, limit=limit, store=common.store_dir())
     if csv_:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        fields = list(res.rows[0].to_json()) if res.rows else list(runslib.FIELDS)
+        fields = list(res.rows[0].to_json()) if res.rows else list(api.RUN_FIELDS)
         w.writerow(fields)
         for r in res.rows:
             d = r.to_json()
-            w.writerow([runslib.csv_cell(d[f]) for f in fields])
+            w.writerow([api.csv_cell(d[f]) for f in fields])
         sys.stdout.write(buf.getvalue())
         return
-    emit(json_, res.to_json(), lambda: sys.stdout.write(
+    finish(json_, res, lambda: sys.stdout.write(
         render(COLUMNS, [_cells(r) for r in res.rows], terminal_width()) if res.rows else
         "no runs yet: `ledger train PLAN`, `ledger run`, or `ledger.track(...)` in your own loop\n"))

@@ -70,8 +70,8 @@ def test_the_store_is_found_from_any_subfolder(tmp_path):
         assert json.loads(q.stdout)["id"] == oid
     recs = json.loads(ledger_cmd("log", "--json", cwd=tmp_path / "a", check=True).stdout)
     assert [r["kind"] for r in recs] == ["init", "add"]
-    help_text = ledger_cmd("--help").stdout
-    assert ".ledger folder itself" in help_text and "any parent" in " ".join(help_text.split())
+    help_text = " ".join(ledger_cmd("--help").stdout.split())
+    assert "a folder holding .ledger/, or the .ledger folder itself" in help_text and "or any parent" in help_text
 
 
 def test_no_store_here_or_above(tmp_path):
