@@ -19,6 +19,7 @@ from ledger.errors import LedgerError, CompileRejected, SpecError
 from ledger.artefacts import dataset as datalib
 from ledger.plan import memory
 from ledger.plan import plan as planlib
+from ledger.plan.plan import Config
 from ledger.artefacts import model
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
@@ -81,7 +82,7 @@ def _cupy_here() -> str | None:
 FUSED_KERNEL = "lora-linear-bf16"   # the kernel cupy-fused runs for LoRA linears (ledger.kernels)
 
 
-def fused_unmet(c: dict, arch) -> str | None:
+def fused_unmet(c: Config, arch) -> str | None:
     """The first requirement of the fused LoRA kernel the plan's shapes do not meet, or None.
 
     The kernel is a decode matvec: at most 8 rows of x per launch, bf16 in and out, K a
@@ -89,18 +90,18 @@ def fused_unmet(c: dict, arch) -> str | None:
     from ledger.kernels import specs as KS
 
     req = KS.get(FUSED_KERNEL).requirements
-    rows = c["data"]["micro_batch"] * c["data"]["seq_len"]
-    if c["precision"]["dtype"] != "bf16":
-        return f"kernel {FUSED_KERNEL} computes in bf16; precision.dtype is {c['precision']['dtype']}"
+    rows = c.data.micro_batch * c.data.seq_len
+    if c.precision.dtype != "bf16":
+        return f"kernel {FUSED_KERNEL} computes in bf16; precision.dtype is {c.precision.dtype}"
     if rows > KS.MAX_M:
         return (f"kernel {FUSED_KERNEL} is a decode kernel for at most {KS.MAX_M} rows per launch; each LoRA linear "
                 f"here sees micro_batch x seq_len = {rows} rows (torch's GEMM is the realization for that)")
-    r = c["lora"]["r"]
+    r = c.lora.r
     if r < 8 or r > KS.MAX_R or r % 8:
         return f"kernel {FUSED_KERNEL} needs LoRA rank a multiple of 8 between 8 and {KS.MAX_R}; lora.r is {r}"
-    if c["lora"]["dropout"] > 0:
-        return f"kernel {FUSED_KERNEL} has no dropout on the LoRA input; lora.dropout is {c['lora']['dropout']}"
-    for m in c["lora"]["target_modules"]:
+    if c.lora.dropout > 0:
+        return f"kernel {FUSED_KERNEL} has no dropout on the LoRA input; lora.dropout is {c.lora.dropout}"
+    for m in c.lora.target_modules:
         k = model.MODULE_SHAPES[m](arch)[0]
         if k % req.k_multiple:
             return f"kernel {FUSED_KERNEL} needs K a multiple of {req.k_multiple}; {m} has in_features {k}"
@@ -116,12 +117,12 @@ def gated_kernel(store, target: Target) -> dict | None:
     return sr.gated(store, FUSED_KERNEL, target.name)
 
 
-def training_loop(c: dict, target: Target, realizations: dict | None = None) -> str:
+def training_loop(c: Config, target: Target, realizations: dict | None = None) -> str:
     """Which training loop (and so which memory model) runs the plan: "compiled" for the
     torch-compiled CUDA realization, "eager" otherwise (CPU, torch-eager, cupy-fused)."""
     if realizations is not None:
         return "compiled" if any(r["name"] == "torch-compiled" for r in realizations.values()) else "eager"
-    want = c["compile"]["realization"]
+    want = c.compile.realization
     return "compiled" if target.device == "cuda" and want in ("auto", "torch-compiled") else "eager"
 
 
@@ -130,21 +131,21 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
     cannot be met is a rejection naming the unmet requirement; `auto` picks cupy-fused for LoRA
     linears only when its kernel is built AND gated for this target in this store, cupy and a
     GPU are present here, and the plan's shapes meet the kernel's requirements."""
-    c = spec.config
-    want = c["compile"]["realization"]
+    c = Config.from_json(spec.config)
+    want = c.compile.realization
     dev = target.device
     eager = {"name": "torch-eager", "device": dev,
              "requires": {"device": dev, **({"torch_cuda": True} if dev == "cuda" else {})}}
     compiled = {"name": "torch-compiled", "device": "cuda",
                 "requires": {"device": "cuda", "torch_cuda": True, "triton": True},
                 "how": "torch.compile per decoder layer, fused AdamW"
-                       + (", bf16 autocast" if c["precision"]["dtype"] == "bf16" else "")}
+                       + (", bf16 autocast" if c.precision.dtype == "bf16" else "")}
     if want == "torch-compiled" and dev != "cuda":
         raise CompileRejected(f"realization torch-compiled requires a CUDA target; target {target.name} is {dev}",
                               "compile for a CUDA target, or set compile.realization = \"auto\"",
                               requirement="realization.torch-compiled.device", needed="cuda", available=dev)
-    if arch is None and c["model"]["base"].startswith("builtin:"):
-        arch = model.arch_of(model.builtin_config(c["model"]))
+    if arch is None and c.model.base.startswith("builtin:"):
+        arch = model.arch_of(model.builtin_config(c.model.to_json()))
     fused_why, fused_req, gate = None, None, None
     if dev != "cuda":
         fused_why, fused_req = f"target {target.name} is {dev}", "device"
@@ -188,23 +189,23 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
 
 
 # --- memory and fit -----------------------------------------------------------------------------
-def _lines(arch, c: dict, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True):
-    kw = dict(r=c["lora"]["r"], modules=c["lora"]["target_modules"], dropout=c["lora"]["dropout"],
-              dtype=c["precision"]["dtype"], micro_batch=micro_batch, seq_len=seq_len)
+def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True):
+    kw = dict(r=c.lora.r, modules=c.lora.target_modules, dropout=c.lora.dropout,
+              dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len)
     if loop == "compiled":  # memory per device: DDP replicates all but the data
-        return memory.lines_compiled(arch, padded=padded, devices=c["train"]["devices"], **kw)
+        return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count, **kw)
     return memory.lines(arch, dataset_rows=rows, **kw)
 
 
-def _nearest(arch, c: dict, rows: int, usable: int, loop: str = "eager", padded: bool = True) -> dict:
+def _nearest(arch, c: Config, rows: int, usable: int, loop: str = "eager", padded: bool = True) -> dict:
     """The nearest configuration that fits: the largest micro-batch, else the longest sequence."""
-    T = c["data"]["seq_len"]
+    T = c.data.seq_len
 
     def fits(b, t):
         return memory.total(_lines(arch, c, b, t, rows, loop, padded)) <= usable
 
     if fits(1, T):
-        lo, hi = 1, c["data"]["micro_batch"]
+        lo, hi = 1, c.data.micro_batch
         while lo < hi:  # total is monotone in the micro-batch: bisect for the largest that fits
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if fits(mid, T) else (lo, mid - 1)
@@ -218,22 +219,22 @@ def _nearest(arch, c: dict, rows: int, usable: int, loop: str = "eager", padded:
     return {}
 
 
-def fit_check(arch, c: dict, target: Target, rows: int, loop: str | None = None,
+def fit_check(arch, c: Config, target: Target, rows: int, loop: str | None = None,
               padded: bool = True) -> tuple[list, dict]:
     """The memory plan (per device) and its fit proof, or a rejection. `loop` picks the memory
     model of the realization that runs (training_loop); `padded` whether batches carry padding."""
-    B, T = c["data"]["micro_batch"], c["data"]["seq_len"]
+    B, T = c.data.micro_batch, c.data.seq_len
     loop = loop or training_loop(c, target)
     ls = _lines(arch, c, B, T, rows, loop, padded)
     need = memory.total(ls)
-    frac = c["budget"]["memory_fraction"]
+    frac = c.budget.memory_fraction
     usable = int(target.memory_bytes * frac)
-    checks = [{"requirement": f"precision {c['precision']['dtype']} supported by {target.name}",
-               "ok": c["precision"]["dtype"] in target.dtypes}]
+    checks = [{"requirement": f"precision {c.precision.dtype} supported by {target.name}",
+               "ok": c.precision.dtype in target.dtypes}]
     if not checks[0]["ok"]:
-        raise CompileRejected(f"precision {c['precision']['dtype']} is not supported by target {target.name} "
+        raise CompileRejected(f"precision {c.precision.dtype} is not supported by target {target.name} "
                               f"(it offers {', '.join(target.dtypes)})", "set precision.dtype to one the target offers",
-                              requirement="precision.dtype", needed=c["precision"]["dtype"], available=list(target.dtypes))
+                              requirement="precision.dtype", needed=c.precision.dtype, available=list(target.dtypes))
     ok = need <= usable
     checks.append({"requirement": f"memory: plan {need} B <= {frac:g} x {target.memory_bytes} B", "ok": ok})
     if not ok:
@@ -253,26 +254,26 @@ def fit_check(arch, c: dict, target: Target, rows: int, loop: str | None = None,
             requirement="memory", needed_bytes=need, usable_bytes=usable, lines=by, nearest=near)
     fit = {"fits": True, "needed_bytes": need, "usable_bytes": usable, "target_bytes": target.memory_bytes,
            "memory_fraction": frac, "headroom_bytes": usable - need, "checks": checks,
-           "memory_model": loop, "devices": c["train"]["devices"], "per_device": True}
+           "memory_model": loop, "devices": c.train.device_count, "per_device": True}
     return ls, fit
 
 
 # --- compile ------------------------------------------------------------------------------------
-def _arch_for(store, c: dict):
-    if c["model"]["base"] == BUILTIN_BASE:
-        return model.arch_of(model.builtin_config(c["model"])), None
-    if c["model"]["base"].startswith("builtin:"):
-        raise SpecError(f"spec field `model.base`: unknown built-in base {c['model']['base']!r}",
+def _arch_for(store, c: Config):
+    if c.model.base == BUILTIN_BASE:
+        return model.arch_of(model.builtin_config(c.model.to_json())), None
+    if c.model.base.startswith("builtin:"):
+        raise SpecError(f"spec field `model.base`: unknown built-in base {c.model.base!r}",
                         f"the built-in base is {BUILTIN_BASE}", field="model.base")
-    base_id = store.resolve(c["model"]["base"])
+    base_id = store.resolve(c.model.base)
     man = model.load_manifest(store, base_id)
     return model.arch_of(man["config"]), base_id
 
 
-def _dataset_rows(store, c: dict) -> tuple[int, str | None]:
-    if c["data"]["dataset"] == BUILTIN_DATASET:
+def _dataset_rows(store, c: Config) -> tuple[int, str | None]:
+    if c.data.dataset == BUILTIN_DATASET:
         return datalib.BUILTIN_TURNS, None
-    oid = store.resolve(c["data"]["dataset"])
+    oid = store.resolve(c.data.dataset)
     return len(datalib.read_turns(store.get_bytes(oid))), oid
 
 
@@ -300,43 +301,43 @@ def _padded(store, dataset_id: str, seq_len: int, chat) -> bool:
 
 def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None, store=None,
              padded: bool = True) -> dict:
-    c = spec.config
+    c = Config.from_json(spec.config)
     real = select_realizations(spec, target, store, arch)
     loop = training_loop(c, target, real)
     ls, fit = fit_check(arch, c, target, rows, loop, padded)
-    n_dev = c["train"]["devices"]
+    n_dev = c.train.device_count
     params = arch.params()
-    lora = arch.lora_params(c["lora"]["r"], c["lora"]["target_modules"])
-    d = c["data"]
+    lora = arch.lora_params(c.lora.r, c.lora.target_modules)
+    d = c.data
     return {
-        "kind": "plan", "version": PLAN_VERSION, "config": c, "spec": spec.id,
+        "kind": "plan", "version": PLAN_VERSION, "config": spec.config, "spec": spec.id,
         "target": {"name": target.name, "id": target.id, "device": target.device},
         "inputs": inputs,
-        "shapes": {"arch": arch.to_json(), "micro_batch": d["micro_batch"], "seq_len": d["seq_len"],
-                   "grad_accum": d["grad_accum"], "steps": d["steps"], "dataset_rows": rows,
+        "shapes": {"arch": arch.to_json(), "micro_batch": d.micro_batch, "seq_len": d.seq_len,
+                   "grad_accum": d.grad_accum, "steps": d.steps, "dataset_rows": rows,
                    "longest_turn": longest, "padded": padded, "devices": n_dev,
-                   "tokens_per_step": d["micro_batch"] * d["seq_len"] * d["grad_accum"] * n_dev,
-                   "lora_modules": {m: list(model.MODULE_SHAPES[m](arch)) for m in c["lora"]["target_modules"]}},
+                   "tokens_per_step": d.micro_batch * d.seq_len * d.grad_accum * n_dev,
+                   "lora_modules": {m: list(model.MODULE_SHAPES[m](arch)) for m in c.lora.target_modules}},
         "parameters": {"total": sum(params.values()) + lora, "base": sum(params.values()), "trainable": lora,
                        "by_group": params},
         "memory": {"lines": [x.to_json() for x in ls], "total_bytes": memory.total(ls)},
         "realizations": real,
         "fit": fit,
-        "runtime": {"threads": c["train"]["threads"], "deterministic": target.device == "cpu",
-                    "checkpoint_every": c["train"]["checkpoint_every"], "loss": "action span only",
+        "runtime": {"threads": c.train.threads, "deterministic": target.device == "cpu",
+                    "checkpoint_every": c.train.checkpoint_every, "loss": "action span only",
                     "loop": loop, "devices": n_dev,
-                    "autocast": "bf16" if loop == "compiled" and c["precision"]["dtype"] == "bf16" else None,
+                    "autocast": "bf16" if loop == "compiled" and c.precision.dtype == "bf16" else None,
                     # one sandboxed process per device (DDP) started by torchrun; rank 0
                     # writes every output (ledger.train.run.torchrun)
                     "launcher": "ddp" if n_dev > 1 else "python"},
     }
 
 
-def _init_adapter(store, c: dict) -> str:
+def _init_adapter(store, c: Config) -> str:
     """The adapter tree a run starts from; its LoRA shape must be the spec's."""
     import json
 
-    ref = c["lora"]["init_adapter"]
+    ref = c.lora.init_adapter
     try:
         oid = store.resolve(ref)
         files = {e["path"]: e["id"] for e in store.get_json(oid)["entries"]}
@@ -345,7 +346,7 @@ def _init_adapter(store, c: dict) -> str:
     except (LedgerError, KeyError, TypeError, ValueError):
         raise SpecError(f"spec field `lora.init_adapter`: {ref!r} is not an adapter in this store",
                         "name an adapter tree (a receipt's `adapter`), or leave it empty", field="lora.init_adapter") from None
-    want = {"r": c["lora"]["r"], "target_modules": sorted(c["lora"]["target_modules"])}
+    want = {"r": c.lora.r, "target_modules": sorted(c.lora.target_modules)}
     have = {"r": cfg.get("r"), "target_modules": sorted(cfg.get("target_modules") or [])}
     if want != have:
         raise SpecError(f"spec field `lora.init_adapter`: the adapter has {have}, the spec asks for {want}",
@@ -368,24 +369,24 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
     """Check, then write the plan (and its inputs) in one `compile` transaction."""
     if spec.get("compile.target") != target.name:
         spec = spec.with_overrides({"compile.target": target.name})
-    c = spec.config
+    c = Config.from_json(spec.config)   # the typed view of the closed config, read once
     arch, base_id = _arch_for(store, c)
     rows, data_id = _dataset_rows(store, c)
     chat = _chat(store, base_id)
-    padded = True if data_id is None else _padded(store, data_id, c["data"]["seq_len"], chat)
+    padded = True if data_id is None else _padded(store, data_id, c.data.seq_len, chat)
     real = select_realizations(spec, target, store, arch)   # reject before writing anything
     fit_check(arch, c, target, rows, training_loop(c, target, real), padded)
     plan = None
     try:
         with store.transaction("compile") as tx:
             if base_id is None:
-                base_id = model.ensure_builtin(tx, store, c["model"])
+                base_id = model.ensure_builtin(tx, store, c.model.to_json())
             if data_id is None:
                 data_id = datalib.ensure_builtin(tx, store)
-            longest = _check_lengths(store, data_id, c["data"]["seq_len"], chat)
+            longest = _check_lengths(store, data_id, c.data.seq_len, chat)
             man = model.load_manifest(store, base_id)
             inputs = {"base": base_id, "tokenizer": man["tokenizer"], "template": chat.template_id, "dataset": data_id}
-            if c["lora"]["init_adapter"]:
+            if c.lora.init_adapter:
                 inputs["init_adapter"] = _init_adapter(store, c)
             plan = Plan(body_for(spec, target, arch, inputs, rows, longest, store, padded))
             if store.has(plan.id):

@@ -4,6 +4,7 @@ import pytest
 
 from ledger.errors import CompileRejected, RealizationUnavailable, SpecError
 from ledger.plan import compile as comp
+from ledger.plan.plan import Config
 from ledger.plan import memory, spec, targets
 from ledger.plan.spec import LLAMA_MODULES
 
@@ -79,9 +80,9 @@ def test_rejection_names_memory_and_nearest_fit_and_writes_nothing(store):
     over = spec.parse(TOO_BIG).with_overrides({"data.micro_batch": near + 1})
     t = targets.get("rtx3070-8gb")
     arch = comp.model.arch_of(comp.model.builtin_config(fits.config["model"]))
-    comp.fit_check(arch, fits.config, t, 4000)
+    comp.fit_check(arch, Config.from_json(fits.config), t, 4000)
     with pytest.raises(CompileRejected):
-        comp.fit_check(arch, over.config, t, 4000)
+        comp.fit_check(arch, Config.from_json(over.config), t, 4000)
 
 
 def test_memory_lines_scale_with_micro_batch():
