@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ledger import records
 from ledger.errors import BadInput, Refused, UnknownRef
 from ledger.store.journal import now
 
@@ -114,15 +115,16 @@ def turns_between(store, first: int, last: int) -> list[dict]:
     export reads what it exports, not the whole history."""
     batches, later = [], {}
     for r in store.journal.backwards():
-        p = r["payload"]
-        if r["kind"] == "outcome" and isinstance(p.get("turn"), str):
-            later.setdefault(p["turn"], p["outcome"])       # newest first: the latest wins
+        if r["kind"] == "outcome":
+            o = records.read(r)                            # typed: an ill-formed record is JournalCorrupt
+            later.setdefault(o.turn, o.outcome)            # newest first: the latest wins
             continue
-        if r["kind"] != "record" or "turns" not in p:
+        if r["kind"] != "record":
             continue
-        lo, n = p["first"], p["count"]
+        b = records.read(r)
+        lo, n = b.first, b.count
         if lo <= last and lo + n - 1 >= first:
-            batches.append(p["turns"])
+            batches.append(b.turns)
         if lo <= first:
             break                                          # this batch holds turn `first`
     out = []

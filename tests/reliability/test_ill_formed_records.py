@@ -270,3 +270,15 @@ def test_fuzz_mutated_payloads_never_give_internal_errors(base_store, tmp_path_f
         assert "internal error" not in text, (args, text, rec)
         if args == ["verify"] and not schema_ok:
             assert code == 4 and f"record {seq}" in " ".join(text.split()), (text, rec)
+
+
+def test_domain_readers_refuse_an_ill_formed_record_as_corruption(tmp_path):
+    """`export` reads outcome and record payloads (experience.turns_between): an outcome record
+    without its outcome is JournalCorrupt naming it (exit 4), not a KeyError (exit 1)."""
+    s = _base(tmp_path)
+    (tmp_path / "turns.jsonl").write_text('{"situation": "s3", "action": "a3"}\n')
+    assert ledger_cmd("record", "turns.jsonl", cwd=tmp_path).returncode == 0
+    seq = _append(Store.open(tmp_path), "outcome", {"turn": "t3", "time": "2026-01-01T00:00:00.000000Z"})
+    _verify_names(tmp_path, seq, "payload.outcome is missing")
+    p = ledger_cmd("export", cwd=tmp_path)
+    assert p.returncode == 4 and f"journal record {seq} is ill-formed" in p.stderr, p.stderr
