@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from ledger.sharing import bundle, fetch, push
 from ledger.sharing import remote as rm
+from ledger.sharing.admit import held_state
 from ledger.store import Store
+from ledger.store.verify import verify
 from tests.conftest import ledger_cmd
 
 from .conftest import assert_clean
@@ -151,3 +154,42 @@ def test_fetch_replaces_damaged_objects_in_the_closure(alice, bob, tmp_path):
     res = fetch.fetch_closure(Store.open(bob.root), str(remote), [h["receipt"]])
     assert h["base"] in res.repaired and res.complete
     assert_clean(bob.root)
+
+
+def test_a_repair_killed_at_any_point_leaves_no_half_object_and_a_rerun_finishes(alice, bob, tmp_path):
+    """SIGKILL at every fault point a repair passes: afterwards each damaged object is either
+    still as damaged as before or intact (never half-written), nothing else got worse, and
+    `ledger repair` run again ends clean."""
+    h = alice.history
+    remote = tmp_path / "remote"
+    push.push(alice, rm.DirBackend(remote), ["HEAD"])
+    fetch.pull(bob, rm.DirBackend(remote), namespace="alice")
+    _corrupt(bob, h["base"])
+    bob.object_path(h["adapter"]).unlink()
+    p = bob.object_path(h["receipt"])
+    p.unlink()
+    p.mkdir()
+    damaged = {h["base"], h["adapter"], h["receipt"]}
+    template = tmp_path / "template"
+    shutil.copytree(bob.root.parent, template, symlinks=True)
+    trace = tmp_path / "trace"
+    ledger_cmd("--store", bob.root, "repair", "--from", remote, "--jobs", "1", env={"LEDGER_FAULT_TRACE": str(trace)},
+               check=True)
+    points = trace.read_text().splitlines()
+    assert any("repair.installed" in x for x in points) and any("tx.committed" in x for x in points), points
+    for n in range(1, len(points) + 1):
+        work = tmp_path / f"run{n}"
+        shutil.copytree(template, work, symlinks=True)
+        root = work / ".ledger"
+        r = ledger_cmd("--store", root, "repair", "--from", remote, "--jobs", "1", env={"LEDGER_FAULT_AT": str(n)})
+        assert r.returncode == -9, (n, points[n - 1], r.stdout, r.stderr)
+        s = Store.open(root)
+        for oid in damaged:   # each either untouched-damaged or a whole, intact object
+            if s.objects.intact(oid):
+                continue
+            assert held_state(s, oid) in ("missing", "damaged")
+        faults = {e.get("id") for e in verify(s, read_data=True).errors}
+        assert faults <= damaged, (n, points[n - 1], faults)
+        again = ledger_cmd("--store", root, "repair", "--from", remote, "--json")
+        assert again.returncode == 0, (n, points[n - 1], again.stderr)
+        assert_clean(root)
