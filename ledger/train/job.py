@@ -297,10 +297,19 @@ class ChildOutputs:
                 obj = json.loads(line)
             except (ValueError, RecursionError):
                 obj = None
-            if not isinstance(obj, dict):
-                raise Refusal(Violation(rel, f"line {self._progress_lines} is not a JSON object"))
+            if not _is_progress(obj):
+                raise Refusal(Violation(rel, f"line {self._progress_lines} is not a progress record "
+                                             "(an object of numbers with an integer step)"))
             out.append(obj)
         return out
+
+
+def _is_progress(obj) -> bool:
+    """A progress line as every recipe writes it: {name: number}, with an integer `step`. Nothing
+    else reaches the caller's progress display."""
+    return (isinstance(obj, dict) and isinstance(obj.get("step"), int)
+            and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    for k, v in obj.items()))
 
 
 def _read_at_most(fd: int, n: int) -> bytes:

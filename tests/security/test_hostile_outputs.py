@@ -287,3 +287,42 @@ def test_the_reader_refuses_what_a_child_can_plant(tmp_path):
     assert ei.value.violation.path == "d/x"
     with pytest.raises(job.Refusal, match="missing"):
         reader.read_folder("d", {"x": 10, "y": 10})
+    # progress: complete lines only, each {name: number} with an integer step
+    (out / "progress.jsonl").write_text('{"step": 1, "loss": 2.5}\n{"step": 2')
+    assert reader.new_progress() == [{"step": 1, "loss": 2.5}]
+    with open(out / "progress.jsonl", "a") as f:
+        f.write(', "loss": 2.0}\n{"step": "3", "loss": {"x": 1}}\n')
+    with pytest.raises(job.Refusal, match="line 3 is not a progress record"):
+        reader.new_progress()
+
+
+HOSTILE_DPO = r'''
+import json, os, sys
+work, store = sys.argv[1], sys.argv[2]
+a = os.path.join(work, "out", "adapter")
+os.makedirs(a)
+os.symlink(os.path.join(store, "refs.json"), os.path.join(a, "adapter_model.safetensors"))
+with open(os.path.join(a, "adapter_config.json"), "w") as f:
+    f.write("{}")
+with open(os.path.join(work, "out", "result.json"), "w") as f:
+    json.dump({"steps_done": 2, "losses": [0.7, 0.6], "stopped": None}, f)
+'''
+
+
+@pytest.mark.timeout(180)
+def test_a_hostile_dpo_child_is_refused_the_same_way(trained, monkeypatch, tmp_path):
+    """DPO goes through the same job protocol: its adapter folder is read no-follow too."""
+    from ledger.train import dpo
+
+    store = trained["store"]
+    pair = {"situation": "user: add 1 and 2", "chosen": "call adder.add(1, 2)", "rejected": "refuse: no"}
+    (tmp_path / "pairs.jsonl").write_text(json.dumps(pair) + "\n")
+    monkeypatch.setattr(dpo, "_child_argv", lambda work: [sys.executable, "-c", HOSTILE_DPO, str(work), str(store.root)])
+    before, since = _objects(store), _seq(store)
+    with pytest.raises(SandboxViolation, match="out/adapter/adapter_model.safetensors"):
+        dpo.train_dpo(store, str(tmp_path / "pairs.jsonl"), trained["result"].adapter, config=dpo.DpoConfig(steps=2))
+    (rec,) = _violations(store, since)
+    assert rec["payload"]["trainer"] == "dpo" and rec["payload"]["checkpoints"] == []
+    assert [r["kind"] for r in store.journal.records() if r["seq"] > since] == [job.VIOLATION_KIND]
+    assert _objects(store) == before
+    assert not list(store.tmp.glob("dpo-*"))
