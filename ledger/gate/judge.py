@@ -16,9 +16,19 @@ One gate run, in this order (GATE.md; the decision itself is `ledger.verdicts.de
      record are written in ONE `judge` transaction.
 
 Runs decided before scoring (1 and 3) do not count against the budget: they revealed nothing.
-The verdict object is the full record (per-document losses under its `sealed` key); the
-learner view ({"verdict", "best_score"} rounded to eta) is the only part the training side is
-ever meant to read, so it is its own small object named in the record's payload.
+The budget is keyed on the scored documents' content with the scorer, tokenizer and base
+(`ledger.verdicts.budget_key`), not on the suite hash, so a re-pin of the same documents with a
+fresh canary string continues it.
+
+What the learner side can read: the image reads the journal (never the verdict object), so a
+`judge` record's payload carries only the verdict name, the rounded best score and ids; reason
+codes, budget counts and statistics are in the verdict object (its `sealed` part holds the
+per-document losses), which only operator views (`ledger cat`, `ledger judge --json`, the
+report) read. The learner view ({"verdict", "best_score"} rounded to eta) is its own small
+object named in the payload.
+
+`check_before_training` runs the contamination check on an export before anything is trained
+on it (the learn cycle calls it), and records a GamedTheEvaluator verdict when it fires.
 """
 
 from __future__ import annotations
@@ -32,8 +42,7 @@ from typing import NamedTuple
 from ledger.errors import BadInput
 from ledger.gate import score as scorelib
 from ledger.gate import seal as seallib
-from ledger.verdicts import (GateInputs, GateSettings, Scores, Verdict, check_budget, check_contamination,
-                             decide)
+from ledger.verdicts import GateInputs, GateSettings, Scores, Verdict, check_budget, check_export, decide
 
 JUDGE_KIND = "judge"
 VERDICT_KIND = "verdict"
@@ -70,11 +79,27 @@ def _records_newest_first(store, kinds: tuple[str, ...]) -> Iterator[dict]:
     return (r for r in store.journal.backwards() if r["kind"] in kinds)
 
 
-def runs_used(store, suite_hash: str) -> int:
-    """Gate runs already counted against `suite_hash` (runs decided before scoring are not)."""
-    return sum(1 for r in store.journal.records()
-               if r["kind"] == JUDGE_KIND and r["payload"].get("suite_hash") == suite_hash
-               and r["payload"].get("budget_counted"))
+def runs_used(store, key: str) -> int:
+    """Gate runs already counted against budget key `key` (runs decided before scoring are not).
+
+    A record written before budgets were keyed on content names only its suite; its key is
+    derived from that suite's pinned documents (once per suite)."""
+    derived: dict[str, str | None] = {}
+    n = 0
+    for r in store.journal.records():
+        if r["kind"] != JUDGE_KIND:
+            continue
+        p = r["payload"]
+        if not p.get("budget_counted", p.get("scored")):
+            continue
+        k = p.get("budget_key")
+        if k is None and p.get("suite_ref"):
+            ref = p["suite_ref"]
+            if ref not in derived:
+                derived[ref] = seallib.SealedSuite(ref, store.get_json(ref)).budget_key(store)
+            k = derived[ref]
+        n += k == key
+    return n
 
 
 def receipt_of(store, adapter: str | None) -> tuple[str, dict] | None:
@@ -174,8 +199,11 @@ class _Run:
 
 def judge(store, candidate_ref: str, against: str | None = None, *, settings: GateSettings | None = None,
           export_dataset: str | None = None, batch_size: int = scorelib.DEFAULT_BATCH,
-          progress: Callable[[str], None] | None = None) -> JudgeOutcome:
+          progress: Callable[[str], None] | None = None, shared_text: tuple[str, ...] = ()) -> JudgeOutcome:
     """Run the gate once and record the verdict (one `judge` transaction).
+
+    `shared_text`: text every training row holds by construction (a chat template's fixed
+    parts); the contamination check does not count it as evidence.
 
     Raises Refused (exit 3) when the suite's run budget is spent, BadInput when there is no
     pinned suite or the models cannot be compared. Any verdict that was reached is returned,
@@ -204,8 +232,11 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
         v = decide(GateInputs(**base_inputs))
         return _record(store, v, suite, cand, inc, context, run, scored=False)
 
-    # 2. Budget: refuse before spending anything.
-    used = runs_used(store, pinned_hash)
+    # 2. Budget, keyed on the scored documents' content: refuse before spending anything.
+    key = seallib.budget_key_of([disk.docs[d] for d in suite.scored_ids], scorelib.SCORER_VERSION,
+                                cand.tokenizer, cand.base)
+    context["budget_key"] = key
+    used = runs_used(store, key)
     check_budget(used, len(suite.scored_ids), s).require()
 
     # 3. Contamination of the training export, before scoring.
@@ -213,11 +244,11 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
     if datasets:
         say(f"checking {len(datasets)} training export(s) for contamination")
         suite_texts = {d: disk.docs[d].text for d in suite.scored_ids + suite.canary_ids}
-        report = check_contamination(dict(_keyed_rows(store, datasets)), suite_texts, suite.canary_string,
-                                     n=s.ngram_n)
+        report = check_export(_keyed_rows(store, datasets), suite_texts, suite.canary_string, s,
+                              shared_text=shared_text)
         if report.contaminated:
             v = decide(GateInputs(**base_inputs, contamination=report))
-            return _record(store, v, suite, cand, inc, context, run, scored=False)
+            return _record(store, v, suite, cand, inc, context, run, scored=False, budget_key=key)
 
     # 4. Score both models in one run; compare the incumbent with its recorded losses.
     ids = suite.scored_ids + suite.canary_ids
@@ -237,7 +268,7 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
     dpo = _dpo_summary(store, chain)
     inputs = GateInputs(**base_inputs, scores=scores, contamination=report, runs_used=used, dpo=dpo)
     v = decide(inputs)
-    return _record(store, v, suite, cand, inc, context, run, scored=True,
+    return _record(store, v, suite, cand, inc, context, run, scored=True, budget_key=key,
                    recount=(used, lambda n: decide(dataclasses.replace(inputs, runs_used=n))))
 
 
@@ -269,14 +300,15 @@ def _dpo_summary(store, chain: list[dict]) -> dict | None:
 
 
 def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: dict, run: _Run,
-            *, scored: bool, recount: tuple[int, Callable[[int], Verdict]] | None = None) -> JudgeOutcome:
+            *, scored: bool, budget_key: str | None = None,
+            recount: tuple[int, Callable[[int], Verdict]] | None = None) -> JudgeOutcome:
     with store.transaction(JUDGE_KIND) as tx:
         if recount is not None:
             # Scoring ran without the lock; a concurrent gate run may have been recorded since
             # the budget was read. Under the lock the count is exact: decide again with it
             # (pure and cheap), which refuses if that run spent the last of the budget.
             used, redecide = recount
-            now = runs_used(store, v.pinned_hash)
+            now = runs_used(store, budget_key)
             if now != used:
                 v = redecide(now)
         body = {"kind": VERDICT_KIND, **v.to_json(), "context": context}
@@ -285,12 +317,67 @@ def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: d
         lid = tx.put_json(view)
         tx.inputs.extend(dict.fromkeys(x for x in (cand.id, inc.id, suite.id) if x))
         tx.outputs.extend([vid, lid])
-        budget = body.get("budget")
-        tx.payload.update({
-            "verdict": vid, "verdict_name": v.verdict, "reason_codes": list(v.reason_codes),
+        # The journal is what the learner side (the image) reads: the payload carries the
+        # learner view and ids, never reason codes, budget counts or statistics (those are in
+        # the verdict object, which the image is never granted).
+        tx.payload.update(learner_payload(v, vid, lid, suite, cand.id, inc.id, scored=scored,
+                                          budget_key=budget_key))
+        tx.payload.update({"wall_s": round(time.perf_counter() - run.t0, 3), "score_s": round(run.score_s, 3)})
+    return JudgeOutcome(v, vid, tx.record)
+
+
+# What a `judge` record's payload may hold (tests/gate/test_learner_view.py checks every record).
+LEARNER_PAYLOAD_KEYS = frozenset({"verdict", "verdict_name", "best_score", "learner_view", "suite_hash",
+                                  "suite_ref", "recomputed_suite_hash", "budget_key", "candidate",
+                                  "incumbent", "scored", "before_training", "wall_s", "score_s"})
+
+
+def learner_payload(v: Verdict, vid: str, lid: str, suite: seallib.SealedSuite, candidate: str,
+                    incumbent: str, *, scored: bool, budget_key: str | None,
+                    before_training: bool = False) -> dict:
+    view = v.learner_view()
+    return {"verdict": vid, "verdict_name": view["verdict"], "best_score": view["best_score"],
             "learner_view": lid, "suite_hash": v.pinned_hash, "suite_ref": suite.id,
-            "recomputed_suite_hash": v.recomputed_hash, "candidate": cand.id, "incumbent": inc.id,
-            "scored": scored, "budget_counted": bool(v.budget_counted),
-            "budget": {"used": budget["used"], "of": budget["of"]} if budget else None,
-            "wall_s": round(time.perf_counter() - run.t0, 3), "score_s": round(run.score_s, 3)})
+            "recomputed_suite_hash": v.recomputed_hash, "budget_key": budget_key,
+            "candidate": candidate, "incumbent": incumbent, "scored": scored,
+            "before_training": before_training}
+
+
+# --- before training: the export alone ------------------------------------------------------------------
+def check_before_training(store, dataset: str, *, candidate: str, shared_text: tuple[str, ...] = ()) -> JudgeOutcome | None:
+    """Check a training export against the pinned suite before anything is trained on it.
+
+    Contaminated: a GamedTheEvaluator verdict is recorded (one `judge` transaction, not scored,
+    not counted against the budget, `before_training: true`) and returned; `candidate` names
+    what would have been trained (the plan). Clean, or nothing to check against (no suite, or
+    the suite on disk no longer matches its pin, which the judge then calls SuiteChanged
+    before scoring): None."""
+    run = _Run(time.perf_counter())
+    suite = seallib.pinned(store)
+    if suite is None:
+        return None
+    inc = (scorelib.resolve_model(store, "HEAD") if "HEAD" in store.state.refs else
+           scorelib.ModelRef(base=suite.base, adapter=None, ref="(bare base: no HEAD yet)", tokenizer=suite.tokenizer))
+    recomputed, _changes, disk = seallib.recompute(store, suite, base=inc.base, tokenizer=inc.tokenizer)
+    if recomputed != suite.suite_hash:
+        return None
+    s = suite.settings
+    suite_texts = {d: disk.docs[d].text for d in suite.scored_ids + suite.canary_ids}
+    report = check_export(export_rows(store, store.resolve(dataset)), suite_texts, suite.canary_string, s,
+                          shared_text=shared_text)
+    if not report.contaminated:
+        return None
+    v = decide(GateInputs(incumbent_id=inc.id, candidate_id=candidate, pinned_hash=suite.suite_hash,
+                          recomputed_hash=recomputed, settings=s, contamination=report))
+    context = {"suite": {"manifest": suite.id, "scored": len(suite.scored_ids), "canaries": len(suite.canary_ids)},
+               "models": {"incumbent": inc.to_json(), "candidate": {"id": candidate, "plan": candidate}},
+               "export": {"datasets": [store.resolve(dataset)]}, "before_training": True}
+    with store.transaction(JUDGE_KIND) as tx:
+        vid = tx.put_json({"kind": VERDICT_KIND, **v.to_json(), "context": context})
+        lid = tx.put_json({"kind": LEARNER_VIEW_KIND, **v.learner_view()})
+        tx.inputs.extend(dict.fromkeys(x for x in (candidate, inc.id, suite.id) if x and store.has(x)))
+        tx.outputs.extend([vid, lid])
+        tx.payload.update(learner_payload(v, vid, lid, suite, candidate, inc.id, scored=False,
+                                          budget_key=None, before_training=True))
+        tx.payload.update({"wall_s": round(time.perf_counter() - run.t0, 3), "score_s": 0.0})
     return JudgeOutcome(v, vid, tx.record)

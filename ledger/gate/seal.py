@@ -48,7 +48,7 @@ from ledger.gate import score as scorelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes, hex_of
-from ledger.verdicts import GateSettings, suite_hash, suite_hash_payload
+from ledger.verdicts import GateSettings, budget_key, fold_stream, suite_hash, suite_hash_payload
 
 SUITE_FORMAT = "ledger.suite/1"
 SUITE_REF = "suite"
@@ -88,8 +88,17 @@ class SuiteDoc:
         return hash_bytes(self.data())
 
     @property
+    def content_hash(self) -> str:
+        """The document's content alone (situation, action, outcome, refusal): no id, split or
+        canary string. The gate budget is keyed on it, so re-pinning the same documents (a new
+        canary string, renamed ids) continues their budget."""
+        body = {k: getattr(self, k) for k in ("situation", "action", "outcome", "refusal")
+                if getattr(self, k) is not None}
+        return hash_bytes(canonical.dumps(body))
+
+    @property
     def text(self) -> str:
-        """What the contamination check compares exports against."""
+        """What the contamination check compares exports against: its segments, one a line."""
         return f"{self.situation}\n{self.action}"
 
     @classmethod
@@ -246,6 +255,11 @@ class SealedSuite:
     def hash_payload(self) -> dict:
         return self.manifest["hash_payload"]
 
+    def budget_key(self, store) -> str:
+        """The budget key of the pinned documents (read from their objects)."""
+        docs = [SuiteDoc.from_body(store.get_json(oid), oid) for oid in self.manifest["scored"].values()]
+        return budget_key_of(docs, self.manifest["scorer_version"], self.tokenizer, self.base)
+
     def summary(self) -> dict:
         return {"manifest": self.id, "suite_hash": self.suite_hash, "scored": len(self.manifest["scored"]),
                 "canaries": len(self.manifest["canaries"]), "base": self.base, "tokenizer": self.tokenizer,
@@ -272,6 +286,38 @@ def require_pinned(store) -> SealedSuite:
     if s is None:
         raise BadInput("no suite is sealed in this store", "seal one first: `ledger seal SUITE_DIR`")
     return s
+
+
+def budget_key_of(scored: Iterable[SuiteDoc], scorer_version: str, tokenizer: str, base: str) -> str:
+    return budget_key([d.content_hash for d in scored], scorer_version=scorer_version,
+                      tokenizer_id=tokenizer, base_weights_id=base)
+
+
+def sharpness_warnings(src: SuiteSource) -> list[str]:
+    """What makes this suite a blunt gate (GATE.md's power note): too few documents, or
+    documents too short for the contamination check to find a partial copy."""
+    s = src.settings
+    out = []
+    n, k = len(src.scored), len(src.canaries)
+    if n < s.small_suite_scored or k < s.small_suite_canaries:
+        out.append(f"small suite: {n} scored and {k} canary documents; with 10 scored documents only "
+                   f"effects of about 0.85 sd are detectable and 4 canaries can never be significant "
+                   f"({s.small_suite_scored}+ scored and {s.small_suite_canaries}+ canary documents "
+                   "make the gate far sharper)")
+    if n <= 4:
+        out.append(f"{n} scored documents: the smallest possible p-value is 1/{2 ** n}, so nothing can be accepted")
+    lengths = {d.id: len(fold_stream(d.text)) for d in src.scored + src.canaries}
+    unchecked = sorted(i for i, c in lengths.items() if c < s.min_doc_chars)
+    whole = sorted(i for i, c in lengths.items() if s.min_doc_chars <= c < s.ngram_chars)
+    if unchecked:
+        out.append(f"{len(unchecked)} documents have fewer than {s.min_doc_chars} folded characters and "
+                   f"cannot be checked for contamination at all: {', '.join(unchecked[:10])}"
+                   + ("…" if len(unchecked) > 10 else ""))
+    if whole:
+        out.append(f"{len(whole)} of {len(lengths)} documents are shorter than a contamination window "
+                   f"({s.ngram_chars} folded characters): only a copy of the whole document (all its "
+                   "lines in one training row) is found, not a partial one")
+    return out
 
 
 def sealed_dir(store, manifest_id: str) -> Path:
@@ -352,10 +398,12 @@ class SealResult:
     repinned: bool
     record: dict | None
     changes: dict
+    warnings: tuple[str, ...] = ()  # sharpness_warnings: what makes this gate blunt
 
     def to_json(self) -> dict:
         return {**self.suite.summary(), "new": self.new, "repinned": self.repinned,
-                "record": self.record["id"] if self.record else None, "changes": self.changes}
+                "record": self.record["id"] if self.record else None, "changes": self.changes,
+                "warnings": list(self.warnings)}
 
 
 def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool = False,
@@ -367,8 +415,9 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
     if reason is not None and not reason.strip():
         raise BadInput("the re-pin reason is empty", "say why the suite changes: --reason \"...\"")
     current = pinned(store)
+    warnings = tuple(sharpness_warnings(src))
     if current is not None and current.manifest.get("source_hash") == src.source_hash and current.base == base_id:
-        return SealResult(current, False, False, None, {})
+        return SealResult(current, False, False, None, {}, warnings)
     if current is not None and not repin:
         raise Refused(f"a different suite is already pinned ({current.suite_hash[:19]}…); "
                       "sealing another one is an explicit re-pin",
@@ -409,7 +458,7 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
                            "previous": ({"suite": current.id, "suite_hash": current.suite_hash}
                                         if current is not None else None),
                            "changes": changes})
-    return SealResult(_from_manifest(mid, manifest), True, current is not None, tx.record, changes)
+    return SealResult(_from_manifest(mid, manifest), True, current is not None, tx.record, changes, warnings)
 
 
 # --- what the gate reads at judge time ---------------------------------------------------------------

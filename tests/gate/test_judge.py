@@ -39,13 +39,15 @@ def test_genuinely_better_adapter_is_accepted(world, wstore):
     p = rec["payload"]
     assert p["verdict"] == vid and p["verdict_name"] == "Accept" and p["candidate"] == world.A
     assert p["incumbent"] == world.base and p["suite_ref"] == wstore.state.refs["suite"]
-    assert p["scored"] and p["budget_counted"] and p["budget"] == {"used": 1, "of": 20}
+    assert p["scored"] and p["best_score"] == v.learner_view()["best_score"] and p["budget_key"]
+    # the journal (what the image reads) carries no reason codes, budget counts or statistics
+    assert not {"reason_codes", "budget", "budget_counted", "statistics"} & set(p)
     assert set(rec["outputs"]) == {vid, p["learner_view"]}
     body = wstore.get_json(vid)
     assert body["kind"] == "verdict" and body["candidate"] == world.A
     # Everything GATE.md lists: rule + parameters, suite hashes, budget, statistics, sealed losses.
-    assert body["rule"]["version"] == "gate/1" and body["rule"]["parameters"]["alpha"] == 0.05
-    assert body["suite"]["matches"] and body["budget"]["of"] == 20
+    assert body["rule"]["version"] == "gate/2" and body["rule"]["parameters"]["alpha"] == 0.05
+    assert body["suite"]["matches"] and body["budget"] == {"used": 1, "of": 20, "counted": True}
     st = body["statistics"]["scored"]
     assert st["n"] == 10 and st["wins"] == 10 and st["mean"] < -st["eta"] and st["p_better"] <= 0.05
     assert body["statistics"]["canary"]["k"] == 4
@@ -110,7 +112,7 @@ def test_export_with_the_canary_string_is_gamed_before_scoring(world, wstore, mo
     body = wstore.get_json(vid)
     assert body["contamination"]["canary_string"]["row_count"] == 1
     assert body["contamination"]["canary_string"]["rows"] == [f"{export[3:15]}:17"]
-    assert not rec["payload"]["scored"] and not rec["payload"]["budget_counted"]
+    assert not rec["payload"]["scored"] and wstore.get_json(rec["payload"]["verdict"])["budget"] is None
     assert judgelib.runs_used(wstore, rec["payload"]["suite_hash"]) == 0  # revealed nothing, costs nothing
 
 
@@ -164,7 +166,7 @@ def test_changed_suite_file_is_suite_changed_with_no_scoring(world, wstore, monk
     body = wstore.get_json(vid)
     assert body["statistics"] is None and body["sealed"]["scored"] is None
     assert body["context"]["suite"]["changes"] == {"scored": {"added": [], "removed": [], "changed": ["s004"]}}
-    assert not rec["payload"]["scored"] and not rec["payload"]["budget_counted"]
+    assert not rec["payload"]["scored"] and wstore.get_json(rec["payload"]["verdict"])["budget"] is None
 
 
 def test_new_scorer_version_is_suite_changed_with_no_scoring(world, wstore, monkeypatch):
@@ -202,8 +204,8 @@ def test_budget_is_counted_per_suite_hash_and_refuses_when_spent(world, wstore, 
     h = seal.pinned(wstore).suite_hash
     for k in (1, 2):
         v, _, rec = judgelib.judge(wstore, world.A, against=world.base)
-        assert rec["payload"]["budget"] == {"used": k, "of": 2}
-    assert judgelib.runs_used(wstore, h) == 2
+        assert wstore.get_json(rec["payload"]["verdict"])["budget"] == {"used": k, "of": 2, "counted": True}
+    assert judgelib.runs_used(wstore, rec["payload"]["budget_key"]) == 2 and rec["payload"]["suite_hash"] == h
     seq = wstore.state.seq
     with pytest.raises(Refused, match="budget is spent") as e:
         judgelib.judge(wstore, world.A, against=world.base)
@@ -330,4 +332,4 @@ def test_a_concurrent_run_that_spends_the_budget_refuses_the_slower_one(world, w
         judgelib.judge(wstore, world.A, against=world.base)
     recs = [r for r in wstore.journal.records() if r["seq"] > seq]
     assert [r["payload"]["candidate"] for r in recs] == [world.G]  # only the run that got there first
-    assert recs[0]["payload"]["budget"] == {"used": 1, "of": 1}
+    assert wstore.get_json(recs[0]["payload"]["verdict"])["budget"] == {"used": 1, "of": 1, "counted": True}
