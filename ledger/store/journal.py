@@ -89,13 +89,24 @@ class Journal:
         self.path = root / "journal"
         self.tmp = root / "tmp"
 
+    def open(self):
+        """The journal file for reading, as a binary file object: never through a link, never
+        blocking on a FIFO, and only a regular file (JournalCorrupt otherwise). Raises
+        FileNotFoundError if there is none."""
+        try:
+            fd, _ = fsio.open_regular(self.path)
+        except fsio.NotRegular as e:
+            raise JournalCorrupt(f"{self.path} is a {e.kind}, not the journal file",
+                                 "restore .ledger/journal from a bundle or backup") from None
+        return os.fdopen(fd, "rb")
+
     def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
              keep: bool = True) -> Scan:
         """Read and check records from `start_offset`. Damage in the middle is a broken chain;
         damage only at the end is a torn tail."""
         out = Scan(end=start_offset)
         try:
-            with open(self.path, "rb") as f:
+            with self.open() as f:
                 f.seek(start_offset)
                 data = f.read()
         except FileNotFoundError:
@@ -147,7 +158,7 @@ class Journal:
         lenient one (`log`) just stops. The chain as a whole is `verify`'s job. A torn last
         line is skipped, as on open."""
         try:
-            f = open(self.path, "rb")
+            f = self.open()
         except FileNotFoundError:
             return
         with f:
@@ -195,7 +206,7 @@ class Journal:
 
     def prefix_digest(self, length: int) -> str:
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        with open(self.path, "rb") as f:
+        with self.open() as f:
             remaining = length
             while remaining:
                 chunk = f.read(min(remaining, 16 << 20))
@@ -211,12 +222,12 @@ class Journal:
         size = self.path.stat().st_size
         if size <= end:
             return None
-        with open(self.path, "rb") as f:
+        with self.open() as f:
             f.seek(end)
             torn = f.read()
         aside = self.path.parent / f"journal.torn-{int(_time.time())}-{end}"
         fsio.atomic_write(aside, torn, self.tmp)
-        fd = os.open(self.path, os.O_WRONLY)
+        fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.ftruncate(fd, end)
             os.fsync(fd)

@@ -337,7 +337,10 @@ class Store:
                 raise JournalCorrupt(f"record {committed} was committed (the index holds it) but its bytes in the journal "
                                      "are damaged; appends are refused",
                                      "restore .ledger/journal from a bundle or backup; `ledger verify` names the record")
-            aside = self.journal.set_aside_tail(scan.end)
+            try:
+                aside = self.journal.set_aside_tail(scan.end)
+            except OSError as e:
+                raise fsio.io_error(e, "moving a torn journal tail aside") from e
             self.warnings.append(f"moved a torn journal tail ({len(scan.torn)} bytes) aside to {aside.name}")
         return st, scan.end
 
