@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
-        rv = app(args=args, standalone_mode=False)
+        rv = app(args=args, prog_name="ledger", standalone_mode=False)
     except LedgerError as e:
         if common.debug():
             _print_details(e)
@@ -127,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if hasattr(e, "format_message") and isinstance(e, typer.TyperException):  # click usage errors
             msg = e.format_message()
-            _report(msg.splitlines()[0] if msg else type(e).__name__, "see `ledger COMMAND --help`", 2, "UsageError",
+            # the help of the command that was being parsed (`ledger bundle create --help`), not a
+            # placeholder; for an unknown command, the list of them
+            path = getattr(getattr(e, "ctx", None), "command_path", None) or "ledger"
+            _report(msg.splitlines()[0] if msg else type(e).__name__, f"see `{path} --help`", 2, "UsageError",
                     json_mode)
             return 2
         if common.debug():
