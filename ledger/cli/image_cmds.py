@@ -124,7 +124,8 @@ def _render_status(st: dict) -> None:
         left = ", ".join(conf["capabilities_left"]) or "none"
         shm = "private" if conf["shm_private"] else "[red]shared[/]"
         c.print(f"  confined: seccomp {short(conf['seccomp_filter'])}, "
-                f"{len(conf['capabilities_dropped'])} capabilities dropped (left: {left}), /dev/shm {shm}")
+                f"{len(conf['capabilities_dropped'])} capabilities dropped (left: {left}), /dev/shm {shm}, "
+                f"{sum(d['count'] for d in box.get('syscall_denials') or [])} syscalls refused")
     c.print(f"  turns {n.get('turns', 0)} (refusals {n.get('refusals', 0)}, calls {n.get('calls', 0)}, "
             f"call errors {n.get('call_errors', 0)}), switches {n.get('switches', 0)}, starts {n.get('starts', 0)}; "
             f"buffer cursor {short((ctx.get('cursor') or {}).get('session'))}:{(ctx.get('cursor') or {}).get('n')}")

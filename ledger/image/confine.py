@@ -30,8 +30,8 @@ from pathlib import Path
 
 from ledger import generations
 from ledger.artefacts import model as modellib
-from ledger.errors import BadInput
-from ledger.sandbox import SandboxPolicy
+from ledger.errors import BadInput, SandboxUnavailable
+from ledger.sandbox import SandboxPolicy, seccomp
 from ledger.sandbox import run as sandbox_run
 
 
@@ -106,15 +106,35 @@ def policy(store, gens, buffer_dir: Path):
     return p, objects
 
 
-def rules(p, *, landlock: bool = True) -> tuple[dict, bytes]:
+def rules(p, *, landlock: bool = True, notify: str | None = None) -> tuple[dict, bytes]:
     """The bootstrap's rules (ledger/sandbox/__main__.py) for the image, and its seccomp program.
 
     Beyond the policy's grants: no TCP (network=False), no socket() of any family -- the image
     serves on the listening socket and talks over the socketpair the keeper hands it, so it can
     open no socket of its own and reach neither the keeper's control socket nor any other --,
-    no ptrace, no capabilities, a private /dev/shm. Refused syscalls fail with EPERM (the keeper
-    runs no seccomp supervisor for it)."""
-    return sandbox_run.bootstrap_rules(p.grants(), p, landlock=landlock, notify=None, shm="private")
+    no ptrace, no capabilities, a private /dev/shm. notify: a supervisor's socket (supervisor()),
+    which records every refused syscall; without one they only fail with EPERM."""
+    return sandbox_run.bootstrap_rules(p.grants(), p, landlock=landlock, notify=notify, shm="private")
+
+
+def supervisor(run_dir: Path, session: str) -> seccomp.Supervisor:
+    """The seccomp supervisor of one image: its socket sits in the keeper's run folder (0700, not
+    granted to the image, whose own socket() calls are refused anyway)."""
+    path = Path(run_dir) / f"sc{session[:6]}.sock"     # as short as the keeper's own sockets
+    try:
+        return seccomp.Supervisor(str(path)).start()
+    except OSError as e:
+        raise SandboxUnavailable(f"cannot supervise the image's seccomp filter at {path} ({e}); nothing was served",
+                                 "use a store at a shorter path") from None
+
+
+def status(sandbox: dict, sup: seccomp.Supervisor | None) -> dict:
+    """The image's sandbox section for `ledger image status`: what was applied, and the syscalls
+    its filter refused so far (the kernel's record, not the image's)."""
+    if sup is None:
+        return sandbox
+    return {**sandbox, "syscall_denials": [d.as_dict() for d in sup.denials()],
+            "syscall_denials_truncated": sup.truncated}
 
 
 def confinement(status: str, prog: bytes) -> dict:

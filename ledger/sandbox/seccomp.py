@@ -363,4 +363,8 @@ class Supervisor:
             for fd in fds:
                 os.close(fd)
             self._server.close()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 

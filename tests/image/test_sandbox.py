@@ -43,6 +43,7 @@ def test_image_cannot_read_the_suite(served):
     assert conf["landlock_abi"] == landlock_abi() and conf["seccomp_filter"].startswith("b3:")
     assert conf["shm_private"] and conf["capabilities_left"] == [] and conf["no_new_privs"]
     assert "cap_sys_admin" in conf["capabilities_dropped"] or os.geteuid() != 0
+    assert conf["seccomp_supervised"] and st["sandbox"]["syscall_denials"] == []   # the keeper's record of refusals
     for name, (path, write) in targets.items():
         r = _probe(served, path, write)
         if name in ("served-object", "journal"):

@@ -8,7 +8,8 @@ receive nothing; and the receipt names the confinement.
 
 The training child is the real launch path (train.run.child_job + train.job.launch: its policy,
 its environment) with the command replaced by tests/security/hostile.py. The image is the
-image's own bootstrap rules (image.confine.policy + confine.rules), started as the keeper does.
+image's own bootstrap rules (image.confine.policy + confine.rules, with its seccomp supervisor),
+started as the keeper does.
 One hostile run per kind, shared by the tests below (each test checks one rule)."""
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def child(tmp_path_factory):
     """The hostile training child, run once through the real launch path."""
     store = Store.init(tmp_path_factory.mktemp("hostile-child"))
     plan = comp.compile_spec(store, spec.parse(TINY), targets.get("cpu")).plan
-    work = trainlib.prepare(store, plan, None)
+    work = job.new_work(store, "train")   # inputs/, out/, scratch/: the attacker needs no inputs
     mode000, chown = work / "inputs" / "locked", work / "out" / "mine.txt"
     mode000.write_text("only with CAP_DAC_OVERRIDE")
     mode000.chmod(0)
@@ -159,7 +160,8 @@ def image(tmp_path_factory):
     buffer = protocol.run_dir(store.root) / protocol.BUFFER_DIR
     buffer.mkdir(parents=True)
     policy, _ = confine.policy(store, confine.all_generations(store), buffer)
-    rules, prog = confine.rules(policy)
+    sup = confine.supervisor(protocol.run_dir(store.root), "hostile")
+    rules, prog = confine.rules(policy, notify=sup.path)
     scratch = confine.scratch_dir(buffer, "hostile")
     (scratch / "rules.json").write_text(json.dumps(rules))
     mode000, chown = scratch / "locked", scratch / "mine.txt"
@@ -181,11 +183,13 @@ def image(tmp_path_factory):
         seen = _seen(proc.stdout + proc.stderr)
     finally:
         listeners.close()
+        sup.close()
     left = Path("/dev/shm") / cfg["shm_name"]
     survived = left.exists()
     left.unlink(missing_ok=True)
     return {"status": status, "prog": prog, "seen": seen, "got": listeners.got, "shm_survived": survived,
-            "owner": chown.stat().st_uid, "stderr": proc.stderr}
+            "owner": chown.stat().st_uid, "stderr": proc.stderr,
+            "denials": {(d.syscall, d.detail) for d in sup.denials()}}
 
 
 def _denied(seen: dict, *names: str) -> None:
@@ -278,6 +282,8 @@ def test_image_cannot_open_any_socket_or_reach_a_listener(image):
     seen = image["seen"]
     _denied(seen, "unix-0", "unix-1", "unix-abstract", "udp", "tcp", "netlink")
     assert image["got"] == [], image["got"]
+    assert {("socket", "AF_UNIX, SOCK_STREAM"), ("socket", "AF_INET, SOCK_DGRAM"), ("socket", "AF_INET, SOCK_STREAM"),
+            ("socket", "AF_NETLINK, SOCK_RAW")} <= image["denials"]
 
 
 def test_image_shm_is_private_and_gone(image):
@@ -287,15 +293,17 @@ def test_image_shm_is_private_and_gone(image):
 
 def test_image_cannot_ptrace_read_the_parent_or_inherit_descriptors(image):
     _denied(image["seen"], "ptrace", "process_vm_readv", "proc-environ", "proc-mem", "proc-cmdline", "proc-fd", "fds")
+    assert {"ptrace", "process_vm_readv"} <= {name for name, _ in image["denials"]}
 
 
 def test_image_holds_no_capability_and_makes_no_namespace(image):
     _denied(image["seen"], "capabilities", "mode-000", "chown", "mount", "unshare", "io_uring")
     assert image["owner"] == os.getuid()
+    assert {"mount", "unshare", "io_uring_setup"} <= {name for name, _ in image["denials"]}
 
 
 def test_image_reports_its_confinement(image):
     c = confine.confinement(image["status"], image["prog"])
     assert c["landlock_abi"] == landlock_abi() and c["seccomp_filter"].startswith("b3:")
     assert c["shm_private"] and c["capabilities_left"] == [] and c["no_new_privs"]
-    assert not c["seccomp_supervised"]     # the image's refused syscalls fail with EPERM only
+    assert c["seccomp_supervised"]         # the keeper records what the image's filter refuses
