@@ -130,15 +130,13 @@ class Arrivals:
         try:
             durable.install(self.store.root, new, point)
             for oid, tmp in fix:
-                if self.store.objects.replace_damaged(oid, tmp):
+                if self.store.objects.replace_damaged(oid, tmp):   # copies tmp: ours is removed below
                     self.repaired.append(oid)
-                tmp.unlink(missing_ok=True)
         except OSError as e:
-            for tmp, _ in new:
-                tmp.unlink(missing_ok=True)
-            for _, tmp in fix:
-                tmp.unlink(missing_ok=True)
             raise fsio.io_error(e, "installing received objects") from e
+        finally:   # what was installed was renamed away; nothing else of ours may stay in tmp/
+            for tmp in [t for t, _ in new] + [t for _, t in fix]:
+                tmp.unlink(missing_ok=True)
 
     def discard(self) -> None:
         """Drop whatever was fetched but not installed (a refused import)."""
