@@ -41,11 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import errors
+from ledger import errors, records
 from ledger.errors import InternalError, LedgerError, Refused, SandboxViolation
 from ledger.sandbox import SandboxPolicy, run_sandboxed
 
-VIOLATION_KIND = "sandbox-violation"
+VIOLATION_KIND = records.SandboxViolation.KIND
 MiB = 1 << 20
 
 # Environment a child may inherit from ledger's own (everything else is dropped).
@@ -507,11 +507,13 @@ def record_violation(store, job: ChildJob, violations: list[Violation], checkpoi
                      sandbox: dict) -> SandboxViolation:
     """Record the violation in its own journal record; returns the error that fails the run."""
     vs = [v.as_dict() for v in violations]
+    committed = list(dict.fromkeys(checkpoints))
+    payload = records.SandboxViolation(run=job.run_name, trainer=job.trainer, violations=vs, checkpoints=committed,
+                                       sandboxed=sandbox["sandboxed"], policy=sandbox["policy"],
+                                       **({"plan": job.plan} if job.plan else {}))
     with store.transaction(VIOLATION_KIND, wait=60) as tx:
-        tx.inputs.extend(c for c in dict.fromkeys(checkpoints) if store.has(c))
-        tx.payload.update({"run": job.run_name, "trainer": job.trainer, "violations": vs,
-                           "checkpoints": list(dict.fromkeys(checkpoints)), "sandboxed": sandbox["sandboxed"],
-                           "policy": sandbox["policy"]} | ({"plan": job.plan} if job.plan else {}))
+        tx.inputs.extend(committed)
+        tx.payload.update(payload.to_payload())
     v = violations[0]
     return SandboxViolation(f"the {job.trainer} training child wrote {v.what} at out/{v.path}; the run is refused "
                             f"(recorded as {VIOLATION_KIND} #{tx.record['seq']})", None,
@@ -525,7 +527,7 @@ def violated_checkpoints(store, stop=None) -> set[str]:
         if stop is not None and stop(r):
             break
         if r["kind"] == VIOLATION_KIND:
-            out.update(c for c in r["payload"].get("checkpoints", []) if isinstance(c, str))
+            out.update(records.read(r).checkpoints)
     return out
 
 
@@ -536,11 +538,12 @@ def resumable_checkpoint(store, plan_id: str) -> str | None:
     backwards meets it first: one walk suffices."""
     tainted: set[str] = set()
     for r in store.journal.backwards():
-        p = r["payload"]
         if r["kind"] == VIOLATION_KIND:
-            tainted.update(c for c in p.get("checkpoints", []) if isinstance(c, str))
-        elif r["kind"] == "checkpoint" and p.get("plan") == plan_id and p.get("checkpoint") not in tainted:
-            return p.get("checkpoint")
+            tainted.update(records.read(r).checkpoints)
+        elif r["kind"] == records.Checkpoint.KIND:
+            p = records.read(r)
+            if p.plan == plan_id and p.checkpoint not in tainted:
+                return p.checkpoint
     return None
 
 

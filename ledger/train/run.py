@@ -28,10 +28,11 @@ from ledger import errors
 from ledger.artefacts import checkpoint as ck
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
+from ledger import records
 from ledger.errors import BadInput, InternalError
 from ledger.plan import compile as comp
 from ledger.plan.plan import Plan as PlanView
-from ledger.store import canonical
+from ledger.store import canonical, trees
 from ledger.train import job
 from ledger.train import receipt as rcpt
 
@@ -103,14 +104,14 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path)
     inputs = work / "inputs"
     view = plan.view
     man = modellib.load_manifest(store, view.inputs.base)
-    modellib.materialise_tree(store, man["files"], inputs / "base")
+    trees.materialise_tree(store, man["files"], inputs / "base")
     # the base's tokenizer and chat template: the child encodes the turns with them
     templatelib.write_folder(templatelib.for_base(store, man), inputs / "chat")
     store.export_file(view.inputs.dataset, inputs / "dataset.parquet")
     spec = {"plan": plan.body, "plan_id": plan.id, "base_dir": "inputs/base", "dataset": "inputs/dataset.parquet",
             "chat": "inputs/chat", "resume": None}
     if view.inputs.init_adapter:
-        modellib.materialise_tree(store, view.inputs.init_adapter, inputs / "init_adapter")
+        trees.materialise_tree(store, view.inputs.init_adapter, inputs / "init_adapter")
         spec["init_adapter"] = "inputs/init_adapter"
     fused = view.realizations.get("linear_lora")
     if fused is not None and fused.name == "cupy-fused":
@@ -288,7 +289,8 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
                 cid = ck.ingest(tx, blobs, state)
                 tx.inputs.append(plan.id)
                 tx.outputs.append(cid)
-                tx.payload.update({"checkpoint": cid, "plan": plan.id, "step": state["step"], "run": cj.run_name})
+                tx.payload.update(records.Checkpoint(checkpoint=cid, plan=plan.id, step=state["step"],
+                                                     run=cj.run_name).to_payload())
             done.add(name)
             committed.append(cid)
         return committed
