@@ -339,8 +339,14 @@ def gather(store) -> Report:
                 cycles.append(Cycle(c, rec["seq"], rec["time"], kind, _s(p.get("verdict_name") or "Accept"), (),
                                     _i(p.get("generation")), rid, vid, exported.get(c)))
             else:
+                reasons = tuple(_s(x) for x in (p.get("reasons") or []))
+                if not reasons and p.get("verdict"):
+                    # A gate refusal: its reasons are in the verdict object, not in the journal the
+                    # learner side reads (ledger.cycle._refuse); the operator's report shows them.
+                    reasons = next((tuple(code for code, _ in j.reasons) for j in judges
+                                    if j.verdict_id == p["verdict"]), ())
                 cycles.append(Cycle(c, rec["seq"], rec["time"], kind, _s(p.get("verdict_name")),
-                                    tuple(_s(x) for x in (p.get("reasons") or [])), gen_of_id.get(head_id),
+                                    reasons, gen_of_id.get(head_id),
                                     p.get("receipt"), p.get("verdict"), exported.get(c)))
             open_cycle = None
 
