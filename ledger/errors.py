@@ -218,6 +218,12 @@ class Refused(Rejected):
     pass
 
 
+class CycleRefused(Refused):
+    """A learn cycle ran and the gate said no: HEAD is unchanged, the verdict is kept. Exit 3, like
+    every refusal (`ledger run --refusal-ok` exits 0 for scripts that take a refusal as an answer)."""
+    default_hint = "the verdict and its reasons are kept (`ledger log --kind refusal`); HEAD is unchanged"
+
+
 class SandboxUnavailable(Refused):
     default_hint = "pass --unsandboxed to run without the sandbox (this is recorded)"
 

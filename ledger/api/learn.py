@@ -12,7 +12,7 @@ from typing import Callable
 from ledger import cycle
 from ledger.api._base import StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
-from ledger.errors import Refused
+from ledger.errors import CycleRefused, Refused
 from ledger.image import client
 from ledger.options import LearnOptions
 
@@ -20,10 +20,13 @@ from ledger.options import LearnOptions
 @dataclass(frozen=True)
 class Cycle(Wrapped):
     """ledger.cycle's CycleResult in `result` (cycle, outcome, verdict, reasons, generation,
-    stages, score, ...). failure(): Refused when no cycle was due."""
+    stages, score, ...). failure(): CycleRefused when the gate said no, Refused when no cycle was due."""
 
     def failure(self):
         r = self.result
+        if r.outcome == "refusal":
+            why = f" ({', '.join(r.reasons)})" if r.reasons else ""
+            return CycleRefused(f"cycle {r.cycle} refused: {r.verdict}{why}; HEAD stays {r.generation}")
         if r.outcome != "not-due":
             return None
         return Refused("no cycle is due: " + "; ".join(r.missing), "record more experience, wait, or pass --force")

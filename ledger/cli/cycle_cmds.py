@@ -11,9 +11,10 @@ import typer
 
 from ledger import api
 from ledger.cli import common
-from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, short
+from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, print_warnings, short
 from ledger.cli.render import VERDICT_STYLE
 from ledger.demo.story import run_demo
+from ledger.errors import CycleRefused
 from ledger.options import LearnOptions
 
 
@@ -46,12 +47,18 @@ def run(
     spec: Annotated[Optional[Path], typer.Option("--spec", help="Training spec TOML (default: the built-in tiny one).")] = None,
     target: Annotated[str, typer.Option("--target", help="Target profile.")] = LearnOptions.target,
     unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Train without Landlock (recorded).")] = False,
+    refusal_ok: Annotated[bool, typer.Option("--refusal-ok", help="Exit 0 when the gate refuses the candidate (default: exit 3, like every refusal).")] = False,
     json_: JsonOpt = False,
 ):
-    """One learn cycle: export → compile → train → judge → commit (only on Accept)."""
+    """One learn cycle: export → compile → train → judge → commit (only on Accept). Exit 0 on a
+    commit, 3 when the gate refuses (HEAD unchanged; --refusal-ok makes that 0) or no cycle is due."""
     options = LearnOptions(min_turns=min_turns, min_hours=min_hours, spec=str(spec) if spec else None, target=target,
                            unsandboxed=unsandboxed, force=force)
     res = _run_with_progress(options, json_)
+    if refusal_ok and isinstance(res.failure(), CycleRefused):
+        print_warnings(res.warnings)
+        emit(json_, res.to_json(), lambda: render_cycle(res.result))
+        return
     finish(json_, res, lambda: render_cycle(res.result))
 
 
