@@ -557,7 +557,7 @@ def test_a_report_of_another_filter_is_a_refusal():
         sbrun.read_confinement([["ok 7"]], prog)
     report["seccomp_sha256"] = hashlib.sha256(prog).hexdigest()
     c = sbrun.read_confinement([["ok 7", "confined " + json.dumps(report)]], prog)
-    assert c.seccomp_filter == seccomp.filter_id(prog) and c.shm_private
+    assert c.seccomp_filter_hash == seccomp.filter_id(prog) and c.shm_private
 
 
 @needs_landlock

@@ -123,7 +123,7 @@ def _render_status(st: dict) -> None:
     if conf:   # what the image's bootstrap applied besides Landlock (docs/sandbox.md)
         left = ", ".join(conf["capabilities_left"]) or "none"
         shm = "private" if conf["shm_private"] else "[red]shared[/]"
-        c.print(f"  confined: seccomp {short(conf['seccomp_filter'])}, "
+        c.print(f"  confined: seccomp {short(conf['seccomp_filter_hash'])}, "
                 f"{len(conf['capabilities_dropped'])} capabilities dropped (left: {left}), /dev/shm {shm}, "
                 f"{sum(d['count'] for d in box.get('syscall_denials') or [])} syscalls refused")
     c.print(f"  turns {n.get('turns', 0)} (refusals {n.get('refusals', 0)}, calls {n.get('calls', 0)}, "

@@ -52,7 +52,7 @@ class Confinement:
     """What the bootstrap applied, as every confined process reported it (the parent checks that
     they agree and that the filter they installed is the one it built)."""
     landlock_abi: int
-    seccomp_filter: str              # b3:<BLAKE3 of the BPF program bytes>
+    seccomp_filter_hash: str              # b3:<BLAKE3 of the BPF program bytes>
     seccomp_supervised: bool         # refused syscalls are reported to the parent
     capabilities_dropped: tuple[str, ...]   # held (effective, permitted or bounding) before
     capabilities_left: tuple[str, ...]      # capability sets still non-empty (normally none)
@@ -99,7 +99,7 @@ def read_confinement(reports: Sequence[Sequence[str]], prog: bytes) -> Confineme
     first = seen[0]
     try:
         conf = Confinement(
-            landlock_abi=min(int(c["landlock_abi"]) for c in seen), seccomp_filter=seccomp.filter_id(prog),
+            landlock_abi=min(int(c["landlock_abi"]) for c in seen), seccomp_filter_hash=seccomp.filter_id(prog),
             seccomp_supervised=all(c["seccomp_supervised"] is True for c in seen),
             capabilities_dropped=tuple(first["capabilities_dropped"]),
             capabilities_left=tuple(sorted({str(x) for c in seen for x in c["capabilities_left"]})),

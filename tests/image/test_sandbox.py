@@ -40,7 +40,7 @@ def test_image_cannot_read_the_suite(served):
     st = served.start(LEDGER_IMAGE_PROBE="1")
     assert st["sandbox"]["sandboxed"] and str(served.root / "sealed") in st["sandbox"]["protected"]
     conf = st["sandbox"]["confinement"]     # `ledger image status` names the whole confinement
-    assert conf["landlock_abi"] == landlock_abi() and conf["seccomp_filter"].startswith("b3:")
+    assert conf["landlock_abi"] == landlock_abi() and conf["seccomp_filter_hash"].startswith("b3:")
     assert conf["shm_private"] and conf["capabilities_left"] == [] and conf["no_new_privs"]
     assert "cap_sys_admin" in conf["capabilities_dropped"] or os.geteuid() != 0
     assert conf["seccomp_supervised"] and st["sandbox"]["syscall_denials"] == []   # the keeper's record of refusals
