@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ledger.store import trees
+
 ROOT = Path(__file__).resolve().parents[1]
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RESULTS: dict = {}
@@ -195,7 +197,7 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     plan = s.get_json(plan_id)
     c = plan["config"]
     d = Path(tempfile.mkdtemp())
-    modellib.materialise_tree(s, modellib.load_manifest(s, plan["inputs"]["base"])["files"], d / "base")
+    trees.materialise_tree(s, modellib.load_manifest(s, plan["inputs"]["base"])["files"], d / "base")
     s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
     ids, mask, labels = sft.encode_rows(sft.read_rows(d / "data.parquet"), c["data"]["seq_len"])
     dev = torch.device(device)

@@ -69,10 +69,9 @@ def main() -> None:
 
     from ledger.train import sft
     from ledger.plan import compile as comp
-    from ledger.artefacts import model as modellib
     from ledger.plan import spec, targets
     from ledger.train import run as trainlib
-    from ledger.store import Store
+    from ledger.store import Store, trees
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
     store = Store.init(tmp)
@@ -96,7 +95,7 @@ def main() -> None:
     # --- the same batches for the bare loop ---------------------------------------------------
     c = plan.config
     base_dir = tmp / "base"
-    modellib.materialise_tree(store, store.get_json(plan.body["inputs"]["base"])["files"], base_dir)
+    trees.materialise_tree(store, store.get_json(plan.body["inputs"]["base"])["files"], base_dir)
     store.export_file(plan.body["inputs"]["dataset"], tmp / "data.parquet")
     ids, mask, labels = sft.encode_rows(sft.read_rows(tmp / "data.parquet"), c["data"]["seq_len"])
     cache: dict = {}

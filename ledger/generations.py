@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ledger import records
 from ledger.errors import BadInput, JournalCorrupt, UnknownRef
+from ledger.store import trees
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
 FIELDS = ("parent", "base", "adapter", "capabilities", "kernels", "receipt", "verdict", "note")
@@ -150,10 +151,10 @@ def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
 
     written = []
     if g.adapter:
-        modellib.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
+        trees.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
         written.extend(e["path"] for e in store.get_json(g.adapter)["entries"])
     if with_base and g.base:
         manifest = modellib.load_manifest(store, g.base)
-        modellib.materialise_tree(store, manifest["files"], dest / "base")
+        trees.materialise_tree(store, manifest["files"], dest / "base")
         written.append("base/")
     return {"generation": g.name, "id": g.id, "dir": str(dest), "files": written, "adapter": g.adapter, "base": g.base}

@@ -47,7 +47,7 @@ def ensure_builtin(tx, store) -> str:
               "seed": BUILTIN_SEED, "pyarrow": version("pyarrow")}
     oid = recipe_cache.lookup(store, "builtin-dataset", recipe)
     if oid:
-        tx.objects[oid] = (store.objects.size(oid), "dataset")
+        tx.record_object(oid, "dataset")
         return oid
     oid = tx.put_bytes(builtin_bytes(), "dataset")
     recipe_cache.remember(store, "builtin-dataset", recipe, oid)

@@ -173,7 +173,7 @@ def ensure_builtin(tx, store, model: dict) -> str:
     oid = recipe_cache.lookup(store, "builtin-base", recipe)
     try:
         if oid and store.has(store.get_json(oid)["files"]):
-            tx.objects[oid] = (store.objects.size(oid), "base")
+            tx.record_object(oid, "base")
             return oid
     except (ValueError, KeyError, TypeError, BadInput):
         pass  # a damaged entry is a cache miss: rebuild (same bytes)
@@ -480,19 +480,3 @@ def load_manifest(store, base_id: str) -> dict:
         raise SpecError(f"{base_id} is not a base model manifest", "give a base id from `ledger import-base` or the built-in")
     return m
 
-
-def tree_entries(store, tree_id: str) -> list[dict]:
-    t = store.get_json(tree_id)
-    if not isinstance(t, dict) or t.get("kind") != "tree":
-        raise BadInput(f"{tree_id} is not a tree object")
-    return t["entries"]
-
-
-def materialise_tree(store, tree_id: str, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    for e in tree_entries(store, tree_id):
-        rel = Path(e["path"])
-        if rel.is_absolute() or ".." in rel.parts:
-            raise BadInput(f"tree {tree_id} names an unsafe path {e['path']!r}")
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        store.export_file(e["id"], dest / rel)

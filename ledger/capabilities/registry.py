@@ -41,7 +41,7 @@ class Entry:
 def fresh_head(store):
     """HEAD as the journal says now. Inside a transaction the lock is held, so this is the state
     the record will append to; a Store object's cached fold may predate another writer's commit."""
-    store._state = None
+    store.refresh()
     return generations.head(store)
 
 

@@ -35,6 +35,7 @@ from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.errors import BadInput, UnknownRef
+from ledger.store import trees
 
 # Template, span, reduction and precision; bump on any change to any of them.
 SCORER_VERSION = ("ledger.score/2: the base's tokenizer and chat template (plain: [bos]situation sep action eos); "
@@ -69,7 +70,7 @@ class ModelRef:
 
 # --- naming what is scored ---------------------------------------------------------------------
 def _tree_files(store, tree_id: str) -> dict[str, str]:
-    return {e["path"]: e["id"] for e in modellib.tree_entries(store, tree_id)}
+    return {e["path"]: e["id"] for e in trees.tree_entries(store, tree_id)}
 
 
 def _adapter_base(store, tree_id: str) -> str:
@@ -202,7 +203,7 @@ def _load_base(store, base_id: str, work: Path):
 
     man = modellib.load_manifest(store, base_id)
     d = work / "base"
-    modellib.materialise_tree(store, man["files"], d)
+    trees.materialise_tree(store, man["files"], d)
     model = LlamaForCausalLM.from_pretrained(str(d), dtype=torch.float32, local_files_only=True)
     return model.eval(), int(man["config"].get("max_position_embeddings") or 0) or None, templatelib.for_base(store, man)
 

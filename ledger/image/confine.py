@@ -33,6 +33,7 @@ from ledger.artefacts import model as modellib
 from ledger.errors import BadInput, SandboxUnavailable
 from ledger.sandbox import SandboxPolicy, seccomp
 from ledger.sandbox import run as sandbox_run
+from ledger.store import trees
 
 
 def serving_objects(store, g: generations.Generation) -> set[str]:
@@ -41,7 +42,7 @@ def serving_objects(store, g: generations.Generation) -> set[str]:
     if g.base:
         man = modellib.load_manifest(store, g.base)
         out |= {g.base, man["files"]}
-        out |= {e["id"] for e in modellib.tree_entries(store, man["files"])}
+        out |= {e["id"] for e in trees.tree_entries(store, man["files"])}
         # the base's tokenizer and chat template are objects of their own (artefacts/tokenizer.py,
         # template.py); an HF tokenizer keeps its tokenizer.json as one more blob
         for key in ("tokenizer", "template"):
@@ -54,7 +55,7 @@ def serving_objects(store, g: generations.Generation) -> set[str]:
                 out.add(blob)
     if g.adapter:
         out.add(g.adapter)
-        out |= {e["id"] for e in modellib.tree_entries(store, g.adapter)}
+        out |= {e["id"] for e in trees.tree_entries(store, g.adapter)}
     for entry in g.capabilities.values():
         out |= {entry["module"], entry["manifest"]}
     return out

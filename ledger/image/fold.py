@@ -35,14 +35,13 @@ Folded = Callable[[str, int, int, int], None]
 def fresh(store):
     """The store's state as the journal says now: another process may have committed since this
     Store object last folded it."""
-    store._state = None
-    return store.state
+    return store.refresh()
 
 
 def journal_position(store):
     """(state, byte offset of the journal's end that state covers): what an image starts from."""
     st = fresh(store)
-    return st, store._scan_end
+    return st, store.journal_end
 
 
 class Fold:

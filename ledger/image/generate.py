@@ -31,6 +31,7 @@ from pathlib import Path
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.errors import BadInput
+from ledger.store import trees
 
 MAX_NEW = 48
 # The KV cache is preallocated for this many positions at most (a real base may declare 8192,
@@ -87,7 +88,7 @@ def select_decoder(cfg: dict, adapter_cfgs: list[dict]) -> tuple[str, list[str]]
 
 # --- reading a generation's weights --------------------------------------------------------------
 def _files(store, tree_id: str) -> dict[str, str]:
-    return {e["path"]: e["id"] for e in modellib.tree_entries(store, tree_id)}
+    return {e["path"]: e["id"] for e in trees.tree_entries(store, tree_id)}
 
 
 def adapter_config(store, adapter_id: str) -> dict:

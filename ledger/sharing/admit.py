@@ -231,7 +231,7 @@ def admit(store, source: Source, offer: Offer, *, namespace: str, names=None, pr
             arrivals.discard()
         mid = tx.put_json(man.to_json())
         for oid in todo:
-            tx.objects[oid] = (sizes[oid], "import")
+            tx.record_object(oid, "import")
         refs = {f"{namespace}/{n}": man.refs[n] for n in names}
         tx.refs.update(refs)
         tx.outputs.extend(sorted(set(man.roots) | set(refs.values()) | ({man.segment} if man.segment else set())))

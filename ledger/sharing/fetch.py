@@ -135,8 +135,8 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
                                  "check the id, and that the sender pushed it (`ledger push REMOTE ID`)")
             if not walked:
                 raise _NoRecord
-            for oid, size in walked.items():
-                tx.objects[oid] = (size, "import")
+            for oid in walked:
+                tx.record_object(oid, "import")
             # Keep what arrived reachable; ids neither side holds are listed (as a bundle's
             # "absent": each is named by a walked object) so `verify` on this store reports
             # exactly what the sender's would.

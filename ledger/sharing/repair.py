@@ -113,7 +113,7 @@ def _round(store, source: Source, targets: list[str], sizes: dict, progress: Pro
             if not replaced:
                 raise _NothingReplaced
             for oid in replaced:
-                tx.objects[oid] = (store.objects.size(oid), "repair")
+                tx.record_object(oid, "repair")
             tx.payload.update({"source": source.label, "repaired": replaced})
         record = tx.record["id"]
     except _NothingReplaced:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ledger.artefacts import template as templatelib
 from ledger.errors import BadInput
+from ledger.store import trees
 from ledger.train import job, recipe, runtime
 
 RECEIPT_KIND = "dpo-receipt"
@@ -172,7 +173,7 @@ def _prepare(store, work: Path, base_id: str, sft_id: str, pairs_data: bytes, cf
     from ledger.gate.score import ADAPTER_FILES, _tree_files
 
     man = modellib.load_manifest(store, base_id)
-    modellib.materialise_tree(store, man["files"], work / "inputs" / "base")
+    trees.materialise_tree(store, man["files"], work / "inputs" / "base")
     templatelib.write_folder(templatelib.for_base(store, man), work / "inputs" / "chat")
     files = _tree_files(store, sft_id)
     (work / "inputs" / "sft").mkdir()

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from ledger.store import trees
+
 gguf = pytest.importorskip("gguf")
 
 
@@ -88,7 +90,7 @@ def test_gguf_import_round_trips_the_weights(store, tmp_path):
     o = man["origin"]
     assert o["import"] == "gguf" and o["stored_dtype"] == "float32" and o["quant_types"] == {"F32": 21}
     assert o["source_bytes"] == (tmp_path / "tiny.gguf").stat().st_size and o["source_hash"].startswith("b3:")
-    model.materialise_tree(store, man["files"], tmp_path / "out")
+    trees.materialise_tree(store, man["files"], tmp_path / "out")
     back = load_file(str(tmp_path / "out" / "model.safetensors"))
     assert set(back) == set(sd) and all(bool((back[k] == sd[k]).all()) for k in sd)
     arch = model.arch_of(man["config"])
@@ -158,7 +160,7 @@ def _hf_with_tokenizer(tmp_path, smol_store):
     m = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in c.items() if k not in ("architectures", "model_type")}))
     m.save_pretrained(str(hf), safe_serialization=True)
     (hf / "config.json").write_text(json.dumps(c))
-    files = {e["path"]: e["id"] for e in model.tree_entries(store, store.get_json(base)["files"])}
+    files = {e["path"]: e["id"] for e in trees.tree_entries(store, store.get_json(base)["files"])}
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         store.export_file(files[name], hf / name)
     return hf
@@ -175,7 +177,7 @@ def test_hf_folder_with_tokenizer_and_template_imports_them(store, tmp_path, smo
     man = model.load_manifest(store, base)
     smol = smol_store[0].get_json(smol_store[1])
     assert man["tokenizer"] == smol["tokenizer"] and man["template"] == smol["template"]  # same artefacts, same ids
-    kept = {e["path"] for e in model.tree_entries(store, man["files"])}
+    kept = {e["path"] for e in trees.tree_entries(store, man["files"])}
     assert kept == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                     "tokenizer_config.json", "chat_template.jinja"}  # not README.md
     assert list(man["origin"]["dtypes"]) == ["F32"]  # stored as the source has it
@@ -233,12 +235,12 @@ def test_smollm2_import_stores_bf16_one_tied_tensor_and_matches_transformers_log
     assert o["quant_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1} and o["stored_dtype"] == "bfloat16" and o["tied"]
     assert o["source_bytes"] == smol_gguf.stat().st_size
     d = tmp_path / "base"
-    model.materialise_tree(store, man["files"], d)
+    trees.materialise_tree(store, man["files"], d)
     with safe_open(str(d / "model.safetensors"), framework="pt") as f:
         keys = set(f.keys())
         assert "lm_head.weight" not in keys and "model.embed_tokens.weight" in keys
         assert {str(f.get_slice(k).get_dtype()) for k in keys} == {"BF16"}
-    stored = sum(e["size"] for e in model.tree_entries(store, man["files"]))
+    stored = sum(e["size"] for e in trees.tree_entries(store, man["files"]))
     assert stored < 3 * smol_gguf.stat().st_size  # bf16 (~270 MB), not fp32 (~540 MB)
     ours = LlamaForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
     ref = AutoModelForCausalLM.from_pretrained(str(smol_gguf.parent), gguf_file=smol_gguf.name,

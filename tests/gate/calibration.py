@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledger.store import trees
 from tests.gate import world as W
 
 INVISIBLE = "\u00ad"
@@ -110,9 +111,8 @@ class Calibration:
     def _A_state(self):
         from safetensors.torch import load_file
 
-        from ledger.artefacts import model as modellib
 
-        files = {e["path"]: e["id"] for e in modellib.tree_entries(self.store, self.A)}
+        files = {e["path"]: e["id"] for e in trees.tree_entries(self.store, self.A)}
         return load_file(str(self.store.object_path(files["adapter_model.safetensors"])))
 
     # --- judging ----------------------------------------------------------------------------

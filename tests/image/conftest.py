@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ledger.store import trees
+
 ROOT = Path(__file__).resolve().parents[2]
 ADDER = ROOT / "examples" / "capabilities"
 
@@ -30,7 +32,7 @@ def random_adapter(store, base_id: str, work: Path, seed: int = 0) -> str:
 
     man = modellib.load_manifest(store, base_id)
     bdir = work / "base"
-    modellib.materialise_tree(store, man["files"], bdir)
+    trees.materialise_tree(store, man["files"], bdir)
     torch.manual_seed(seed)
     base = LlamaForCausalLM.from_pretrained(str(bdir), local_files_only=True)
     cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, init_lora_weights=False,

@@ -14,7 +14,7 @@ from ledger.plan import compile as comp
 from ledger.plan import spec, targets
 from ledger.train import run as trainlib
 from ledger.train.receipt import RUNGS
-from ledger.store import Store
+from ledger.store import Store, trees
 
 
 
@@ -47,13 +47,12 @@ def test_receipt_binds_every_identity(trained):
 
 def test_adapter_is_a_peft_directory_and_indexed(trained, tmp_path):
     store, res = trained["store"], trained["result"]
-    from ledger.artefacts import model as modellib
 
-    modellib.materialise_tree(store, res.adapter, tmp_path / "a")
+    trees.materialise_tree(store, res.adapter, tmp_path / "a")
     cfg = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
     assert cfg["target_modules"] == sorted(cfg["target_modules"]) and cfg["r"] == 8
     base = store.get_json(res.receipt["base"])
-    modellib.materialise_tree(store, base["files"], tmp_path / "b")
+    trees.materialise_tree(store, base["files"], tmp_path / "b")
     from peft import PeftModel
     from transformers import LlamaForCausalLM
 
