@@ -158,3 +158,36 @@ class byte_progress:
         if self._p is not None:
             self._p.stop()
         return False
+
+
+class TrainingBar:
+    """A progress bar on stderr while a training child runs: step of steps, loss, tokens/s, elapsed
+    and ETA. Pass the instance as a `progress` callback; it draws only on a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and err_console().is_terminal
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
+                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                console=err_console(), transient=False)
+            self.bar.__enter__()
+        return self
+
+    def __call__(self, p: dict) -> None:
+        if not self.bar:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("train", total=p["steps"], loss="-", tps="-")
+        self.bar.update(self.task, completed=p["step"], loss=f"{p['loss']:.4f}", tps=f"{p['tokens_per_s']:,.0f}")
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)

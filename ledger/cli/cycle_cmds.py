@@ -63,17 +63,12 @@ def run(
 
 
 def _run_with_progress(options: LearnOptions, json_: bool):
-    where = common.store_dir()
-    if json_ or not common.err_console().is_terminal:
-        def say(stage, msg):
-            if not json_:
-                common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
-        return api.run_cycle(options, progress=say, store=where)
-    with common.err_console().status("starting…") as status:
-        def say(stage, msg):
+    """Each stage as a line on stderr, and a bar with step, loss and ETA while training runs."""
+    def say(stage, msg):
+        if not json_:
             common.err_console().print(f"[bold cyan]{stage:>8}[/] {msg}")
-            status.update(f"{stage}…")
-        return api.run_cycle(options, progress=say, store=where)
+    with common.TrainingBar(not json_) as bar:
+        return api.run_cycle(options, progress=say, train_progress=bar, store=common.store_dir())
 
 
 def render_cycle(res) -> None:

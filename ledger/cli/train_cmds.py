@@ -113,36 +113,6 @@ def render_explain(diff: dict) -> None:
 
 
 # --- train --------------------------------------------------------------------------------------
-class _Progress:
-    """Rich progress on stderr: step, loss, tokens/s."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
-                                TimeElapsedColumn(), console=common.err_console(), transient=False)
-            self.bar.__enter__()
-        return self
-
-    def __call__(self, p: dict) -> None:
-        if not self.bar:
-            return
-        if self.task is None:
-            self.task = self.bar.add_task("train", total=p["steps"], loss="-", tps="-")
-        self.bar.update(self.task, completed=p["step"], loss=f"{p['loss']:.4f}", tps=f"{p['tokens_per_s']:,.0f}")
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.__exit__(*exc)
-
-
 def train(
     plan: Annotated[str, typer.Argument(help="Plan id/prefix/name, or a spec .toml (compiled first).")],
     resume: Annotated[Optional[str], typer.Option("--resume", help="Checkpoint id to resume from.")] = None,
@@ -150,7 +120,7 @@ def train(
     json_: JsonOpt = False,
 ):
     """Run a plan in a sandboxed child; commit adapter, checkpoints and a receipt."""
-    with _Progress(not json_) as prog:
+    with common.TrainingBar(not json_) as prog:
         res = api.train(plan, resume=resume, unsandboxed=unsandboxed, progress=prog, store=common.store_dir(),
                         say=common.err_console().print)
     finish(json_, res, lambda: render_receipt(res.result.receipt, res.result.receipt_id))
@@ -216,7 +186,7 @@ def reproduce(
 ):
     """Re-execute a receipt from its pinned inputs in a fresh process and compare (exit 3 unless it reproduced)."""
     ov = dict(api.parse_override(o) for o in (override or []))
-    with _Progress(not json_) as prog:
+    with common.TrainingBar(not json_) as prog:
         res = api.reproduce(receipt, overrides=ov, loss_tol=loss_tol, weight_tol=weight_tol, unsandboxed=unsandboxed,
                             source=from_, progress=prog, store=common.store_dir())
     finish(json_, res, lambda: render_comparison(res.result.comparison, res.result.comparison_id))
