@@ -21,7 +21,7 @@ from ledger.artefacts import model as modellib
 from ledger.errors import Refused
 from ledger.gate import judge as judgelib
 from ledger.gate import seal as seallib
-from ledger.lineage import verdict_summary
+from ledger.verdicts.summary import verdict_summary
 from ledger.options import LearnOptions
 from ledger.plan import compile as comp
 from ledger.plan import spec as speclib

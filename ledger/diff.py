@@ -17,6 +17,7 @@ import json
 
 from ledger.errors import BadInput, UnknownRef
 from ledger.store.ids import is_id
+from ledger.verdicts.summary import verdict_summary
 
 LONG_LIST = 8  # lists longer than this (e.g. per-step losses) are summarised, not listed
 
@@ -188,6 +189,4 @@ def _data_range(store, rid: str | None) -> dict | None:
 
 
 def _verdict_summary(store, vid: str | None) -> dict | None:
-    from ledger.lineage import verdict_summary
-
     return dict(verdict_summary(store.get_json(vid)), id=vid) if vid else None

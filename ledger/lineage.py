@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ledger import generations
+from ledger.verdicts.summary import verdict_summary
 
 
 def generation_rows(store) -> list[dict]:
@@ -19,16 +20,3 @@ def generation_rows(store) -> list[dict]:
                      "mean_delta": v["mean_delta"] if v else None,
                      "capabilities": sorted(g.capabilities), "note": g.note})
     return rows
-
-
-def verdict_summary(v: dict | None) -> dict | None:
-    """The few numbers people look at, from a verdict object (ledger.verdicts Verdict.to_json)."""
-    if not v:
-        return None
-    sc = ((v.get("statistics") or {}).get("scored")) or {}
-    can = ((v.get("statistics") or {}).get("canary")) or {}
-    return {"verdict": v.get("verdict"), "reasons": list(v.get("reason_codes") or []), "summary": v.get("summary"),
-            "mean_delta": sc.get("mean"), "p_better": sc.get("p_better"), "wins": sc.get("wins"), "n": sc.get("n"),
-            "eta": sc.get("eta"), "incumbent_loss": sc.get("incumbent_mean_loss"),
-            "candidate_loss": sc.get("candidate_mean_loss"), "canary_delta": can.get("mean_delta"),
-            "budget": v.get("budget")}

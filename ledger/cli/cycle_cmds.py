@@ -81,7 +81,8 @@ def render_cycle(res) -> None:
     s = res.score or {}
     if s.get("mean_delta") is not None:
         c.print(f"  action-span loss {s['incumbent_loss']:.4f} → {s['candidate_loss']:.4f} nats/token "
-                f"(Δ {s['mean_delta']:+.4f}, η {s['eta']:.4f}), wins {s['wins']}/{s['n']}, p={s['p_better']:.4f}")
+                f"(Δ {s['mean_delta']:+.4f}, η {s['eta']:.4f}), wins {s['wins']}/{s['n']}, "
+                f"p = {s['p']:.3g} (candidate {s['p_side']})")
     if s.get("summary"):
         c.print(f"  [dim]{s['summary']}[/]")
     if res.outcome == "commit":
@@ -142,7 +143,8 @@ def render_diff(d: dict) -> None:
         for side in ("a", "b"):
             v = d["verdicts"][side]
             if v:
-                t.add_row(an if side == "a" else bn, v["verdict"] or "-", _fmt(v["mean_delta"]), _fmt(v["p_better"]),
+                t.add_row(an if side == "a" else bn, v["verdict"] or "-", _fmt(v["mean_delta"]),
+                          f"{_fmt(v['p'])} ({v['p_side']})" if v.get("p") is not None else "-",
                           f"{v['wins']}/{v['n']}" if v["wins"] is not None else "-")
             else:
                 t.add_row(an if side == "a" else bn, "-", "-", "-", "-")

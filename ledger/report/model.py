@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from ledger import runs
+from ledger.verdicts.summary import verdict_summary
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
 RUN_KINDS = ("train", "reproduce", "track-start", "track")
@@ -66,6 +67,8 @@ class Judge:
     mean_delta: float | None = None
     eta: float | None = None
     p_better: float | None = None
+    p: float | None = None            # the p-value the verdict's reason cites (lineage.verdict_summary)
+    p_side: str = "better"
     wins: int | None = None
     n: int | None = None
     incumbent_loss: float | None = None
@@ -222,6 +225,7 @@ def _judge(rec: dict, v: dict, cycle: int | None) -> Judge:
         seq=rec["seq"], time=rec["time"], verdict_id=rec["payload"]["verdict"], verdict=_s(v.get("verdict")),
         reasons=reasons, candidate=v.get("candidate"), incumbent=v.get("incumbent"), scored=bool(sc),
         mean_delta=_f(sc.get("mean")), eta=_f(sc.get("eta")), p_better=_f(sc.get("p_better")),
+        p=_f((verdict_summary(v) or {}).get("p")), p_side=_s((verdict_summary(v) or {}).get("p_side")) or "better",
         wins=_i(sc.get("wins")), n=_i(sc.get("n")), incumbent_loss=_f(sc.get("incumbent_mean_loss")),
         candidate_loss=_f(sc.get("candidate_mean_loss")), canary_delta=_f(can.get("mean_delta")),
         canary_k=_i(can.get("k")), canary_worse=_i(can.get("worse")),
@@ -289,8 +293,8 @@ def gather(store) -> Report:
             if isinstance(p.get("first"), int) and isinstance(p.get("last"), int):
                 exported[p["cycle"]] = p["last"] - p["first"] + 1
         elif kind == "record" and p.get("turns"):
-            turn_batches.append((int(p.get("first") or 1), p["turns"]))
-            turns_total += int(p.get("count") or 0)
+            turn_batches.append((_i(p.get("first")) or 1, p["turns"]))  # _i: a record may be ill-formed
+            turns_total += _i(p.get("count")) or 0
         elif kind == "outcome" and isinstance(p.get("turn"), str):
             outcomes[p["turn"]] = _s(p.get("outcome"))
         elif kind == "seal":

@@ -178,7 +178,7 @@ def _score_table(m: Report) -> str:
     rows = [
         f"<tr><td>{esc(f'cycle {j.cycle}' if j.cycle is not None else 'judge')}</td><td>{_badge(j.verdict)}</td>"
         f"<td class=num>{fmt(j.incumbent_loss)}</td><td class=num>{fmt(j.candidate_loss)}</td>"
-        f"<td class=num>{fmt(j.mean_delta)}</td><td class=num>{fmt(j.eta)}</td><td class=num>{fmt(j.p_better, 3)}</td>"
+        f"<td class=num>{fmt(j.mean_delta)}</td><td class=num>{fmt(j.eta)}</td><td class=num>{fmt(j.p, 3)} ({esc(j.p_side)})</td>"
         f"<td class=num>{esc(j.wins)}/{esc(j.n)}</td><td class=num>{fmt(j.canary_delta)}</td><td>{esc(j.budget or '-')}</td></tr>"
         for j in js]
     return _table(["run", "verdict", "incumbent", "candidate", "mean Δ", "η", "p (better)", "wins", "canary Δ", "budget"],

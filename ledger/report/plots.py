@@ -73,7 +73,7 @@ def score_history(judges: tuple[Judge, ...]) -> str:
         if j.verdict == "Accept":
             head_path.append((x + half, ys(cand)))
         tip = (f"{_slot_label(j, k)} ({_when(j.time)}): {j.verdict}; candidate {fmt(cand)} vs incumbent {fmt(inc)}, "
-               f"Δ {fmt(j.mean_delta)}, η {fmt(eta)}, p {fmt(j.p_better, 3)}, wins {j.wins}/{j.n}")
+               f"Δ {fmt(j.mean_delta)}, η {fmt(eta)}, p {fmt(j.p, 3)} ({j.p_side}), wins {j.wins}/{j.n}")
         out.append(circle(x, ys(cand), 6, f"v {cls(j.verdict)}", tip))
     out.insert(2, path(head_path, "headline", "HEAD's score: the incumbent at each gate run, the candidate after an Accept"))
     lx = LEFT + 8
