@@ -232,7 +232,10 @@ def _run(root: Path, args: list[str]) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def base_store(tmp_path_factory):
     d = tmp_path_factory.mktemp("ill-formed-base")
-    _base(d)
+    s = _base(d)
+    # turns waiting for an export, so `export` reads the record and outcome payloads too
+    experience.record(s, experience.parse_turns('{"situation": "s3", "action": "a3"}', "turns"))
+    experience.attach_outcome(s, "t3", "later")
     return d
 
 
@@ -282,3 +285,18 @@ def test_domain_readers_refuse_an_ill_formed_record_as_corruption(tmp_path):
     _verify_names(tmp_path, seq, "payload.outcome is missing")
     p = ledger_cmd("export", cwd=tmp_path)
     assert p.returncode == 4 and f"journal record {seq} is ill-formed" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("kind", ["judge", "record", "export", "train", "reproduce", "outcome", "commit", "refusal",
+                                  "rollback", "seal", "track", "image"])
+def test_every_reader_command_on_fields_of_the_wrong_type(tmp_path, kind):
+    """Every field a reader might use, each of a wrong type, in a record of `kind`: no command
+    exits 1 (`report` once did, on a turns batch whose `first` was a string)."""
+    s = _base(tmp_path)
+    seq = _append(s, kind, {"verdict": 5, "receipt": [1], "cycle": "x", "first": "a", "last": [], "turns": 3,
+                            "turn": 5, "dataset": 1, "count": "z", "from": "q", "comparison": 3, "of": [],
+                            "outcome": 7, "plan": 1, "learner_view": 2, "generation": "g", "head": "h",
+                            "context": 9, "run": 4, "suite": 1, "event": 2})
+    _verify_names(tmp_path, seq, "must be")
+    _no_internal_errors(tmp_path, [["log"], ["gens"], ["index", "rebuild"], ["runs"],
+                                   ["report", "-o", str(tmp_path / "r.html")]])
