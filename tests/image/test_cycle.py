@@ -77,7 +77,8 @@ def test_stop_cycle_start_switches_weights(tmp_path):
         canary = s.get_json(Store.open(tmp_path).state.refs["suite"])["canary_string"]
         served.act(canary, action="refuse: no")   # fits seq_len 96
         before = served.status()["image_pid"]
-        p = ledger_cmd("run", "--spec", "small.toml", "--force", "--json", cwd=tmp_path, check=True, timeout=900)
+        p = ledger_cmd("run", "--spec", "small.toml", "--force", "--refusal-ok", "--json", cwd=tmp_path, check=True,
+                       timeout=900)   # a refusal exits 3 unless --refusal-ok
         res = json.loads(p.stdout)
         assert res["outcome"] == "refusal" and res["verdict"] == "GamedTheEvaluator", res
         t = served.act("user: what is 1 plus 2?", max_new=8)["turn"]
