@@ -569,7 +569,8 @@ class Judge(Payload):
             return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
         return {"verdicts": [(p.verdict, rec["seq"], v.get("verdict"), [str(c) for c in codes], v.get("candidate"),
-                              v.get("incumbent"), suite.get("pinned_hash"), num(st.get("mean")), num(st.get("p_better")))]}
+                              v.get("incumbent"), suite.get("pinned_hash"), num(st.get("mean")),
+                              num(st.get("p_better")))]}
 
 
 # --- experience -----------------------------------------------------------------------------------

@@ -13,8 +13,15 @@ import ledger.image.protocol  # noqa: F401 - defines NoReply: every subclass mus
 import ledger.image.spool  # noqa: F401 - defines SpoolCorrupt
 import ledger.store.fsio  # noqa: F401 - defines StorageIOError
 from ledger import errors
-from ledger.errors import (MAX_ERROR_JSON_BYTES, MAX_ERROR_TEXT, CorruptObject, InternalError, LedgerError,
-                           MissingObject, read_error_file)
+from ledger.errors import (
+    MAX_ERROR_JSON_BYTES,
+    MAX_ERROR_TEXT,
+    CorruptObject,
+    InternalError,
+    LedgerError,
+    MissingObject,
+    read_error_file,
+)
 
 OID = "b3:" + "ab" * 32
 
@@ -95,7 +102,8 @@ def test_details_are_bounded_scalars_and_cannot_clash_with_arguments():
     assert type(e) is errors.BadInput and e.message == "m"
     assert len(e.details) <= errors.MAX_ERROR_DETAILS
     e = LedgerError.from_json({"error": "BadInput", "message": "m",
-                               "details": {"message": "m2", "nested": {"a": 1}, "huge": 10 ** 30, "lst": list(range(100))}})
+                               "details": {"message": "m2", "nested": {"a": 1}, "huge": 10 ** 30,
+                                           "lst": list(range(100))}})
     assert e.details["message"] == "m2" and e.message == "m"
     assert e.details["nested"] == "dict" and e.details["huge"] == str(10 ** 30)
     assert len(e.details["lst"]) == 32

@@ -118,7 +118,8 @@ def test_each_required_field_is_checked(kind):
 
 @pytest.mark.parametrize("bad", [{"refs": ["HEAD"]}, {"refs": {"HEAD": "not-an-id"}}, {"refs": {"": None}},
                                  {"counters": {"turns": "2"}}, {"counters": {"turns": True}}, {"counters": []},
-                                 {"objects": {"a": 1}}, {"objects": [[i(1), -1, "blob"]]}, {"objects": [["x", 1, "b"]]}])
+                                 {"objects": {"a": 1}}, {"objects": [[i(1), -1, "blob"]]},
+                                 {"objects": [["x", 1, "b"]]}])
 def test_the_envelope_is_checked_for_every_kind(bad):
     for kind, cls in records.KINDS.items():
         with pytest.raises(BadInput, match="payload.(refs|counters|objects)"):
@@ -160,27 +161,40 @@ def test_the_store_registry_is_the_records_registry():
 
 
 def _written_kinds() -> set[str]:
-    """Every kind passed to `store.transaction(...)` in ledger/: string literals, and module-level
-    string constants (JUDGE_KIND = "judge")."""
+    """Every kind passed to `store.transaction(...)` in ledger/: string literals, module-level
+    string constants (JUDGE_KIND = "judge"), and a payload class's KIND (records.Judge.KIND, or a
+    constant bound to it)."""
+    by_class = {c.__name__: c.KIND for c in records.KINDS.values()}
+
+    def kind_of(node, consts):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in consts:
+            return consts[node.id]
+        if isinstance(node, ast.Attribute) and node.attr == "KIND" and isinstance(node.value, ast.Attribute) \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "records":
+            return by_class.get(node.value.attr, f"<unknown records.{node.value.attr}>")
+        return None
+
     out = set()
     for path in (ROOT / "ledger").rglob("*.py"):
         tree = ast.parse(path.read_text(), str(path))
-        consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                  and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-                  for t in n.targets if isinstance(t, ast.Name)}
+        consts: dict[str, str] = {}
+        for n in tree.body:
+            if isinstance(n, ast.Assign):
+                v = kind_of(n.value, consts)
+                if v is not None:
+                    consts.update({t.id: v for t in n.targets if isinstance(t, ast.Name)})
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("transaction", "transaction_held") \
-                    and node.args:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("transaction", "transaction_held") and node.args:
                 a = node.args[0]
-                if isinstance(a, ast.Constant) and isinstance(a.value, str):
-                    out.add(a.value)
-                elif isinstance(a, ast.Name) and a.id in consts:
-                    out.add(consts[a.id])
-                elif isinstance(a, ast.Name) and a.id == "kind":
+                if isinstance(a, ast.Name) and a.id == "kind":
                     continue  # Store.transaction's own definition passes its argument on
-                else:
-                    raise AssertionError(f"{path}:{node.lineno}: a transaction kind this test cannot read; "
-                                         "use a literal or a module constant")
+                k = kind_of(a, consts)
+                assert k is not None, (f"{path}:{node.lineno}: a transaction kind this test cannot read; "
+                                       "use a literal, a module constant or records.<Kind>.KIND")
+                out.add(k)
     return out
 
 

@@ -56,6 +56,7 @@ _REF_KINDS: list[Callable[[str], str | None]] = []
 
 
 def register(hooks: KindHooks) -> None:
+    """Register one kind's hooks (ledger/records.py does, for every kind it defines)."""
     if hooks.kind in _KINDS and _KINDS[hooks.kind] is not hooks:
         raise InternalError(f"record kind {hooks.kind!r} is registered twice")
     _KINDS[hooks.kind] = hooks
@@ -73,6 +74,7 @@ def register_ref_kinds(fn: Callable[[str], str | None]) -> None:
 
 
 def ref_object_kind(name: str) -> str | None:
+    """The "kind" the object a ref named `name` must have (HEAD, gen-N: generation), or None."""
     _loaded()
     return _REF_KINDS[0](name) if _REF_KINDS else None
 
@@ -92,14 +94,17 @@ def _loaded() -> dict[str, KindHooks]:
 
 
 def hooks(kind: str) -> KindHooks | None:
+    """The hooks of record kind `kind`, or None for a kind no one registered."""
     return _loaded().get(kind)
 
 
 def kinds() -> frozenset[str]:
+    """Every registered record kind."""
     return frozenset(_loaded())
 
 
 def common_projections() -> tuple[Callable[[dict, GetJson], Rows], ...]:
+    """Projections applied to every record with a well-formed envelope."""
     _loaded()
     return tuple(_COMMON)
 

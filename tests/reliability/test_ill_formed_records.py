@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import shutil
 from pathlib import Path
 
@@ -198,8 +197,9 @@ def test_the_good_base_store_is_clean(tmp_path):
 
 
 # --- the fuzzer ---------------------------------------------------------------------------------
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(max_size=12) | st.just("b3:" + "a" * 64) | st.just("t1") | st.just("HEAD"),
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70)
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+                    | st.just("b3:" + "a" * 64) | st.just("t1") | st.just("HEAD"),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                     max_leaves=8)
 KEYS = st.sampled_from(["refs", "counters", "objects", "first", "last", "count", "turns", "dataset", "turn",
@@ -278,7 +278,7 @@ def test_fuzz_mutated_payloads_never_give_internal_errors(base_store, tmp_path_f
 def test_domain_readers_refuse_an_ill_formed_record_as_corruption(tmp_path):
     """`export` reads outcome and record payloads (experience.turns_between): an outcome record
     without its outcome is JournalCorrupt naming it (exit 4), not a KeyError (exit 1)."""
-    s = _base(tmp_path)
+    _base(tmp_path)
     (tmp_path / "turns.jsonl").write_text('{"situation": "s3", "action": "a3"}\n')
     assert ledger_cmd("record", "turns.jsonl", cwd=tmp_path).returncode == 0
     seq = _append(Store.open(tmp_path), "outcome", {"turn": "t3", "time": "2026-01-01T00:00:00.000000Z"})
