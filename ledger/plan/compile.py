@@ -15,14 +15,14 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 
-from ledger.errors import LedgerError, CompileRejected, SpecError
 from ledger.artefacts import dataset as datalib
-from ledger.plan import memory
-from ledger.plan import plan as planlib
-from ledger.plan.plan import Config
 from ledger.artefacts import model
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
+from ledger.errors import CompileRejected, LedgerError, SpecError
+from ledger.plan import memory
+from ledger.plan import plan as planlib
+from ledger.plan.plan import Config
 from ledger.plan.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
 from ledger.plan.targets import Target
 from ledger.store import canonical
@@ -157,8 +157,8 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
             gate = gated_kernel(store, target)
             if gate is None:
                 fused_why, fused_req = (f"kernel {FUSED_KERNEL} is not built and gated for target {target.name} in "
-                                        f"this store (ref kernel/{FUSED_KERNEL}/{target.name}; see `ledger kernel gate`)",
-                                        "gated")
+                                        f"this store (ref kernel/{FUSED_KERNEL}/{target.name}; "
+                                        "see `ledger kernel gate`)", "gated")
         if fused_why is None and arch is not None:
             fused_why, fused_req = fused_unmet(c, arch), "shapes"
     if want == "cupy-fused":
@@ -244,12 +244,14 @@ def fit_check(arch, c: Config, target: Target, rows: int, loop: str | None = Non
         if near.get("data.micro_batch") and "data.seq_len" not in near:
             tail = f"largest micro-batch that fits: {near['data.micro_batch']}"
         elif near:
-            tail = f"no micro-batch fits at seq_len {T}; at micro-batch 1 the longest sequence that fits is {near['data.seq_len']}"
+            tail = (f"no micro-batch fits at seq_len {T}; at micro-batch 1 the longest sequence that fits is "
+                    f"{near['data.seq_len']}")
         else:
             tail = f"nothing fits: weights alone need {gib(by['weights'])}"
         raise CompileRejected(
-            f"memory: the plan needs {gib(need)} ({biggest.name} {gib(biggest.bytes)} at micro-batch {B} x {T} tokens); "
-            f"target {target.name} has {gib(target.memory_bytes)} ({gib(usable)} usable at memory_fraction {frac:g}); {tail}",
+            f"memory: the plan needs {gib(need)} ({biggest.name} {gib(biggest.bytes)} at micro-batch {B} x {T} "
+            f"tokens); target {target.name} has {gib(target.memory_bytes)} ({gib(usable)} usable at memory_fraction "
+            f"{frac:g}); {tail}",
             "use the nearest configuration that fits, shown above",
             requirement="memory", needed_bytes=need, usable_bytes=usable, lines=by, nearest=near)
     fit = {"fits": True, "needed_bytes": need, "usable_bytes": usable, "target_bytes": target.memory_bytes,
@@ -288,8 +290,8 @@ def _chat(store, base_id: str | None):
 def _check_lengths(store, dataset_id: str, seq_len: int, chat) -> int:
     longest = max(len(chat.encode_turn(s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id)))
     if longest > seq_len:
-        raise SpecError(f"spec field `data.seq_len`: the longest turn of dataset {dataset_id[:15]}… needs {longest} tokens, "
-                        f"more than seq_len {seq_len}", "raise data.seq_len", field="data.seq_len")
+        raise SpecError(f"spec field `data.seq_len`: the longest turn of dataset {dataset_id[:15]}… needs "
+                        f"{longest} tokens, more than seq_len {seq_len}", "raise data.seq_len", field="data.seq_len")
     return longest
 
 
@@ -345,7 +347,8 @@ def _init_adapter(store, c: Config) -> str:
         files["adapter_model.safetensors"]
     except (LedgerError, KeyError, TypeError, ValueError):
         raise SpecError(f"spec field `lora.init_adapter`: {ref!r} is not an adapter in this store",
-                        "name an adapter tree (a receipt's `adapter`), or leave it empty", field="lora.init_adapter") from None
+                        "name an adapter tree (a receipt's `adapter`), or leave it empty",
+                        field="lora.init_adapter") from None
     want = {"r": c.lora.r, "target_modules": sorted(c.lora.target_modules)}
     have = {"r": cfg.get("r"), "target_modules": sorted(cfg.get("target_modules") or [])}
     if want != have:
@@ -430,7 +433,8 @@ def explain(a: Plan, b: Plan) -> dict:
     """What differs from plan `a` to plan `b`: config fields changed, then every derived part
     they invalidated (shapes, parameter counts, memory lines, realizations, fit, inputs)."""
     ca, cb = _flatten(a.config), _flatten(b.config)
-    config = [{"field": k, "old": ca.get(k), "new": cb.get(k)} for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+    config = [{"field": k, "old": ca.get(k), "new": cb.get(k)} for k in sorted(set(ca) | set(cb))
+              if ca.get(k) != cb.get(k)]
     derived = []
 
     def cmp(part, x, y):

@@ -41,7 +41,7 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
     total_params = sum(a.params().values())
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
-    H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads
+    H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads  # noqa: E741 - the docstring's notation
     q_dim = a.heads * a.head_dim
     BT = B * T
 
@@ -74,7 +74,8 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
         Line("optimizer_state", lora * 8 + n_lora_tensors * 4,
              f"AdamW exp_avg + exp_avg_sq: {lora} x 8 B + {n_lora_tensors} step counters x 4 B"),
         Line("data", dataset_rows * T * INDEX_BYTES * 3, f"{dataset_rows} rows x {T} tokens x 3 int64 tensors"),
-        Line("activations", act + head, f"saved for backward at micro-batch {B} x {T} tokens ({L} layers + head)", True),
+        Line("activations", act + head, f"saved for backward at micro-batch {B} x {T} tokens ({L} layers + head)",
+             True),
         Line("workspace", work, "backward transients: log-softmax and logits grads + one MLP's grads", True),
     ]
 
@@ -101,7 +102,7 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     total_params = sum(a.params().values())
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
-    H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads
+    H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads  # noqa: E741 - the docstring's notation
     q_dim = a.heads * a.head_dim
     BT = B * T
     mods = set(modules)
@@ -137,7 +138,8 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
         Line("data", BT * INDEX_BYTES * 3, f"one micro-batch on the device: {B} x {T} tokens x 3 int64 tensors", True),
         Line("activations", act, f"saved for backward by the compiled layers at micro-batch {B} x {T} tokens "
                                  f"({L} layers + head{' + padding mask' if padded else ''})", True),
-        Line("workspace", work, "backward transients: logits grads or one compiled layer's grads + cuBLAS workspace", True),
+        Line("workspace", work, "backward transients: logits grads or one compiled layer's grads + cuBLAS workspace",
+             True),
     ]
 
 

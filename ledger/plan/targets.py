@@ -66,7 +66,8 @@ def _parse(text: str, origin: str) -> dict[str, Target]:
                 raise err(k, f"unknown field; known: {', '.join(_FIELDS)}")
             if isinstance(v, bool) or not isinstance(v, _FIELDS[k]):
                 raise err(k, f"must be {_FIELDS[k].__name__}, got {v!r}")
-        missing = [k for k in _FIELDS if k not in t and k not in ("description", "compute_capability", "shared_memory_bytes")]
+        optional = ("description", "compute_capability", "shared_memory_bytes")
+        missing = [k for k in _FIELDS if k not in t and k not in optional]
         if missing:
             raise err(missing[0], "is required")
         if t["device"] not in ("cpu", "cuda"):

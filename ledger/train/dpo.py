@@ -136,7 +136,8 @@ def load_pairs(store, source: str) -> tuple[bytes, list[tuple[str, str, str]]]:
                 except ValueError as e:
                     raise BadInput(f"{p} line {n}: not JSON ({e})") from None
                 if not isinstance(obj, dict) or set(obj) - set(PAIR_FIELDS) or any(f not in obj for f in PAIR_FIELDS):
-                    raise BadInput(f"{p} line {n}: a pair is {{\"situation\", \"chosen\", \"rejected\"}} and nothing else")
+                    raise BadInput(f"{p} line {n}: a pair is "
+                                   "{\"situation\", \"chosen\", \"rejected\"} and nothing else")
                 rows.append(tuple(obj[f] for f in PAIR_FIELDS))
             rows = _check_pairs(rows, str(p))
         else:

@@ -138,7 +138,8 @@ class ChildOutputs:
         try:
             fd = os.open(name, _O_DIR, dir_fd=parent)
         except OSError as e:  # replaced between lstat and open
-            raise Refusal(Violation(rel, f"could not be opened as a folder without following links ({e.strerror})")) from None
+            raise Refusal(Violation(rel, "could not be opened as a folder without following links "
+                                         f"({e.strerror})")) from None
         fst = os.fstat(fd)
         if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
             os.close(fd)

@@ -108,7 +108,8 @@ def load(store, ref: str) -> tuple[str, dict]:
         # a tracked run (ledger.track) bound what it could see, but no plan was compiled for it:
         # there is no program here for ledger to re-execute, and it must not pretend otherwise
         raise Refused(f"{oid} is the receipt of a tracked run ({r.get('name')!r}): it has no compiled plan to re-run",
-                      "re-run your own script (the receipt names its source and params); `ledger diff` compares two runs")
+                      "re-run your own script (the receipt names its source and params); "
+                      "`ledger diff` compares two runs")
     check(oid, r)
     return oid, r
 
@@ -128,7 +129,8 @@ def check(oid: str, r: dict) -> None:
     if not isinstance(losses, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
         bad.append("losses")
     cur = r.get("cursor")
-    if not isinstance(cur, dict) or not all(isinstance(cur.get(k), int) for k in ("start_step", "end_step", "next_step")):
+    steps = ("start_step", "end_step", "next_step")
+    if not isinstance(cur, dict) or not all(isinstance(cur.get(k), int) for k in steps):
         bad.append("cursor")
     for k in ("source", "versions", "target", "seeds"):
         if not isinstance(r.get(k), dict):

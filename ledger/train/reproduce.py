@@ -52,7 +52,8 @@ class ReproduceResult:
 
 def pinned_inputs(store, r: dict) -> list[str]:
     """Every object the re-run needs, in the order it would need them (missing ones too)."""
-    need = [r["plan"], r["spec"], r["base"], r["tokenizer"], *([r["template"]] if r.get("template") else []), r["dataset"]]
+    need = [r["plan"], r["spec"], r["base"], r["tokenizer"], *([r["template"]] if r.get("template") else []),
+            r["dataset"]]
     if r.get("resumed_from"):
         need.append(r["resumed_from"])
     init = store.get_json(r["plan"])["inputs"].get("init_adapter") if store.has(r["plan"]) else None
@@ -92,7 +93,8 @@ def compare(store, orig: dict, new: dict, tol: dict) -> dict:
     lo, ln = orig["losses"], new["losses"]
     checks = {"losses_identical": lo == ln, "adapter_identical": orig["adapter"] == new["adapter"],
               "final_adapter_identical": None, "optimizer_identical": orig["optimizer_state"] == new["optimizer_state"],
-              "rng_identical": orig["rng_state"] == new["rng_state"], "steps_identical": orig["cursor"] == new["cursor"]}
+              "rng_identical": orig["rng_state"] == new["rng_state"],
+              "steps_identical": orig["cursor"] == new["cursor"]}
     fo, fn = store.get_json(orig["final_checkpoint"]), store.get_json(new["final_checkpoint"])
     checks["final_adapter_identical"] = fo["adapter"] == fn["adapter"]
     if all(checks.values()):
@@ -113,7 +115,8 @@ def compare(store, orig: dict, new: dict, tol: dict) -> dict:
         if dev > tol["loss_abs"] and first is None:
             first = {"step": step, "field": "loss", "original": lo[i], "rerun": ln[i], "deviation": dev}
     if (orig["stopped"] is None) != (new["stopped"] is None) and first is None:
-        first = {"step": orig["cursor"]["end_step"], "field": "stopped", "original": orig["stopped"], "rerun": new["stopped"]}
+        first = {"step": orig["cursor"]["end_step"], "field": "stopped", "original": orig["stopped"],
+                 "rerun": new["stopped"]}
     if not checks["final_adapter_identical"]:
         a, b = _tensors(store, fo["adapter"]), _tensors(store, fn["adapter"])
         end = orig["cursor"]["end_step"]

@@ -24,11 +24,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import errors
+from ledger import errors, records
 from ledger.artefacts import checkpoint as ck
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
-from ledger import records
 from ledger.errors import BadInput, InternalError
 from ledger.plan import compile as comp
 from ledger.plan.plan import Plan as PlanView
@@ -91,7 +90,8 @@ def check_runnable_here(plan: PlanView) -> None:
         if not torch.cuda.is_available():
             raise errors.RealizationUnavailable(
                 f"the plan selected {names} on cuda (target {plan.target.name}), but no CUDA device is "
-                "available here; nothing was trained", "run it on a machine with the target's GPU, or compile for --target cpu")
+                "available here; nothing was trained",
+                "run it on a machine with the target's GPU, or compile for --target cpu")
         n = plan.devices
         if torch.cuda.device_count() < n:
             raise errors.RealizationUnavailable(
@@ -145,7 +145,8 @@ def child_env(work: Path, plan: PlanView) -> dict:
         # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
         # multicast stays off unless asked for: a LoRA's gradients are small, and on shared
         # hosts multicast can take GPUs out of service.
-        env.update({k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_"))})
+        collective = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_")
+        env.update({k: v for k, v in os.environ.items() if k.startswith(collective)})
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
@@ -227,7 +228,8 @@ def _crashed(returncode: int, stderr: str, sandbox: dict, checkpoints: list[str]
     # A denial is a lead, not a verdict: healthy runs are denied harmless reads too (e.g.
     # /proc/mounts), so the hint names one and the details list them all.
     hint = (f"its sandbox denied {len(denied)} access(es), e.g. {denied[0]['op']} {denied[0]['path']}; "
-            if denied else "") + "rerun with LEDGER_DEBUG=1 to see the child's output; checkpoints committed so far are kept"
+            if denied else "") + ("rerun with LEDGER_DEBUG=1 to see the child's output; "
+                                  "checkpoints committed so far are kept")
     return InternalError(f"the training child exited with {returncode}" + (f" ({said[:300]})" if said else "") + last,
                          hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
 
@@ -258,7 +260,8 @@ def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int
     return {name: data for name, (data, _) in files.items()}, state
 
 
-def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> RunOutput:
+def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False,
+            progress=None) -> RunOutput:
     """Materialise, run the child, commit its checkpoints as they appear. The caller removes
     run.work (`store.discard_work_folder`)."""
     check_runnable_here(plan.view)

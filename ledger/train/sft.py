@@ -72,7 +72,8 @@ def check_realizations(plan: Plan) -> None:
             kernel_runtime.device_info()  # RealizationUnavailable: no cupy / no device
     n = plan.devices
     if plan.cuda and torch.cuda.device_count() < n:
-        raise RealizationUnavailable(f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) are visible",
+        raise RealizationUnavailable(f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) "
+                                     "are visible",
                                      "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
@@ -171,7 +172,8 @@ class Dist:
         self.local = int(os.environ.get("LOCAL_RANK", "0"))
         if self.world != plan.devices:
             raise RealizationUnavailable(f"the plan runs on {plan.devices} device(s) but this run has {self.world} "
-                                         "process(es)", "launch it with `ledger train`, which starts one process per device")
+                                         "process(es)",
+                                         "launch it with `ledger train`, which starts one process per device")
         self.cuda = plan.cuda
         self.device = torch.device("cuda", self.local) if self.cuda else torch.device("cpu")
         if self.cuda:
@@ -450,7 +452,8 @@ class SftRecipe:
         timing_list = sorted(st)
         result = {
             "steps_done": done, "start_step": start, "losses": self.losses, "stopped": self.stopped,
-            "counters": {"optimizer_steps": done - start, "micro_batches": (done - start) * accum, "tokens": self.tokens},
+            "counters": {"optimizer_steps": done - start, "micro_batches": (done - start) * accum,
+                         "tokens": self.tokens},
             "timings": {"total_s": time.perf_counter() - self.t_start, "setup_s": self.t_ready - self.t_start,
                         "train_s": loop_s,
                         "step_median_s": timing_list[len(timing_list) // 2] if timing_list else None,

@@ -4,8 +4,8 @@ import pytest
 
 from ledger.errors import CompileRejected, RealizationUnavailable, SpecError
 from ledger.plan import compile as comp
-from ledger.plan.plan import Config
 from ledger.plan import memory, spec, targets
+from ledger.plan.plan import Config
 from ledger.plan.spec import LLAMA_MODULES
 
 SMALL = "[data]\nsteps = 4\nmicro_batch = 4\n"

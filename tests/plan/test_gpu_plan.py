@@ -79,8 +79,10 @@ def test_auto_selects_cupy_fused_only_when_gated_here_and_decode_shaped(store, m
     assert real["linear_lora"]["name"] == "torch-compiled"
     assert "at most 8 rows" in real["linear_lora"]["not_selected"]["cupy-fused"]
     # fp32, or a gate for another target, does not count
-    assert comp.select_realizations(spec.parse(DECODE.replace("bf16", "fp32")), H200, store)["linear_lora"]["name"] == "torch-compiled"
-    assert comp.select_realizations(spec.parse(DECODE), targets.get("a100-40gb"), store)["linear_lora"]["name"] == "torch-compiled"
+    fp32 = comp.select_realizations(spec.parse(DECODE.replace("bf16", "fp32")), H200, store)
+    assert fp32["linear_lora"]["name"] == "torch-compiled"
+    a100 = comp.select_realizations(spec.parse(DECODE), targets.get("a100-40gb"), store)
+    assert a100["linear_lora"]["name"] == "torch-compiled"
     # without the probe (no GPU where compiling) it is never selected
     monkeypatch.setattr(comp, "_cupy_here", lambda: "no CUDA device is visible")
     assert comp.select_realizations(spec.parse(DECODE), H200, store)["linear_lora"]["name"] == "torch-compiled"
@@ -91,7 +93,8 @@ def test_explicit_cupy_fused_names_the_unmet_requirement(store, monkeypatch):
     monkeypatch.setattr(comp, "_cupy_here", lambda: "cupy is not installed")
     with pytest.raises(CompileRejected) as e:
         comp.select_realizations(spec.parse(fused), H200, store)
-    assert e.value.details["requirement"] == "realization.cupy-fused.available" and "cupy is not installed" in e.value.message
+    assert e.value.details["requirement"] == "realization.cupy-fused.available"
+    assert "cupy is not installed" in e.value.message
     monkeypatch.setattr(comp, "_cupy_here", lambda: None)
     with pytest.raises(CompileRejected) as e:
         comp.select_realizations(spec.parse(fused), H200, store)
@@ -220,8 +223,8 @@ def test_fused_lora_backward_matches_float64_autograd():
 def test_install_routes_every_lora_linear_and_refuses_non_decode_rows(tmp_path):
     import torch
 
-    from ledger.kernels import lora_train, reference
     from ledger.artefacts import model
+    from ledger.kernels import lora_train, reference
     from ledger.plan.plan import Config
     from ledger.train import sft
 
@@ -304,7 +307,8 @@ def _lose_rank_one(store, monkeypatch, target, extra: str) -> None:
         trainlib.train(store, plan.id)
     assert time.monotonic() - t0 < 120
     # rank 1 is named with its SIGKILL, whether torchrun saw it fall first or rank 0 with it
-    assert re.search(r"\(rank (1 failed first|0 failed first, exit status -?\d+; then rank 1), exit status -9", e.value.message)
+    assert re.search(r"\(rank (1 failed first|0 failed first, exit status -?\d+; then rank 1), exit status -9",
+                     e.value.message)
     recs = list(store.journal.records())[seq:]
     assert [x["kind"] for x in recs] == ["checkpoint"] and recs[0]["payload"]["step"] == 2
     assert "resume with --resume " + recs[0]["payload"]["checkpoint"] in e.value.message
@@ -347,7 +351,8 @@ def test_two_gpus_train_through_torchrun_into_one_receipt(store):
     assert r["sandbox"]["sandboxed"] and r["sandbox"]["processes"] == 2
     assert set(r["realizations"].values()) == {"torch-compiled"} and len(r["losses"]) == 3
     cm = r["memory"]["observed"]["cuda"]
-    assert [d["device"] for d in cm["per_device"]] == [0, 1] and cm["predicted_bytes"] == plan.body["memory"]["total_bytes"]
+    assert [d["device"] for d in cm["per_device"]] == [0, 1]
+    assert cm["predicted_bytes"] == plan.body["memory"]["total_bytes"]
     assert [x["kind"] for x in list(store.journal.records())[seq:]] == ["checkpoint", "train"]
 
 

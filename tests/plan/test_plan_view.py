@@ -43,7 +43,8 @@ def test_every_plan_shape_round_trips_with_the_same_id(store, text, target):
     assert view.config.data.steps == plan.body["config"]["data"]["steps"]
     assert view.devices == plan.body["config"]["train"]["devices"]
     assert view.cuda == (target != "cpu")
-    assert view.memory.line("adapter") == next(x["bytes"] for x in plan.body["memory"]["lines"] if x["name"] == "adapter")
+    lines = {x["name"]: x["bytes"] for x in plan.body["memory"]["lines"]}
+    assert view.memory.line("adapter") == lines["adapter"] and view.memory.line("no such line") == 0
     assert comp.load(store, plan.id).view == view
 
 

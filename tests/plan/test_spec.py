@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.errors import SpecError
 from ledger.plan import spec
@@ -58,9 +60,6 @@ def test_overrides_are_validated_and_round_trip():
     with pytest.raises(SpecError):
         spec.from_body({"kind": "spec", "config": {**t.config, "extra": {}}})
 
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
                     st.text(max_size=8), st.lists(st.one_of(st.integers(), st.text(max_size=4)), max_size=3))

@@ -79,7 +79,8 @@ elif mode == "checkpoint-hard-link":
     checkpoint(step4, 4, lambda d: os.link(os.path.join(d, "rng.safetensors"), os.path.join(out, "rng.second-name")))
 elif mode == "checkpoint-hard-link-to-the-store":  # only possible unsandboxed: the parent must still refuse
     checkpoint(step4, 4, lambda d: (os.unlink(os.path.join(d, "optimizer.safetensors")),
-                                    os.link(os.path.join(store, "refs.json"), os.path.join(d, "optimizer.safetensors"))))
+                                    os.link(os.path.join(store, "refs.json"),
+                                            os.path.join(d, "optimizer.safetensors"))))
 elif mode == "checkpoint-fifo":
     checkpoint(step4, 4, lambda d: (os.unlink(os.path.join(d, "rng.safetensors")),
                                     os.mkfifo(os.path.join(d, "rng.safetensors"))))
@@ -317,7 +318,8 @@ def test_a_hostile_dpo_child_is_refused_the_same_way(trained, monkeypatch, tmp_p
     store = trained["store"]
     pair = {"situation": "user: add 1 and 2", "chosen": "call adder.add(1, 2)", "rejected": "refuse: no"}
     (tmp_path / "pairs.jsonl").write_text(json.dumps(pair) + "\n")
-    monkeypatch.setattr(dpo, "_child_argv", lambda work: [sys.executable, "-c", HOSTILE_DPO, str(work), str(store.root)])
+    monkeypatch.setattr(dpo, "_child_argv",
+                        lambda work: [sys.executable, "-c", HOSTILE_DPO, str(work), str(store.root)])
     before, since = _objects(store), _seq(store)
     with pytest.raises(SandboxViolation, match="out/adapter/adapter_model.safetensors"):
         dpo.train_dpo(store, str(tmp_path / "pairs.jsonl"), trained["result"].adapter, config=dpo.DpoConfig(steps=2))

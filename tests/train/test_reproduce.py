@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from ledger.train import reproduce as rep
 from ledger.store import Store
+from ledger.train import reproduce as rep
 
 
 def _record_ok(store, res):

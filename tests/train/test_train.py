@@ -12,10 +12,9 @@ import pytest
 from ledger.artefacts import checkpoint as ck
 from ledger.plan import compile as comp
 from ledger.plan import spec, targets
+from ledger.store import Store, trees
 from ledger.train import run as trainlib
 from ledger.train.receipt import RUNGS
-from ledger.store import Store, trees
-
 
 
 def test_receipt_binds_every_identity(trained):
@@ -111,10 +110,11 @@ def test_checkpoints_hold_no_pickle(trained, tmp_path):
 def test_sigkill_mid_run_then_resume_is_bit_exact(trained, tmp_path, tiny_text):
     """Kill the whole `ledger train` (parent and child) after its first checkpoint commits;
     resuming from that checkpoint reaches the uninterrupted run's adapter."""
-    store, plan, first = trained["store"], trained["plan"], trained["result"]
+    first = trained["result"]
     d = tmp_path / "s"
     s2 = Store.init(d)
-    comp.compile_spec(s2, spec.parse(tiny_text.replace("checkpoint_every = 4", "checkpoint_every = 2")), targets.get("cpu"))
+    every2 = spec.parse(tiny_text.replace("checkpoint_every = 4", "checkpoint_every = 2"))
+    comp.compile_spec(s2, every2, targets.get("cpu"))
     # same spec except checkpoint_every: compile a plan whose adapter we can compare
     p2 = [r for r in s2.journal.records() if r["kind"] == "compile"][-1]["payload"]["plan"]
     env = {k: v for k, v in os.environ.items() if k != "LEDGER_DIR"}
@@ -193,8 +193,10 @@ def test_a_child_failing_after_a_sandbox_denial_names_it(trained, tmp_path, monk
 def test_a_failed_childs_last_words():
     """What the one-line error quotes: torchrun's root cause, not its closing banner."""
     banner = "=" * 60
-    torchrun = (f"ChildFailedError:\n{banner}\nledger.sandbox FAILED\nFailures:\n[1]:\n  rank      : 0 (local_rank: 0)\n"
-                f"  exitcode  : -15 (pid: 7)\nRoot Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+    torchrun = (f"ChildFailedError:\n{banner}\nledger.sandbox FAILED\nFailures:\n[1]:\n"
+                "  rank      : 0 (local_rank: 0)\n"
+                f"  exitcode  : -15 (pid: 7)\nRoot Cause (first observed failure):\n[0]:\n"
+                "  rank      : 1 (local_rank: 1)\n"
                 f"  exitcode  : 9 (pid: 8)\n  traceback : To enable traceback see: https://x\n{banner}\n")
     assert trainlib._last_words(torchrun) == "rank 1 failed first, exit status 9; then rank 0, exit status -15"
     assert trainlib._last_words("Traceback...\nValueError: bad\n\n---\n") == "ValueError: bad"
