@@ -12,8 +12,8 @@ objects) is checked by ledger/store/schema.py, not here. Readers call `read(rec)
 payload, or JournalCorrupt naming the record.
 
 Layering: the store may import only errors and itself, so this module sits above it and
-registers each kind's check and projection into store/schema.py when imported. ledger/__init__
-imports this module, so the registry is full before any store is opened (see schema.py).
+registers each kind's check and projection into store/schema.py when imported; the registry
+names this module as its provider and imports it on first use (schema.py says why).
 
 The rules written here are the MUST rules of docs/store-format.md, "Record schemas".
 """

@@ -4,11 +4,12 @@ hooks that the layers above register for the record kinds they define.
 Why the hooks live here and the kinds do not: store/ may import only errors and itself (the
 import-layer rule), yet `verify` must check each record against its kind's schema and the index
 must project each kind into its tables. So the store owns the interface (KindHooks) and the
-registry, and `ledger/records.py` — one home per record kind — fills it. `ledger/__init__.py`
-names that module (`use_kinds_from`) and the registry imports it on first use, so every store
-opened through `ledger` has every kind, and light commands (`ledger --help`) do not pay the
-~25 ms of building 30 dataclasses. With no module named, asking for kinds is an InternalError:
-nothing indexes or verifies with a partial registry.
+registry, and `ledger/records.py` — one home per record kind — fills it when imported. The
+registry names that module as its provider (RECORDS_MODULE) and imports it on first use, like a
+plugin entry point: store/ holds no import of it (no import edge, no cycle), every program that
+opens a store gets every kind, and light commands (`ledger --help`, `log`) never pay the ~25 ms
+of building 30 dataclasses. If the provider registers nothing, asking for kinds is an
+InternalError: nothing indexes or verifies with a partial registry.
 
 The envelope is the store's own part of every payload (docs/store-format.md, "Record schemas"):
   refs      {name: id | null}       the ref changes the fold applies (null deletes)
@@ -50,7 +51,7 @@ class KindHooks:
 
 
 _KINDS: dict[str, KindHooks] = {}
-_SOURCE: list[str] = []     # the module that registers the kinds (ledger.records), loaded on first use
+RECORDS_MODULE = "ledger.records"  # the provider of every kind's hooks, imported on first use
 _COMMON: list[Callable[[dict, GetJson], Rows]] = []
 _REF_KINDS: list[Callable[[str], str | None]] = []
 
@@ -79,17 +80,12 @@ def ref_object_kind(name: str) -> str | None:
     return _REF_KINDS[0](name) if _REF_KINDS else None
 
 
-def use_kinds_from(module: str) -> None:
-    """Name the module whose import registers every record kind (called by ledger/__init__)."""
-    _SOURCE[:] = [module]
-
-
 def _loaded() -> dict[str, KindHooks]:
     if not _KINDS:
-        if not _SOURCE:
-            raise InternalError("no record kinds are registered (no module was named with use_kinds_from)",
-                                "import the ledger package (its __init__ names ledger.records) before opening a store")
-        importlib.import_module(_SOURCE[0])  # registers through register() while importing
+        importlib.import_module(RECORDS_MODULE)  # registers through register() while importing
+        if not _KINDS:
+            raise InternalError(f"{RECORDS_MODULE} registered no record kinds",
+                                "report it: the store cannot verify or index without them")
     return _KINDS
 
 
