@@ -68,12 +68,13 @@ def record(store, turns: list[dict], actor: str | None = None, wait: float | Non
     `extra(tx, first)`, if given, runs inside the same transaction after the batch is written, so
     a caller's own bookkeeping (the image's context and buffer cursor) commits with the turns or
     not at all."""
-    with store.transaction("record", actor=actor, wait=wait) as tx:
+    with store.transaction(records.Record.KIND, actor=actor, wait=wait) as tx:
         first = store.state.counters.get("turns", 0) + 1
         batch = [dict(t, id=f"t{first + i}") for i, t in enumerate(turns)]
         oid = tx.put_json({"kind": "turns", "first": first, "turns": batch})
         tx.outputs.append(oid)
-        tx.payload.update({"turns": oid, "first": first, "count": len(batch), "counters": {"turns": len(batch)}})
+        tx.payload.update(records.Record(turns=oid, first=first, count=len(batch),
+                                         counters={"turns": len(batch)}).to_payload())
         if extra is not None:
             extra(tx, first)
     return {"turns": oid, "first": first, "last": first + len(batch) - 1, "count": len(batch), "seq": tx.record["seq"]}
@@ -92,11 +93,12 @@ def attach_outcome(store, turn: str, outcome: str, *, actor: str | None = None, 
         raise BadInput(f"{turn!r} is not a turn id", "turn ids look like t42 (see the turns table)")
     if not isinstance(outcome, str) or not outcome.strip() or len(outcome) > MAX_TEXT:
         raise BadInput(f"an outcome must be a non-empty string of at most {MAX_TEXT} characters")
-    with store.transaction("outcome", actor=actor, wait=wait) as tx:
+    with store.transaction(records.Outcome.KIND, actor=actor, wait=wait) as tx:
         total = store.state.counters.get("turns", 0)
         if int(m.group(1)) > total:
             raise UnknownRef(f"no turn {turn}: {total} turns are recorded", "see `ledger query 'select id from turns'`")
-        tx.payload.update({"turn": turn, "outcome": outcome, "time": now(), **{k: v for k, v in note.items() if v}})
+        tx.payload.update(records.Outcome(turn=turn, outcome=outcome, time=now(),
+                                          extra={k: v for k, v in note.items() if v}).to_payload())
     return {"turn": turn, "outcome": outcome, "seq": tx.record["seq"]}
 
 
@@ -150,7 +152,7 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
 
     from ledger.artefacts.dataset import parquet_bytes
 
-    with store.transaction("export", wait=wait) as tx:
+    with store.transaction(records.Export.KIND, wait=wait) as tx:
         c = store.state.counters
         first, last = c.get("exported", 0) + 1, c.get("turns", 0)
         if last < first:
@@ -161,8 +163,7 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
                           "turn": [t["id"] for t in rows]})
         oid = tx.put_bytes(parquet_bytes(table), "dataset")
         tx.outputs.append(oid)
-        tx.payload.update({"dataset": oid, "first": first, "last": last, "counters": {"exported": last - first + 1}})
-        if cycle is not None:
-            tx.payload["cycle"] = cycle
-        tx.payload.update({k: v for k, v in note.items() if v})
+        tx.payload.update(records.Export(dataset=oid, first=first, last=last, counters={"exported": last - first + 1},
+                                         cycle=records.ABSENT if cycle is None else cycle,
+                                         extra={k: v for k, v in note.items() if v}).to_payload())
     return Export(oid, first, last, tx.record["seq"])

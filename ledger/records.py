@@ -200,32 +200,39 @@ class Payload:
     def _fields(cls):
         return [f for f in fields(cls) if not f.metadata.get("envelope")]
 
+    def __post_init__(self) -> None:
+        # A payload object is valid by construction: a writer that builds one (records.Export(...))
+        # gets the same checks `verify` applies, before anything is committed.
+        for f in self._fields():
+            v = getattr(self, f.name)
+            if v is ABSENT:
+                continue
+            problem = f.metadata["check"](v)
+            if problem is not None:
+                raise BadInput(f"{self.KIND} record: payload.{f.metadata['key'] or f.name} must be {problem}")
+        env = {k: getattr(self, k) for k in ENVELOPE if getattr(self, k) is not ABSENT}
+        bad = schema.envelope_problem(env) if env else None
+        if bad is not None:
+            raise BadInput(f"{self.KIND} record: {bad}")
+        self.check_meaning()
+
     @classmethod
     def from_payload(cls, p: object) -> Payload:
         """Check `p` against this kind's schema; raises BadInput naming the field."""
         if not isinstance(p, dict):
             raise BadInput(f"a {cls.KIND} record's payload must be an object")
-        bad = schema.envelope_problem(p)
-        if bad is not None:
-            raise BadInput(f"{cls.KIND} record: {bad}")
         kw, used = {}, set(ENVELOPE)
         for f in cls._fields():
             key = f.metadata["key"] or f.name
             used.add(key)
-            if key not in p:
-                if f.default is MISSING:
-                    raise BadInput(f"{cls.KIND} record: payload.{key} is missing")
-                continue
-            problem = f.metadata["check"](p[key])
-            if problem is not None:
-                raise BadInput(f"{cls.KIND} record: payload.{key} must be {problem}")
-            kw[f.name] = p[key]
+            if key in p:
+                kw[f.name] = p[key]
+            elif f.default is MISSING:
+                raise BadInput(f"{cls.KIND} record: payload.{key} is missing")
         for k in ENVELOPE:
             if k in p:
                 kw[k] = p[k]
-        obj = cls(**kw, extra={k: v for k, v in p.items() if k not in used})
-        obj.check_meaning()
-        return obj
+        return cls(**kw, extra={k: v for k, v in p.items() if k not in used})  # __post_init__ checks
 
     def check_meaning(self) -> None:
         """Rules across fields (first <= last, ...); raises BadInput."""
