@@ -238,3 +238,15 @@ def test_every_kind_is_documented():
     section = doc[doc.index("## Record schemas"):]
     missing = [k for k in records.KINDS if f"`{k}`" not in section and f"`{k}` /" not in section]
     assert missing == [], f"record kinds not described in docs/store-format.md: {missing}"
+
+
+def test_payload_objects_are_valid_by_construction():
+    """A writer that builds its payload through records gets the checks verify applies."""
+    with pytest.raises(BadInput, match="payload.dataset must be a b3: id"):
+        records.Export(dataset="not-an-id", first=1, last=2)
+    with pytest.raises(BadInput, match="last .* is before"):
+        records.Export(dataset=i(1), first=3, last=2)
+    with pytest.raises(BadInput, match="payload.counters"):
+        records.Record(turns=i(1), first=1, count=1, counters={"turns": "1"})
+    ok = records.Export(dataset=i(1), first=1, last=2, counters={"exported": 2}, extra={"note": "x"})
+    assert ok.to_payload() == {"dataset": i(1), "first": 1, "last": 2, "counters": {"exported": 2}, "note": "x"}
