@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'import-base': ('ledger.cli.train_cmds', 'Import base weights (Llama architecture) as objects; prints the base id.'),
     'record': ('ledger.cli.cycle_cmds', 'Append turns (situation, action, outcome, refusal, time) to the experience buffer.'),
     'export': ('ledger.cli.cycle_cmds', 'Export the turns recorded since the last export as a Parquet dataset object.'),
-    'run': ('ledger.cli.cycle_cmds', 'One learn cycle: export → compile → train → judge → commit (only on Accept).'),
+    'run': ('ledger.cli.cycle_cmds', 'One learn cycle: export → compile → train → judge → commit (only on Accept). Exit 0 on a commit, 3 when the gate refuses (HEAD unchanged; --refusal-ok makes that 0) or no cycle is due.'),
     'gens': ('ledger.cli.cycle_cmds', 'Generations, with the verdict and score that admitted each; HEAD marked.'),
     'diff': ('ledger.cli.cycle_cmds', 'What changed between two generations, receipts or plans, field by field.'),
     'rollback': ('ledger.cli.cycle_cmds', 'Move HEAD with one journal record; nothing is deleted, and a rollback can be rolled back.'),

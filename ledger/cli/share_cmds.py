@@ -170,9 +170,9 @@ def bundle_ls(
 # --- remotes -------------------------------------------------------------------------------
 def remote_add(
     name: Annotated[str, typer.Argument(help="Short name, e.g. origin or alice.")],
-    url: Annotated[str, typer.Argument(help="A directory, file:///path, or s3://bucket/prefix.")],
+    url: Annotated[str, typer.Argument(help="A directory, file:///path, s3://, gs://, az://, sftp://host/path, or http(s):// (read-only).")],
     endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph, …).")] = None,
-    option: Annotated[Optional[List[str]], typer.Option("--option", help="Extra S3 client option KEY=VALUE (e.g. region_name=eu-west-1).")] = None,
+    option: Annotated[Optional[List[str]], typer.Option("--option", help="Extra filesystem option KEY=VALUE (e.g. region_name=eu-west-1 for S3, anon=true).")] = None,
     json_: JsonOpt = False,
 ):
     """Configure a remote (recorded in the journal; credentials are never stored)."""

@@ -1,4 +1,5 @@
-"""Remotes: where shared objects live — a plain directory or S3-compatible object storage.
+"""Remotes: where shared objects live — a plain directory, or anything fsspec serves (S3, GCS,
+Azure, SFTP, memory; HTTP(S) read-only).
 
 Both backends sit behind one small protocol (`Backend`) and share one layout:
 
@@ -25,6 +26,7 @@ import os
 import re
 import stat
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
@@ -252,28 +254,92 @@ class DirBackend:
 SMALL_PUT = 16 << 20   # below this an object is sent in one PUT (read, hashed, then sent)
 
 
-class S3Backend:
-    """A remote in S3-compatible object storage (s3fs)."""
+# --- remotes through fsspec ----------------------------------------------------------------
+# Remotes on anything fsspec serves: S3, GCS, Azure, SFTP, memory — and HTTP(S), read-only.
+#
+# One backend for every fsspec filesystem, behind remote.py's `Backend` protocol. ledger's own
+# checks sit on top: every object is hashed as it arrives and refused unless it hashes to its id,
+# reads are bounded by the announced size, and a remote that is not ledger's (no LEDGER-REMOTE
+# marker) is refused.
+#
+# How a write becomes visible depends on what the filesystem can promise, and the choice is made
+# when the backend opens, from the protocol (never by trying one way and falling back):
+#
+#   transactional   s3, gs/gcs, az/abfs: an upload is staged (multipart, `autocommit=False`) and
+#                   appears only when committed, after the bytes sent hashed to the id
+#   rename          sftp, memory, file: written under tmp/ then moved into place (a rename)
+#   read-only       http, https: pull, fetch and repair only; a push is refused before any byte moves
+#
+# Credentials are never stored in the store: options given to `ledger remote add --option k=v`
+# are passed to the filesystem (endpoint_url, anon, host names); secrets come from each service's
+# usual environment and configuration files.
+TRANSACTIONAL = ("s3", "gs", "gcs", "az", "abfs")
+RENAME = ("sftp", "memory", "file")
+READ_ONLY = ("http", "https")
+PROTOCOLS = TRANSACTIONAL + RENAME + READ_ONLY
+PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "sftp": "paramiko",
+            "http": "aiohttp", "https": "aiohttp"}
+
+
+def protocol_of(url: str) -> str | None:
+    """The fsspec protocol of a remote URL, or None for a plain directory path."""
+    if "://" not in url:
+        return None
+    return url.split("://", 1)[0].lower()
+
+
+def check_url(url: str) -> str:
+    """A remote URL as stored: scheme lower-cased, no trailing slash; unknown schemes refused."""
+    proto = protocol_of(url)
+    if proto not in PROTOCOLS:
+        raise BadInput(f"unsupported remote URL {url!r}",
+                       "use a directory path, file:///path, s3://, gs://, az://, sftp://, memory:// or "
+                       "http(s):// (read-only)")
+    rest = url.split("://", 1)[1].rstrip("/")
+    if not rest:
+        raise BadInput(f"remote URL {url!r} names no bucket, host or path", f"e.g. {proto}://NAME/PREFIX")
+    return f"{proto}://{rest}"
+
+
+class FsspecBackend:
+    """A ledger remote on an fsspec filesystem (see the module docstring for the write modes)."""
 
     def __init__(self, url: str, options: dict | None = None):
-        try:
-            import s3fs
-        except ImportError:
-            raise BadInput("S3 remotes need the `s3fs` package", "pip install 'ledger[s3]'") from None
-        rest = url[len("s3://"):]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
-            raise BadInput(f"bad S3 URL {url!r}", "use s3://BUCKET/PREFIX")
-        self.url = url
-        self.base = f"{bucket}/{prefix.strip('/')}".rstrip("/")
-        opts = dict(options or {})
-        kw = {"skip_instance_cache": True, "use_listings_cache": False}
-        if "endpoint_url" in opts:
-            kw["endpoint_url"] = opts.pop("endpoint_url")
-        if opts:
-            kw["client_kwargs"] = {k: v for k, v in opts.items()}
-        self.fs = s3fs.S3FileSystem(**kw)
+        # fsspec and the protocol's package are imported here, when a remote is opened: they
+        # cost 0.1-0.3 s that commands without a remote must not pay
+        import fsspec
 
+        self.url = check_url(url)
+        self.protocol = protocol_of(self.url)
+        rest = self.url.split("://", 1)[1]
+        opts = dict(options or {})
+        kw: dict = {}
+        if self.protocol == "s3":
+            # s3fs caches listings and instances; a remote must see what another process just wrote
+            kw.update(skip_instance_cache=True, use_listings_cache=False)
+            if "endpoint_url" in opts:
+                kw["endpoint_url"] = opts.pop("endpoint_url")
+            if opts:
+                kw["client_kwargs"] = opts
+            opts = {}
+        if self.protocol == "sftp":
+            kw["host"] = rest.partition("/")[0]
+        kw.update(opts)
+        try:
+            self.fs = fsspec.filesystem(self.protocol, **kw)
+        except ImportError:
+            pkg = PACKAGES.get(self.protocol, "the fsspec backend")
+            raise BadInput(f"{self.protocol}:// remotes need the `{pkg}` package", f"pip install {pkg}") from None
+        except (TypeError, ValueError) as e:
+            raise BadInput(f"remote {self.url}: bad options: {e}",
+                           "check `ledger remote add --option` values") from None
+        self.read_only = self.protocol in READ_ONLY
+        self.transactional = self.protocol in TRANSACTIONAL
+        # paths as the filesystem itself spells them (memory:// and sftp:// root them at "/";
+        # HTTP paths are whole URLs), so that listings strip back to keys
+        self.base = self.url if self.read_only else self.fs._strip_protocol(self.url).rstrip("/")
+
+    # --- plumbing --------------------------------------------------------------------------
     def _p(self, key: str) -> str:
         return f"{self.base}/{key}"
 
@@ -284,11 +350,22 @@ class S3Backend:
             raise
         except (OSError, ValueError) as e:
             raise RemoteError(f"remote {self.url}: {what} failed: {e}") from None
-        except Exception as e:  # botocore's own errors (endpoint unreachable, credentials)
-            if type(e).__module__.startswith(("botocore", "aiobotocore", "aiohttp")):
+        except Exception as e:  # the services' own errors: botocore, aiohttp, google, azure, paramiko
+            if type(e).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "azure",
+                                                    "paramiko", "fsspec", "gcsfs", "adlfs", "s3fs"):
                 raise RemoteError(f"remote {self.url}: {what} failed: {type(e).__name__}: {e}") from None
             raise
 
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise RemoteError(f"remote {self.url} is read-only ({self.protocol}://): cannot {what}",
+                              "push to an s3://, gs://, az://, sftp:// or directory remote; pull from this one")
+
+    def _is_file(self, key: str) -> bool:
+        info = self._call(f"checking {key}", self.fs.info, self._p(key))
+        return info.get("type", "file") == "file"
+
+    # --- the Backend protocol (ledger/sharing/remote.py) -----------------------------------
     def read_small(self, key, limit):
         def go():
             with self.fs.open(self._p(key), "rb") as f:
@@ -303,7 +380,11 @@ class S3Backend:
         return data
 
     def write_small(self, key, data):
-        self._call(f"writing {key}", self.fs.pipe_file, self._p(key), data)
+        self._writable(f"write {key}")
+        if self.transactional:
+            self._call(f"writing {key}", self.fs.pipe_file, self._p(key), data)
+        else:
+            self._renamed(key, lambda f: f.write(data))
 
     def exists(self, key):
         return self._call(f"checking {key}", self.fs.exists, self._p(key))
@@ -313,67 +394,99 @@ class S3Backend:
             found = self._call(f"listing {prefix}", self.fs.find, self._p(prefix))
         except FileNotFoundError:
             return []
-        n = len(self.base) + 1
-        return sorted(p[n:] for p in found)
+        strip = self.base.rstrip("/") + "/"
+        return sorted(p[len(strip):] if p.startswith(strip) else p for p in found)
 
     def has_objects(self, oids):
-        # Few ids: a HEAD request each. Many: one listing of objects/ is far fewer requests.
+        # few ids: one existence check each; many: one listing of objects/ is far fewer requests
         oids = list(oids)
-        if len(oids) <= 64:
+        if len(oids) <= 64 or self.read_only:
             return {o for o in oids if self.exists(object_key(o))}
         present = {PREFIX + k[len("objects/"):].replace("/", "") for k in self.list("objects/")}
         return {o for o in oids if o in present}
 
     def put_object(self, oid, src, on_bytes):
-        size = os.lstat(src).st_size
-        path = self._p(object_key(oid))
+        self._writable(f"upload {oid}")
+        key = object_key(oid)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        if size <= SMALL_PUT:
+
+        def stream(f):
+            with open(open_local(oid, src), "rb") as fi:
+                while chunk := fi.read(CHUNK):
+                    h.update(chunk)
+                    f.write(chunk)
+                    on_bytes(len(chunk))
+            got = PREFIX + h.hexdigest()
+            if got != oid:
+                raise _hash_mismatch(oid, got)
+
+        if not self.transactional:
+            self._renamed(key, stream)
+            return
+        size = os.lstat(src).st_size
+        if size <= SMALL_PUT:  # one PUT: read, hash, then send
             with open(open_local(oid, src), "rb") as fi:
                 data = fi.read(size + 1)
             h.update(data)
             got = PREFIX + h.hexdigest()
             if got != oid:
                 raise _hash_mismatch(oid, got)
-            self._call(f"uploading {oid}", self.fs.pipe_file, path, data)
+            self._call(f"uploading {oid}", self.fs.pipe_file, self._p(key), data)
             on_bytes(size)
             return
 
-        def multipart():
-            # autocommit=False: the parts are uploaded but the object appears only at
-            # commit(), which happens after the bytes sent hash to the id.
-            f = self.fs.open(path, "wb", autocommit=False, block_size=max(5 << 20, CHUNK))
+        def staged():
+            # autocommit=False: the parts are uploaded but the object appears only at commit(),
+            # which happens after the bytes sent hash to the id
+            f = self.fs.open(self._p(key), "wb", autocommit=False, block_size=max(5 << 20, CHUNK))
             try:
-                with open(open_local(oid, src), "rb") as fi:
-                    while chunk := fi.read(CHUNK):
-                        h.update(chunk)
-                        f.write(chunk)
-                        on_bytes(len(chunk))
+                stream(f)
                 f.close()
-                got = PREFIX + h.hexdigest()
-                if got != oid:
-                    raise _hash_mismatch(oid, got)
                 f.commit()
             except BaseException:
                 f.discard()
                 raise
-        self._call(f"uploading {oid}", multipart)
+        self._call(f"uploading {oid}", staged)
+
+    def _renamed(self, key: str, write) -> None:
+        """Write under tmp/ and move into place, so a reader sees the whole file or none."""
+        tmp = self._p(f"tmp/{uuid.uuid4().hex}")
+
+        def go():
+            try:
+                with self.fs.open(tmp, "wb") as f:
+                    write(f)
+                self.fs.mv(tmp, self._p(key))
+            except BaseException:
+                try:
+                    self.fs.rm_file(tmp)
+                except Exception:  # noqa: BLE001 - best effort: tmp/ is never read
+                    pass
+                raise
+        self._call(f"writing {key}", go)
 
     def flush(self):
-        pass  # every upload above is already complete and visible
+        pass  # every write above is complete and visible when it returns
 
     def get_object(self, oid, dest, on_bytes, *, expect=None, limit=0):
+        key = object_key(oid)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
 
         def go():
-            with self.fs.open(self._p(object_key(oid)), "rb", block_size=CHUNK) as f:
-                # s3fs learns the size from its HEAD request when opening: check before reading
-                cap = check_size(self.url, oid, int(f.size), expect, limit)
+            if not self._is_file(key):
+                raise RemoteError(f"remote {self.url}: {key} is not a file", "the remote is damaged or hostile")
+            with self.fs.open(self._p(key), "rb", block_size=CHUNK) as f:
+                size = getattr(f, "size", None)
+                if size is None:
+                    raise RemoteError(f"remote {self.url} does not say how large {oid} is",
+                                      "a ledger remote must serve sizes (Content-Length for HTTP)")
+                cap = check_size(self.url, oid, int(size), expect, limit)
                 copy_capped(oid, self.url, f.read, cap, dest, on_bytes, h)
         self._call(f"downloading {oid}", go)
         return PREFIX + h.hexdigest()
 
     def delete(self, key):
+        self._writable(f"delete {key}")
         try:
             self._call(f"deleting {key}", self.fs.rm_file, self._p(key))
         except FileNotFoundError:
@@ -398,22 +511,21 @@ class RemoteConfig:
 
 
 def normalise_url(url: str) -> str:
-    """A remote URL as stored: an absolute directory path, or s3://bucket/prefix."""
-    if url.startswith("s3://"):
-        return url.rstrip("/")
-    if "://" in url and not url.startswith("file://"):
-        raise BadInput(f"unsupported remote URL {url!r}", "use a directory path, file:///path or s3://bucket/prefix")
-    path = url[len("file://"):] if url.startswith("file://") else url
+    """A remote URL as stored: an absolute directory path, or SCHEME://… for fsspec remotes."""
+    proto = protocol_of(url)
+    if proto is not None and proto != "file":
+        return check_url(url)
+    path = url[len("file://"):] if proto == "file" else url
     return str(Path(path).expanduser().resolve())
 
 
 def open_backend(url: str, options: dict | None = None) -> Backend:
-    """The backend for a directory, file:// or s3:// URL."""
-    if url.startswith("s3://"):
-        return S3Backend(url, options)
-    if "://" in url and not url.startswith("file://"):
-        raise BadInput(f"unsupported remote URL {url!r}", "use a directory path, file:///path or s3://bucket/prefix")
-    return DirBackend(Path(url[len("file://"):] if url.startswith("file://") else url))
+    """The backend for a directory (or file://) path, or an fsspec URL (s3://, gs://, az://,
+    sftp://, memory://, http(s):// read-only)."""
+    proto = protocol_of(url)
+    if proto is not None and proto != "file":
+        return FsspecBackend(url, options)
+    return DirBackend(Path(url[len("file://"):] if proto == "file" else url))
 
 
 def check_marker(backend: Backend, create: bool) -> None:

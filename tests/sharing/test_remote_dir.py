@@ -253,7 +253,7 @@ def test_remote_config_is_journaled(bob, tmp_path):
     with pytest.raises(BadInput):
         rm.add(Store.open(bob.root), "origin", "/elsewhere")
     with pytest.raises(BadInput):
-        rm.add(Store.open(bob.root), "web", "https://example.invalid/x")
+        rm.add(Store.open(bob.root), "web", "ftp://example.invalid/x")  # https:// is a read-only remote now
     rm.remove(Store.open(bob.root), "origin")
     assert rm.configured(Store.open(bob.root)) == {}
     assert_clean(bob.root)

@@ -20,7 +20,7 @@ def _backend(s3_server, bucket, prefix="team/ledger"):
 def test_s3_round_trip_and_up_to_date_repush(alice, bob, s3_server, s3_bucket):
     bucket, fs = s3_bucket
     be = _backend(s3_server, bucket)
-    assert isinstance(be, rm.S3Backend)
+    assert isinstance(be, rm.FsspecBackend) and be.protocol == "s3" and be.transactional
     h = alice.history
     first = push.push(alice, be, ["HEAD"])
     assert first.objects_sent == first.objects_total
