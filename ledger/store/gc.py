@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
 from ledger.store import fsio
+from ledger.store.ids import is_id
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ def plan(store) -> GcPlan:
     reachable = store.closure(store.roots(scan.records))
     unreachable = []
     for oid, p in store.objects.iter_ids():
-        if oid in reachable:
-            continue
+        if oid in reachable or not is_id(oid):
+            continue  # a file that is not named like an object: verify reports it, gc leaves it
         try:
             st = os.lstat(p)
         except FileNotFoundError:

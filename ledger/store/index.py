@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -110,6 +111,14 @@ def preload() -> None:
 def _connect(path: Path, read_only: bool, wait: float = 5.0):
     import duckdb
 
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # DuckDB would follow a link or block on a FIFO: nothing but a regular file is opened
+        raise StoreCorrupt(f"{path} is not a regular file (a link, FIFO or directory in the index's place)",
+                           "remove it and run `ledger index rebuild`")
     deadline = time.monotonic() + wait
     delay = 0.005
     while True:

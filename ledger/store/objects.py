@@ -69,14 +69,20 @@ class ObjectStore:
         """A regular file is stored under this id (not a link, directory or FIFO)."""
         try:
             return stat.S_ISREG(os.lstat(self.path(oid)).st_mode)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
+
+    def _fanout_damaged(self, oid: str) -> CorruptObject:
+        return CorruptObject(oid, f"{self.path(oid).parent} is not a directory: objects/ is damaged",
+                             f"move {self.path(oid).parent} aside; then restore what `ledger verify` names")
 
     def size(self, oid: str) -> int:
         try:
             st = os.lstat(self.path(oid))
         except FileNotFoundError:
             raise MissingObject(oid) from None
+        except NotADirectoryError:
+            raise self._fanout_damaged(oid) from None
         if not stat.S_ISREG(st.st_mode):
             raise self._not_regular(oid, fsio.file_kind(st.st_mode))
         return st.st_size
@@ -93,6 +99,8 @@ class ObjectStore:
             return fsio.open_regular(self.path(oid))
         except FileNotFoundError:
             raise MissingObject(oid) from None
+        except NotADirectoryError:
+            raise self._fanout_damaged(oid) from None
         except fsio.NotRegular as e:
             raise self._not_regular(oid, e.kind) from None
         except OSError as e:
@@ -114,7 +122,10 @@ class ObjectStore:
         if not self.dir.is_dir():
             return
         for sub in sorted(self.dir.iterdir()):
-            if sub.is_dir() and len(sub.name) == 2:
+            if not sub.is_dir() or sub.is_symlink():
+                yield PREFIX + sub.name, sub  # not a fan-out directory: verify names it as foreign
+                continue
+            if len(sub.name) == 2:
                 for f in sorted(sub.iterdir()):
                     yield PREFIX + sub.name + f.name, f
 
@@ -200,6 +211,8 @@ class ObjectStore:
             present = os.lstat(dest)
         except FileNotFoundError:
             present = None
+        except NotADirectoryError:
+            raise self._fanout_damaged(oid) from None
         if present is not None and stat.S_ISREG(present.st_mode) and self.intact(oid):
             tmp.unlink()
             return False

@@ -409,8 +409,11 @@ class Store:
         with self.locked():
             scan = self.journal.scan()
             st = fold(scan.records)
-            index.rebuild(self.root, scan.records, st, self.get_json, self.tmp, self.store_id)
-            self._write_cache(st, scan.end)
+            try:
+                index.rebuild(self.root, scan.records, st, self.get_json, self.tmp, self.store_id)
+                self._write_cache(st, scan.end)
+            except OSError as e:
+                raise fsio.io_error(e, "rebuilding the index") from e
 
     @contextmanager
     def locked(self, wait: float = 0.0):
