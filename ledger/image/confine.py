@@ -30,7 +30,8 @@ from pathlib import Path
 
 from ledger import generations
 from ledger.artefacts import model as modellib
-from ledger.errors import BadInput, SandboxUnavailable
+from ledger.capabilities import grants as grants_mod
+from ledger.errors import BadInput, MissingObject, SandboxUnavailable
 from ledger.sandbox import SandboxPolicy, seccomp
 from ledger.sandbox import run as sandbox_run
 from ledger.store import trees
@@ -67,8 +68,6 @@ def all_generations(store) -> list[generations.Generation]:
 
 def capability_dirs(store, gens) -> tuple[set[Path], set[Path]]:
     """Host folders the generations grant to capabilities: (read-only, read-write)."""
-    from ledger.capabilities import grants as grants_mod
-
     ro, rw = set(), set()
     for g in gens:
         for entry in g.capabilities.values():
@@ -91,8 +90,6 @@ def policy(store, gens, buffer_dir: Path):
     paths = [store.object_path(o) for o in sorted(objects)]
     missing = [o for o, p in zip(sorted(objects), paths) if not p.is_file()]
     if missing:
-        from ledger.errors import MissingObject
-
         raise MissingObject(missing[0], f"object {missing[0]} that a generation serves from is missing "
                                         f"({len(missing)} missing in all)")
     read = [str(store.journal.path), *map(str, paths)]

@@ -23,7 +23,7 @@ The modules
 
 How a run works
     The parent validates the policy, resolves every grant to a concrete path, and starts
-    `python -E -s -S .../ledger/sandbox/__main__.py --rules-file F --status-dir D --cwd DIR -- argv`.
+    `python -E -s -S -c <run.BOOTSTRAP> --rules-file F --status-dir D --cwd DIR -- argv...`.
     That bootstrap gives itself a private /dev/shm, drops every capability, applies Landlock and
     the seccomp filter to itself, reports into D/<its pid>, then execs argv. With a
     launcher (torchrun), the launcher starts N bootstraps and each confines itself.

@@ -1,9 +1,10 @@
-"""The bootstrap: `python -E -s -S .../ledger/sandbox/__main__.py --rules-file F ... -- argv`.
+"""The bootstrap: `python -E -s -S -c <run.BOOTSTRAP> --rules-file F ... -- argv` (or `python -m ledger.sandbox`).
 
 A fresh, single-threaded interpreter that confines itself and then execs argv, so nothing of the
 caller's state (threads, locks held at fork time) is in the confined process. It imports only
 the standard library and its sibling modules landlock, privileges and seccomp (-s -S: no
-site-packages); run.bootstrap_command() starts it as a file, so ledger/__init__ is not imported.
+site-packages); run.bootstrap_command() starts it through package stubs, so neither
+ledger/__init__.py nor ledger/sandbox/__init__.py (which import the store and blake3) runs.
 
 The rules (JSON, written by the parent: run.bootstrap_rules):
   grants        [[path, kind], ...]       Landlock rules (landlock.KIND_RIGHTS)
@@ -34,14 +35,7 @@ import socket
 import sys
 from typing import Sequence
 
-if __package__:   # python -m ledger.sandbox
-    from ledger.sandbox import landlock, privileges, seccomp
-else:             # python .../ledger/sandbox/__main__.py (run.bootstrap_command): the siblings are
-    # found beside this file, and ledger's package __init__ (which may import anything, e.g.
-    # blake3 from site-packages, which -s -S leaves out) is never imported
-    import landlock
-    import privileges
-    import seccomp
+from ledger.sandbox import landlock, privileges, seccomp
 
 _PR_SET_PDEATHSIG = 1
 BOOTSTRAP_FAILED = 120

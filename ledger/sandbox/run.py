@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import blake3
+
 import ledger
 from ledger.errors import BadInput, InternalError, SandboxUnavailable
 from ledger.sandbox import audit_hook, privileges, seccomp
@@ -29,6 +31,7 @@ from ledger.sandbox.policy import Grant, SandboxPolicy, within
 from ledger.sandbox.seccomp import SyscallDenial
 
 __all__ = ["Confinement", "DeniedAttempt", "SandboxResult", "SyscallDenial", "bootstrap_command", "bootstrap_rules",
+           "filter_id",
            "read_confinement", "run_sandboxed"]
 
 
@@ -99,7 +102,7 @@ def read_confinement(reports: Sequence[Sequence[str]], prog: bytes) -> Confineme
     first = seen[0]
     try:
         conf = Confinement(
-            landlock_abi=min(int(c["landlock_abi"]) for c in seen), seccomp_filter_hash=seccomp.filter_id(prog),
+            landlock_abi=min(int(c["landlock_abi"]) for c in seen), seccomp_filter_hash=filter_id(prog),
             seccomp_supervised=all(c["seccomp_supervised"] is True for c in seen),
             capabilities_dropped=tuple(first["capabilities_dropped"]),
             capabilities_left=tuple(sorted({str(x) for c in seen for x in c["capabilities_left"]})),
@@ -276,13 +279,29 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+# How the bootstrap starts: ledger and ledger.sandbox as bare package stubs, so that importing
+# ledger.sandbox.__main__ runs neither package's __init__ (they import the store, and blake3 from
+# site-packages, which -s -S leaves out); only the standard library and the bootstrap's siblings.
+BOOTSTRAP = ("import sys, types\n"
+             "for name, path in (('ledger', {ledger!r}), ('ledger.sandbox', {sandbox!r})):\n"
+             "    m = types.ModuleType(name); m.__path__ = [path]; sys.modules[name] = m\n"
+             "from ledger.sandbox.__main__ import main\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+
+
 def bootstrap_command() -> list[str]:
-    """How to start the bootstrap: `[python, -E, -s, -S, .../ledger/sandbox/__main__.py]`.
+    """How to start the bootstrap: `[python, -E, -s, -S, -c, BOOTSTRAP]`; its arguments follow.
 
     -E: ignore PYTHON* (so the bootstrap itself neither loads the audit hook nor the caller's
-    PYTHONPATH); -s -S: no site-packages. Started as a file, not with -m, so that importing it
-    never runs ledger/__init__.py."""
-    return [sys.executable, "-E", "-s", "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
+    PYTHONPATH); -s -S: no site-packages."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [sys.executable, "-E", "-s", "-S", "-c",
+            BOOTSTRAP.format(ledger=os.path.dirname(here), sandbox=here)]
+
+
+def filter_id(prog: bytes) -> str:
+    """A seccomp filter's id: b3:<BLAKE3 of the program bytes>."""
+    return "b3:" + blake3.blake3(prog).hexdigest()
 
 
 def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,

@@ -28,7 +28,7 @@ is handed to the parent (SECCOMP_RET_USER_NOTIF), which records it and answers E
 the child cannot forge or suppress (Supervisor below).
 
 The program is built by the parent (program()), and its id is the BLAKE3 of its bytes
-(filter_id()); the bootstrap installs exactly those bytes. x86_64 only: the syscall numbers are
+(run.filter_id()); the bootstrap installs exactly those bytes. x86_64 only: the syscall numbers are
 per architecture and only this table was run here; elsewhere the sandbox refuses to run.
 """
 
@@ -190,15 +190,6 @@ def program(*, network: bool, supervised: bool, gpu: bool = False) -> bytes:
     a.label("kill")
     a.op(_RET_K, RET_KILL_PROCESS)
     return a.bytes()
-
-
-def filter_id(prog: bytes) -> str:
-    """The filter's id: b3:<BLAKE3 of the program bytes>."""
-    # Imported here, not at the top: the bootstrap imports this module with -s -S (no
-    # site-packages, so no blake3); only the parent names filters.
-    import blake3
-
-    return "b3:" + blake3.blake3(prog).hexdigest()
 
 
 class _SockFprog(ctypes.Structure):

@@ -22,7 +22,8 @@ def _targets(project):
     doc = sorted((seallib.sealed_dir(s, suite.id) / "eval").iterdir())[0]
     doc_object = s.object_path(next(iter(s.get_json(suite.id)["scored"].values())))
     head = s.object_path(s.state.refs["HEAD"])
-    return {"sealed": (doc, False), "suite-doc-object": (doc_object, False), "suite-manifest": (s.object_path(suite.id), False),
+    return {"sealed": (doc, False), "suite-doc-object": (doc_object, False),
+            "suite-manifest": (s.object_path(suite.id), False),
             "refs": (s.root / "refs.json", False), "index": (s.root / "index.duckdb", False),
             "project-file": (project / "README", False), "journal-append": (s.journal.path, True),
             "served-object": (head, False), "journal": (s.journal.path, False)}
