@@ -139,7 +139,9 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
 
 def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
     """Materialise a generation as a folder PeftModel.from_pretrained loads as is
-    (adapter_model.safetensors + adapter_config.json), plus the base model under base/."""
+    (adapter_model.safetensors + adapter_config.json) and, for a base with its own tokenizer,
+    AutoTokenizer.from_pretrained loads as is (tokenizer.json, tokenizer_config.json, chat
+    template), plus the base model under base/."""
     from pathlib import Path
 
     g = load(store, ref)
@@ -153,8 +155,13 @@ def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
     if g.adapter:
         trees.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
         written.extend(e["path"] for e in store.get_json(g.adapter)["entries"])
-    if with_base and g.base:
+    if g.base:
         manifest = modellib.load_manifest(store, g.base)
-        trees.materialise_tree(store, manifest["files"], dest / "base")
-        written.append("base/")
+        for e in trees.tree_entries(store, manifest["files"]):
+            if e["path"] in modellib.TOKENIZER_CHECKOUT:
+                store.export_file(e["id"], dest / e["path"])
+                written.append(e["path"])
+        if with_base:
+            trees.materialise_tree(store, manifest["files"], dest / "base")
+            written.append("base/")
     return {"generation": g.name, "id": g.id, "dir": str(dest), "files": written, "adapter": g.adapter, "base": g.base}

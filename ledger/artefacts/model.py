@@ -193,6 +193,8 @@ def ensure_builtin(tx, store, model: dict) -> str:
 # AutoTokenizer / LlamaForCausalLM / PeftModel load as is.
 KEEP = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+# what a checkout puts beside the adapter so that AutoTokenizer.from_pretrained(checkout) works
+TOKENIZER_CHECKOUT = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json")
 MAX_JSON = 16 << 20  # config / tokenizer_config / index files are KBs

@@ -34,4 +34,5 @@ def smol_store(smol_gguf, tmp_path_factory):
         base = model.import_base(tx, store, smol_gguf)
         tx.outputs.append(base)
         tx.refs["name/smol"] = base
+        tx.payload.update({"base": base, "name": "smol"})
     return store, base

@@ -86,6 +86,7 @@ def test_gguf_import_round_trips_the_weights(store, tmp_path):
         base = model.import_gguf(tx, store, tmp_path / "tiny.gguf")
         tx.outputs.append(base)
         tx.refs["name/g"] = base
+        tx.payload["base"] = base
     man = model.load_manifest(store, base)
     o = man["origin"]
     assert o["import"] == "gguf" and o["stored_dtype"] == "float32" and o["quant_types"] == {"F32": 21}
@@ -174,6 +175,7 @@ def test_hf_folder_with_tokenizer_and_template_imports_them(store, tmp_path, smo
     (hf / "README.md").write_text("not kept")
     with store.transaction("import-base") as tx:
         base = model.import_base(tx, store, hf)
+        tx.payload["base"] = base
     man = model.load_manifest(store, base)
     smol = smol_store[0].get_json(smol_store[1])
     assert man["tokenizer"] == smol["tokenizer"] and man["template"] == smol["template"]  # same artefacts, same ids
