@@ -187,6 +187,8 @@ def opt(check: Check, *, key: str | None = None, object_kind: str | None = None)
 
 
 # --- the base -------------------------------------------------------------------------------------
+_FIELDS: dict[type, tuple] = {}
+
 @dataclass(frozen=True, kw_only=True)
 class Payload:
     """One record kind's payload. Subclasses set KIND and declare their fields with need/opt."""
@@ -198,7 +200,11 @@ class Payload:
 
     @classmethod
     def _fields(cls):
-        return [f for f in fields(cls) if not f.metadata.get("envelope")]
+        # cached per class: verify calls this for every record of a million-record journal
+        got = _FIELDS.get(cls)
+        if got is None:
+            got = _FIELDS[cls] = tuple(f for f in fields(cls) if not f.metadata.get("envelope"))
+        return got
 
     def __post_init__(self) -> None:
         # A payload object is valid by construction: a writer that builds one (records.Export(...))
