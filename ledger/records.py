@@ -295,6 +295,7 @@ class Init(Payload):
 class Add(Payload):
     KIND: ClassVar[str] = "add"
     path: str = opt(STR)
+    path_escaped: bool = opt(BOOL)   # path is percent-encoded bytes (docs/store-format.md rule 16)
     kind: str = opt(STR)
     size: int = opt(COUNT)
     name: str = opt(TEXT)
