@@ -139,7 +139,13 @@ def child(tmp_path_factory):
         attacker = work / "inputs" / "hostile.py"     # where the child can read it
         shutil.copyfile(HOSTILE, attacker)
         cj = dataclasses.replace(cj, argv=(sys.executable, str(attacker), json.dumps(cfg)))
-        res = job.launch(cj)
+        # an inheritable descriptor of the parent's, open on a store file, while the child starts
+        leak = os.open(store.root / "config", os.O_RDONLY)
+        os.set_inheritable(leak, True)
+        try:
+            res = job.launch(cj)
+        finally:
+            os.close(leak)
         seen = _seen(res.stdout_tail + res.stderr_tail)
     finally:
         listeners.close()
