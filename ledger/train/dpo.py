@@ -206,12 +206,19 @@ def _collect(outputs: job.ChildOutputs, result: dict) -> dict | None:
     from ledger.gate.score import ADAPTER_FILES
 
     if result.get("stopped") is not None:
+        job.check_result(result, RESULT_TYPES)
         return None
     files = outputs.read_folder("adapter", {name: (outputs.limits.adapter_bytes if name.endswith(".safetensors")
                                                    else outputs.limits.config_bytes) for name in ADAPTER_FILES})
     if files is None:
         raise job.Refusal(job.Violation("adapter", "missing from a run that finished"))
+    job.check_result(result, RESULT_TYPES)
     return files
+
+
+# what the DPO receipt reads from out/result.json (checked before it is read: job.check_result)
+RESULT_TYPES = {"steps_done": int, "losses": list, "stopped": (type(None), dict), "dpo": dict, "metrics": dict,
+                "counters": dict, "timings": dict, "versions": dict, "device": dict, "determinism": dict}
 
 
 def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:

@@ -81,6 +81,11 @@ class Limits:
     error_bytes: int = 64 * 1024    # error.json: a real error report is a few hundred bytes
 
     @property
+    def max_entries(self) -> int:
+        """Entries in out/checkpoints/: at most one folder (and its .tmp) per step."""
+        return 2 * self.steps + 8
+
+    @property
     def progress_bytes(self) -> int:
         return 64 * 1024 + 1024 * self.steps
 
@@ -215,7 +220,7 @@ class ChildOutputs:
         if fd is None:
             return None
         try:
-            names = sorted(os.listdir(fd))
+            names = _names(fd, rel, len(expected) + 1)  # one more, so an extra entry is named
             extra = [n for n in names if n not in expected]
             if extra:
                 st = os.stat(extra[0], dir_fd=fd, follow_symlinks=False)
@@ -237,7 +242,7 @@ class ChildOutputs:
         if fd is None:
             return []
         try:
-            names = sorted(os.listdir(fd))
+            names = _names(fd, rel, self.limits.max_entries)
         finally:
             os.close(fd)
         for n in names:
@@ -303,6 +308,36 @@ class ChildOutputs:
                                              "(an object of numbers with an integer step)"))
             out.append(obj)
         return out
+
+
+def _names(fd: int, rel: str, cap: int) -> list[str]:
+    """The sorted names in a folder, reading no more than `cap` + 1 of them (a child could fill
+    a folder with millions)."""
+    names = []
+    with os.scandir(fd) as it:
+        for entry in it:
+            names.append(entry.name)
+            if len(names) > cap:
+                raise Refusal(Violation(rel, f"more than the {cap} entries this run may write there"))
+    return sorted(names)
+
+
+def check_result(result, types: dict) -> dict:
+    """`result` (out/result.json) holds at least the fields `types` names, each of its type;
+    anything less is a violation (the receipt is built from it: a missing field must not crash
+    the parent)."""
+    if not isinstance(result, dict):
+        raise Refusal(Violation("result.json", "not a JSON object"))
+    for name, want in types.items():
+        v = result.get(name)
+        ok = isinstance(v, want) and not (isinstance(v, bool) and want in (int, (int, float)))
+        if name not in result or not ok:
+            what = getattr(want, "__name__", " or ".join(t.__name__ for t in want) if isinstance(want, tuple) else want)
+            raise Refusal(Violation("result.json", f"field {name!r} is missing or not {what}"))
+    losses = result.get("losses")
+    if isinstance(losses, list) and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
+        raise Refusal(Violation("result.json", "field 'losses' holds something other than numbers"))
+    return result
 
 
 def _is_progress(obj) -> bool:

@@ -234,6 +234,10 @@ def _crashed(returncode: int, stderr: str, sandbox: dict, checkpoints: list[str]
                          hint, stderr=stderr[-8000:], denied_attempts=denied[:50])
 
 
+# what receipt.build reads from out/result.json (checked before it is read: job.check_result)
+RESULT_TYPES = {"steps_done": int, "start_step": int, "losses": list, "stopped": (type(None), dict), "counters": dict,
+                "timings": dict, "memory": dict, "versions": dict, "device": dict, "determinism": dict}
+
 _STEP_DIR = re.compile(r"step-(\d{8})")
 _STEP_TMP = re.compile(r"step-\d{8}\.tmp")   # being written: never read
 
@@ -306,6 +310,9 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
                                                       "adapter_config.json": outputs.limits.config_bytes})
             if adapter is None:
                 raise job.Refusal(job.Violation("adapter", "missing from a run that finished"))
+        job.check_result(result, RESULT_TYPES)
+        if not isinstance(result["counters"].get("optimizer_steps"), int):
+            raise job.Refusal(job.Violation("result.json", "field 'counters' lacks an integer optimizer_steps"))
         return final, adapter
 
     fin = job.run_job(store, cj, progress=progress, poll=poll, collect=collect, describe_failure=_crashed)

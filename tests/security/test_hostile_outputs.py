@@ -105,6 +105,14 @@ elif mode == "result-fifo":
 elif mode == "result-huge":
     finish()
     os.truncate(os.path.join(out, "result.json"), 64 << 20)
+elif mode == "result-lacks-fields":  # the parent builds the receipt from it: it must not crash on it
+    finish()
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"steps_done": 12, "losses": ["low"]}, f)
+elif mode == "checkpoints-flood":
+    for i in range(200):
+        os.mkdir(os.path.join(ck, f"step-{i:08d}.tmp"))
+    finish()
 elif mode == "result-directory":
     finish()
     os.unlink(os.path.join(out, "result.json"))
@@ -187,6 +195,8 @@ CASES = {
     "result-fifo": "result.json",
     "result-huge": "result.json",
     "result-directory": "result.json",
+    "result-lacks-fields": "result.json",
+    "checkpoints-flood": "checkpoints",
     "progress-fifo": "progress.jsonl",
     "progress-huge": "progress.jsonl",
     "progress-links-the-journal": "progress.jsonl",
@@ -306,7 +316,8 @@ os.symlink(os.path.join(store, "refs.json"), os.path.join(a, "adapter_model.safe
 with open(os.path.join(a, "adapter_config.json"), "w") as f:
     f.write("{}")
 with open(os.path.join(work, "out", "result.json"), "w") as f:
-    json.dump({"steps_done": 2, "losses": [0.7, 0.6], "stopped": None}, f)
+    json.dump({"steps_done": 2, "losses": [0.7, 0.6], "stopped": None, "dpo": {}, "metrics": {}, "counters": {},
+               "timings": {}, "versions": {}, "device": {}, "determinism": {}}, f)
 '''
 
 
