@@ -55,8 +55,9 @@ def adopt(store, ref: str, *, force: bool = False, reason: str = "", progress=No
         raise BadInput(f"{ref} names no base weights", "adopt a generation that carries a model")
     missing = [x for x in (imported.base, imported.adapter) if x and not store.has(x)]
     if missing:
-        raise MissingObject(f"{ref} is here as a manifest, but its model is not: {', '.join(m[:15] + '…' for m in missing)}",
-                            f"bring it with `ledger fetch {' '.join(missing)} --from REMOTE`")
+        raise MissingObject(missing[0], f"{ref} is here as a manifest, but its model is not: "
+                            f"{', '.join(m[:15] + '…' for m in missing)}",
+                            f"bring it with `ledger fetch REMOTE {' '.join(missing)}`")
     verdict_id = None
     if not force:
         outcome = judgelib.judge(store, imported.adapter or oid, progress=progress)

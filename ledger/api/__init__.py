@@ -43,7 +43,7 @@ VERBS: dict[str, tuple[str, ...]] = {
     ),
     "experience": (
         "Recorded", "read_text", "record", "Exported", "export", "Gens", "gens", "Diff", "diff", "RolledBack",
-        "rollback", "CheckedOut", "checkout",
+        "rollback", "Adopted", "adopt", "CheckedOut", "checkout",
     ),
     "gate": (
         "Sealed", "Restored", "seal", "seal_restore", "write_demo_suite", "Judged", "judge", "DpoTrained",

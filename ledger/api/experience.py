@@ -1,4 +1,4 @@
-"""Experience and generations: record, export, gens, diff, rollback, checkout.
+"""Experience and generations: record, export, gens, diff, rollback, adopt, checkout.
 
 Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
 
@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ledger import adopt as adoptlib
+from ledger import checkout as checkoutlib
 from ledger import experience, generations
 from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
@@ -115,21 +117,29 @@ def rollback(target: str | None = None, *, undo: bool = False, reason: str = "",
 
 
 @dataclass(frozen=True)
-class CheckedOut(Result):
-    generation: str
-    id: str
-    dir: str
-    files: tuple[str, ...]
-    adapter: str | None
-    base: str | None
+class Adopted(Wrapped):
+    """ledger.adopt's Adopted in `result` (generation, id, source_ref, source, verdict, forced, seq)."""
 
-    def to_json(self):
-        return {**super().to_json(), "files": list(self.files)}
+
+def adopt(ref: str, *, force: bool = False, reason: str = "", progress=None, wait: float = 0.0,
+          store: StoreLike = None) -> Adopted:
+    """Make an imported generation (`team/gen-7`) live: judged by the local gate (Refused, exit 3,
+    unless it accepts), or `force`d with a `reason`; one `adopt` record makes gen-(N+1) and moves
+    HEAD. Its model and receipt are taken; capabilities and grants stay the local HEAD's."""
+    s = open_store(store)
+    res = adoptlib.adopt(s, ref, force=force, reason=reason, progress=progress, wait=wait)
+    return Adopted(result=res, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
+class CheckedOut(Wrapped):
+    """ledger.checkout's CheckedOut in `result` (kind, id, path, files, generation, adapter, base)."""
 
 
 def checkout(ref: str, directory: str | os.PathLike, *, with_base: bool = True, store: StoreLike = None) -> CheckedOut:
-    """Write a new folder that peft.PeftModel.from_pretrained loads as is (the base under base/)."""
+    """Write what `ref` names back to the filesystem: a generation as a folder that
+    peft.PeftModel.from_pretrained loads as is (the base under base/), a tree as its folder, any
+    other object as a file. Nothing existing is overwritten."""
     s = open_store(store)
-    r = generations.checkout(s, ref, Path(directory), with_base=with_base)
-    return CheckedOut(r["generation"], r["id"], r["dir"], tuple(r["files"]), r["adapter"], r["base"],
-                      warnings=take_warnings(s))
+    res = checkoutlib.checkout(s, ref, Path(directory), with_base=with_base)
+    return CheckedOut(result=res, warnings=take_warnings(s))

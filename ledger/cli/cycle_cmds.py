@@ -20,7 +20,7 @@ from ledger.options import LearnOptions
 
 def register(app: typer.Typer) -> None:
     for name, fn in (("record", record), ("export", export), ("run", run), ("gens", gens), ("diff", diff),
-                     ("rollback", rollback), ("checkout", checkout), ("demo", demo)):
+                     ("rollback", rollback), ("adopt", adopt), ("checkout", checkout), ("demo", demo)):
         app.command(name)(fn)
 
 
@@ -179,14 +179,33 @@ def rollback(target: Annotated[Optional[str], typer.Argument(help="gen-N to move
     finish(json_, res, lambda: common.console().print(f"HEAD: {res.from_} → [bold]{res.to}[/]"))
 
 
-def checkout(ref: Annotated[str, typer.Argument(help="gen-N or HEAD")],
-             directory: Annotated[Path, typer.Argument(help="New folder to write.")],
-             no_base: Annotated[bool, typer.Option("--no-base", help="Only the adapter.")] = False,
+def checkout(ref: Annotated[str, typer.Argument(help="A generation (gen-N, HEAD, team/gen-7), a tree, or any object.")],
+             directory: Annotated[Path, typer.Argument(help="New folder (generation, tree) or file to write.")],
+             no_base: Annotated[bool, typer.Option("--no-base", help="Generations: only the adapter.")] = False,
              json_: JsonOpt = False):
-    """Write a folder that peft.PeftModel.from_pretrained loads as is (and the base under base/)."""
+    """Write a generation as a folder peft.PeftModel.from_pretrained loads as is (the base under
+    base/), a tree as its folder, or any other object as a file; nothing is overwritten."""
     res = api.checkout(ref, directory, with_base=not no_base, store=common.store_dir())
+    r = res.result
+    what = r.generation if r.kind == "generation" else f"{r.kind} {short(r.id)}"
     finish(json_, res, lambda: common.console().print(
-        f"checked out {res.generation} into {res.dir}: " + (", ".join(res.files) or "no adapter (base only)")))
+        f"checked out {what} into {r.path}: " + (", ".join(r.files) or "no adapter (base only)")))
+
+
+def adopt(ref: Annotated[str, typer.Argument(help="An imported generation, e.g. team/gen-7 or team/HEAD.")],
+          force: Annotated[bool, typer.Option("--force", help="Skip the local gate (needs --reason; recorded).")] = False,
+          reason: Annotated[str, typer.Option("--reason", help="Why (recorded; required with --force).")] = "",
+          wait: WaitOpt = 0.0, json_: JsonOpt = False):
+    """Make an imported generation live: the local gate judges it against HEAD (exit 3 unless it
+    accepts), then one `adopt` record makes it the next generation. Grants stay local."""
+    def say(msg):
+        if not json_:
+            common.err_console().print(f"[bold cyan]{'judge':>8}[/] {msg}")
+    res = api.adopt(ref, force=force, reason=reason, progress=say, wait=wait, store=common.store_dir())
+    r = res.result
+    finish(json_, res, lambda: common.console().print(
+        f"adopted {ref} as [bold]{r.generation}[/] (HEAD)" + (" — forced, not judged" if r.forced else
+                                                               f", accepted by the local gate ({short(r.verdict)})")))
 
 
 def demo(directory: Annotated[Optional[Path], typer.Option("--dir", help="Where to build the demo store (default: ./ledger-demo).")] = None,

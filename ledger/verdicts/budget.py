@@ -25,6 +25,7 @@ from ledger.verdicts.suite_hash import b3, canonical_json
 
 # Part of the hashed object: changing what the key covers must change every key.
 BUDGET_KEY_FORMAT = "ledger.gate-budget/1"
+BUDGET_KEY_PREFIX = "budget:"
 
 
 def budget_key(scored_contents: Iterable[str], *, scorer_version: str, tokenizer_id: str,
@@ -39,9 +40,12 @@ def budget_key(scored_contents: Iterable[str], *, scorer_version: str, tokenizer
                     ("base_weights_id", base_weights_id)):
         if not isinstance(v, str) or not v:
             raise BadInput(f"{name} must be a non-empty string, got {v!r}")
-    return b3(canonical_json({"format": BUDGET_KEY_FORMAT, "scored": sorted(hashes),
-                              "scorer_version": scorer_version, "tokenizer_id": tokenizer_id,
-                              "base_weights_id": base_weights_id}))
+    digest = b3(canonical_json({"format": BUDGET_KEY_FORMAT, "scored": sorted(hashes),
+                                "scorer_version": scorer_version, "tokenizer_id": tokenizer_id,
+                                "base_weights_id": base_weights_id}))
+    # `budget:<hex>`, not `b3:<hex>`: a key names no stored object, and every b3: id in a record or
+    # a structured object counts as a reference that verify and gc must find (store/ids.py)
+    return BUDGET_KEY_PREFIX + digest.removeprefix("b3:")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""`ledger checkout REF DEST`: write what the store holds back to the filesystem.
+
+  a generation (gen-N, HEAD, team/gen-7)  a folder peft.PeftModel.from_pretrained loads as is, the
+                                          base's tokenizer files beside it, the base under base/
+  a tree (anything `ledger add DIR` stored) the folder, every file byte-exact (names too)
+  a file (any other object)               the file, verified while it is written
+
+DEST must not exist, or be an empty folder (a tree or generation); nothing is overwritten. Every
+byte is verified against its id while it is written, and a file appears only when it is whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import generations
+from ledger.errors import BadInput
+from ledger.store import trees
+
+MAX_STRUCTURED = 64 << 20  # larger objects are files, never parsed as JSON
+
+
+@dataclass(frozen=True)
+class CheckedOut:
+    """What was written: the kind of thing, its id, where, and the files."""
+
+    kind: str                   # generation | tree | file
+    id: str
+    path: str
+    files: tuple[str, ...]
+    generation: str | None = None
+    adapter: str | None = None
+    base: str | None = None
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "id": self.id, "dir": self.path, "files": list(self.files),
+                "generation": self.generation, "adapter": self.adapter, "base": self.base}
+
+
+def _structured_kind(store, oid: str) -> str | None:
+    if store.objects.size(oid) > MAX_STRUCTURED:
+        return None
+    try:
+        obj = store.get_json(oid)
+    except BadInput:  # not canonical JSON: a file
+        return None
+    return obj.get("kind") if isinstance(obj, dict) else None
+
+
+def _empty_or_new(dest: Path) -> None:
+    if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
+        raise BadInput(f"{dest} exists and is not an empty folder", "choose a new folder; nothing is overwritten")
+
+
+def checkout(store, ref: str, dest, *, with_base: bool = True) -> CheckedOut:
+    """Write the generation, tree or file that `ref` names to `dest` (see the module docstring)."""
+    dest = Path(dest)
+    oid = store.resolve(ref)
+    kind = _structured_kind(store, oid)
+    if kind == "generation":
+        _empty_or_new(dest)
+        r = generations.checkout(store, oid, dest, with_base=with_base)
+        return CheckedOut("generation", r["id"], r["dir"], tuple(r["files"]), r["generation"], r["adapter"], r["base"])
+    if kind == "tree":
+        _empty_or_new(dest)
+        trees.materialise_tree(store, oid, dest)
+        files = tuple(e["path"] for e in trees.tree_entries(store, oid))
+        return CheckedOut("tree", oid, str(dest), files)
+    if dest.exists() or dest.is_symlink():
+        raise BadInput(f"{dest} exists", "give the path of a new file; nothing is overwritten")
+    if not dest.parent.is_dir():
+        raise BadInput(f"{dest.parent} is not a folder", "create it first, or give another path")
+    store.export_file(oid, dest)
+    return CheckedOut("file", oid, str(dest), (dest.name,))
