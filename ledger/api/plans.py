@@ -148,16 +148,14 @@ class ImportedBase(Result):
     name: str | None
 
 
-def import_base(path: str | os.PathLike, *, name: str | None = None, store: StoreLike = None) -> ImportedBase:
-    """Import base weights (a Hugging Face Llama folder, or a .gguf file) as objects (one
-    `import-base` record); `name` names it (then model.base = NAME in a spec)."""
-    p = Path(path)
+def import_base(path: str | os.PathLike, *, name: str | None = None, store: StoreLike = None,
+                progress=None) -> ImportedBase:
+    """Import base weights (a Hugging Face Llama folder, or a .gguf file) with their tokenizer and
+    chat template as objects (one `import-base` record); `name` names it (then model.base = NAME
+    in a spec); `progress(message)` is told each stage (a GGUF import takes tens of seconds)."""
     s = open_store(store)
     with s.transaction("import-base") as tx:
-        if p.is_file() and p.suffix == ".gguf":
-            oid = modellib.import_gguf(tx, s, p)
-        else:
-            oid = modellib.import_hf_dir(tx, p)
+        oid = modellib.import_base(tx, s, Path(path), progress)
         tx.outputs.append(oid)
         tx.payload["base"] = oid
         if name:

@@ -222,5 +222,6 @@ def import_base(
     json_: JsonOpt = False,
 ):
     """Import base weights (Llama architecture) as objects; prints the base id."""
-    res = api.import_base(path, name=name, store=common.store_dir())
+    err = common.err_console()
+    res = api.import_base(path, name=name, store=common.store_dir(), progress=lambda msg: err.print(f"[dim]{msg}…[/]"))
     finish(json_, res, lambda: common.console().print(f"imported base {res.base}" + (f"  name={name}" if name else "")))
