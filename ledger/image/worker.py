@@ -71,7 +71,7 @@ class Image:
         from ledger.image.generate import Model
         from ledger.store import Store
 
-        torch.set_num_threads(int(cfg.get("threads", 1)))
+        torch.set_num_threads(int(cfg["threads"]))   # the keeper writes every option (ServeOptions)
         self.cfg = cfg
         self.t0 = time.monotonic()
         self.store = Store(Path(cfg["store"]))          # read-only use: objects and the journal
@@ -85,7 +85,7 @@ class Image:
         self.n_rid: dict[int, str] = {}
         self.waiters: dict[int, list[tuple[_Conn, dict]]] = {}
         self.folded = 0
-        self.durability = cfg.get("durability", "fsync")
+        self.durability = cfg["durability"]
         self.write_ms = 0.0
         self.stats = collections.Counter()
         self.stopping = False
@@ -94,7 +94,7 @@ class Image:
         self.gen = generations.from_manifest(head, self.store.get_json(head))
         adapters = sorted({g["adapter"] for g in cfg.get("generations", []) if g.get("adapter")})
         self.model = Model(self.store, self.gen.base, Path(cfg["scratch"]) / "model", adapters=adapters,
-                           decoder=cfg.get("decoder"))
+                           decoder=cfg["decoder"])
         self.model.use(self.gen.adapter)
         self._warm(cfg)
 
