@@ -103,7 +103,21 @@ def private_shm() -> str:
     _check(lib.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "mount --make-rprivate /")
     _check(lib.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC),
                      b"mode=1777"), "mount tmpfs on /dev/shm")
+    if userns:
+        # Empty the bounding set while the namespace's CAP_SETPCAP is still held: a launcher
+        # execs next and loses it (its uid is not 0 in here), and its ranks could not empty
+        # theirs. A root caller's launcher keeps its own set; each rank empties its own.
+        _drop_bounding(lib)
     return "user+mount" if userns else "mount"
+
+
+def _drop_bounding(lib) -> None:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read().strip())
+    for cap in range(last + 1):
+        if lib.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) == 1:
+            _check(lib.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0),
+                             ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl(PR_CAPBSET_DROP, {cap})")
 
 
 def shm_is_private(caller_namespace: int) -> bool:
@@ -117,26 +131,22 @@ def shm_is_private(caller_namespace: int) -> bool:
 
 
 def drop_all() -> list[str]:
-    """Drop every capability for good; the names of those held (effective) before."""
+    """Drop every capability for good; the names of those held (effective, permitted or
+    bounding) before."""
     before = capability_sets()
     lib = _libc()
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read().strip())
     setpcap = before["CapEff"] >> CAP_SETPCAP & 1
     if not setpcap and os.geteuid() == 0:
         raise OSError(errno.EPERM, "uid 0 without CAP_SETPCAP cannot empty its bounding set")
-    if not setpcap:
-        # A non-root rank whose launcher made the user namespace: it holds no capability, and
-        # with no_new_privs and a uid other than 0 no exec can give it one; the bounding set
-        # can only be emptied with CAP_SETPCAP, so it is left as it is (and reported).
-        last = -1
-    elif lib.prctl(ctypes.c_int(PR_GET_SECUREBITS), 0, 0, 0, 0) & SECUREBITS != SECUREBITS:
-        _check(lib.prctl(ctypes.c_int(PR_SET_SECUREBITS), ctypes.c_ulong(SECUREBITS), ctypes.c_ulong(0),
-                         ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_SECUREBITS)")
-    for cap in range(last + 1):
-        if lib.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) == 1:
-            _check(lib.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0),
-                             ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl(PR_CAPBSET_DROP, {cap})")
+    if setpcap:
+        if lib.prctl(ctypes.c_int(PR_GET_SECUREBITS), 0, 0, 0, 0) & SECUREBITS != SECUREBITS:
+            _check(lib.prctl(ctypes.c_int(PR_SET_SECUREBITS), ctypes.c_ulong(SECUREBITS), ctypes.c_ulong(0),
+                             ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_SECUREBITS)")
+        _drop_bounding(lib)
+    # else: a non-root rank whose launcher made the user namespace (and emptied the bounding set
+    # there, private_shm): it holds nothing, and with no_new_privs and a uid other than 0 no exec
+    # can give it anything. Were its bounding set not empty it could not empty it (that needs
+    # CAP_SETPCAP); the check below then names it in what is left.
     _check(lib.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), ctypes.c_ulong(0),
                      ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
     header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
@@ -147,4 +157,5 @@ def drop_all() -> list[str]:
         after.pop("CapBnd")
     if any(after.values()):
         raise OSError(errno.EPERM, f"capabilities remain after dropping them: {after}")
-    return names(before["CapEff"] | before["CapPrm"] | before["CapBnd"])
+    kept = capability_sets()["CapBnd"]
+    return names((before["CapEff"] | before["CapPrm"] | before["CapBnd"]) & ~kept)
