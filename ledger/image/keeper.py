@@ -81,6 +81,7 @@ class _Worker:
         self.proc, self.channel, self.session, self.scratch = proc, channel, session, scratch
         self.reader = protocol.LineReader(channel)
         self.info, self.sandbox = info, sandbox
+        self.supervisor = None        # seccomp.Supervisor of this image (None when unsandboxed)
         self.started = time.monotonic()
         self.dirty = False
         self.urgent = False
@@ -220,6 +221,7 @@ class Keeper:
         # Scratch inside the image's own folder, so that a keeper that was killed leaves nothing
         # behind that the next one does not clean up (recover()).
         scratch = confine.scratch_dir(self.buffer, session)
+        sup = None   # the image's seccomp supervisor: records the syscalls its filter refuses
         try:
             policy, objects = confine.policy(self.store, gens, self.buffer)
             recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
@@ -230,7 +232,9 @@ class Keeper:
                    "durability": self.options.durability,
                    "probe": os.environ.get("LEDGER_IMAGE_PROBE") == "1", "hold": os.environ.get("LEDGER_IMAGE_HOLD")}
             (scratch / "config.json").write_text(json.dumps(cfg))
-            rules, prog = confine.rules(policy, landlock=not self.options.unsandboxed)
+            sup = None if self.options.unsandboxed else confine.supervisor(self.run, session)
+            rules, prog = confine.rules(policy, landlock=not self.options.unsandboxed,
+                                        notify=sup.path if sup else None)
             (scratch / "rules.json").write_text(json.dumps(rules))
             ours, theirs = socket.socketpair()
             status_r, status_w = os.pipe()
@@ -261,9 +265,12 @@ class Keeper:
                        "confinement": confinement}
             info = self._await_ready(proc, ours)
         except BaseException:
+            if sup is not None:
+                sup.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise
         self.worker = _Worker(proc, ours, session, scratch, info, sandbox)
+        self.worker.supervisor = sup
         self.sel.register(ours, selectors.EVENT_READ, ("worker", None))
         self.state = "serving"
         self.fold.lifecycle(event, session=session, decoder=info.get("decoder"), sandbox=sandbox, image_pid=proc.pid)
@@ -355,6 +362,8 @@ class Keeper:
         self.fold.fold(w.session, final=True, folded=self._folded)
         self.fold.forget(w.session)
         shutil.rmtree(w.scratch, ignore_errors=True)
+        if w.supervisor is not None:
+            w.supervisor.close()
         self.say(f"image (pid {w.proc.pid}) exited with {code}: {why}")
         return code
 
@@ -383,7 +392,8 @@ class Keeper:
         w = self.worker
         return {"running": True, "pid": os.getpid(), "state": self.state, "socket": str(protocol.image_socket(self.store.root)),
                 "image_pid": w.proc.pid if w else None, "session": w.session if w else None,
-                "decoder": w.info.get("decoder") if w else None, "sandbox": w.sandbox if w else None,
+                "decoder": w.info.get("decoder") if w else None,
+                "sandbox": confine.status(w.sandbox, w.supervisor) if w else None,
                 "generation": self.ctx.generation, "gen": self.ctx.gen, "context": {**self.ctx.to_json(), "id": self.ctx.id},
                 "unrecorded": self.fold.unrecorded(),
                 "learn": Policy.of(self.learn).to_json() if self.learn else None}
