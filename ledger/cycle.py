@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ledger import experience, generations
 from ledger.artefacts import model as modellib
+from ledger.artefacts import template as templatelib
 from ledger.errors import Refused
 from ledger.gate import judge as judgelib
 from ledger.gate import seal as seallib
@@ -187,7 +188,9 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     say("compile", f"plan {plan.id[:15]}: {plan.body['parameters']['trainable']:,} trainable parameters")
 
     # the export, checked against the sealed suite before anything trains on it (GATE.md rule 2)
-    contaminated = _check_export(store, dataset, plan.id, say)
+    # the base's chat template text every rendered row shares by construction: not evidence
+    shared = templatelib.for_base(store, modellib.load_manifest(store, incumbent.base)).fixed_text()
+    contaminated = _check_export(store, dataset, plan.id, say, shared)
     if contaminated is not None:
         res.verdict_id = contaminated
         reasons = list(store.get_json(contaminated).get("reason_codes") or [])  # for the operator
@@ -224,7 +227,8 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
         res.stages["judge"] = {"s": 0.0, "reused": True}
     else:
         say("judge", "scoring incumbent and candidate on the sealed suite")
-        _, vid, _ = judgelib.judge(store, receipt["adapter"], against="HEAD", export_dataset=dataset)
+        _, vid, _ = judgelib.judge(store, receipt["adapter"], against="HEAD", export_dataset=dataset,
+                                   shared_text=shared)
         res.stages["judge"] = {"s": time.perf_counter() - t0, "reused": False}
     verdict = store.get_json(vid)
     res.verdict_id, res.verdict = vid, verdict.get("verdict")
@@ -245,14 +249,14 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     return res
 
 
-def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
+def _check_export(store, dataset: str, plan_id: str, say, shared: tuple[str, ...] = ()) -> str | None:
     """The verdict id when the export is contaminated (recorded before training; reused when a
     cycle resumes), else None."""
     prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
     if prev is not None:
         return prev["payload"]["verdict"]
     say("check", "checking the export against the sealed suite")
-    out = judgelib.check_before_training(store, dataset, candidate=plan_id)
+    out = judgelib.check_before_training(store, dataset, candidate=plan_id, shared_text=shared)
     return out.verdict_id if out is not None else None
 
 

@@ -126,3 +126,23 @@ def test_plain_format_for_an_hf_tokenizer(smol_store):
     assert list(e.ids[e.action_start:e.action_end]) == [*tok.encode("act"), tok.eos_id]
     assert chat.prompt_ids("sit") == list(e.ids[:e.action_start]) and chat.fixed_text() == ()
     assert json.loads(canonical.dumps(chat.template)) == tp.PLAIN
+
+
+def test_template_boilerplate_is_not_contamination_evidence(smol_store):
+    """Rows rendered with the base's chat template share its system prompt and role headers with
+    every suite document rendered the same way; the template's fixed text, handed to the check,
+    is cut out, while real overlap is still caught."""
+    from ledger.verdicts.gate import check_export
+    from ledger.verdicts.settings import GateSettings
+
+    store, base = smol_store
+    chat = tp.for_base(store, store.get_json(base))
+    train = [(f"r{i}", chat.render(f"user: multiply {i} by 7", f"call calc.mul({i}, 7)")) for i in range(5)]
+    suite = {"s0": chat.render("user: weather in sofia?", 'call weather.get("sofia")')}
+    settings = GateSettings()
+    assert check_export(train, suite, "CANARY-x", settings).contaminated  # the boilerplate alone is a 13-gram
+    assert not check_export(train, suite, "CANARY-x", settings, shared_text=chat.fixed_text()).contaminated
+    leaked = train + [("r9", chat.render("user: weather in sofia? tell me now, please, it is urgent for my trip today",
+                                         'call weather.get("sofia")'))]
+    suite2 = {"s0": chat.render("user: weather in sofia? tell me now, please, it is urgent for my trip today", "x")}
+    assert check_export(leaked, suite2, "CANARY-x", settings, shared_text=chat.fixed_text()).contaminated
