@@ -24,6 +24,7 @@ from pathlib import Path
 import blake3
 
 from ledger.errors import BadInput, Refused
+from ledger.plan.plan import Plan
 from ledger.store.ids import PREFIX, is_id
 
 RUNGS = ("Checked", "Emitted", "Ran", "Learned", "Judged")
@@ -74,25 +75,27 @@ def rung_of(result: dict, final_checkpoint: str | None) -> tuple[str, dict]:
     return rung, evidence
 
 
-def build(*, plan_id: str, plan: dict, result: dict, final_checkpoint: str, final_manifest: dict,
+def build(*, plan_id: str, plan: Plan, result: dict, final_checkpoint: str, final_manifest: dict,
           adapter: str | None, checkpoints: list[str], resumed_from: str | None, sandbox: dict) -> dict:
+    """The receipt of one run of `plan` (its typed view) from what the child reported (`result`,
+    checked by ledger.train.job) and what the parent committed."""
     rung, evidence = rung_of(result, final_checkpoint)
-    evidence = {"Checked": {"plan": plan_id, "fits": plan["fit"]["fits"]}, **evidence}
-    c = plan["config"]
-    lines = {x["name"]: x["bytes"] for x in plan["memory"]["lines"]}
+    evidence = {"Checked": {"plan": plan_id, "fits": plan.fit.fits}, **evidence}
+    inputs = plan.inputs
     return {
         "kind": "receipt", "version": RECEIPT_VERSION, "rung": rung, "evidence": evidence,
-        "plan": plan_id, "spec": plan["spec"], "target": plan["target"],
-        "base": plan["inputs"]["base"], "tokenizer": plan["inputs"]["tokenizer"],
-        "template": plan["inputs"].get("template"), "dataset": plan["inputs"]["dataset"],
+        "plan": plan_id, "spec": plan.spec, "target": plan.target.to_json(),
+        "base": inputs.base, "tokenizer": inputs.tokenizer,
+        "template": inputs.template or None, "dataset": inputs.dataset,
         "cursor": {"start_step": result["start_step"], "end_step": result["steps_done"],
                    **final_manifest["state"]["cursor"]},
-        "seeds": c["seeds"], "rng_state": final_manifest["rng"], "optimizer_state": final_manifest["optimizer"],
+        "seeds": plan.config.seeds.to_json(), "rng_state": final_manifest["rng"],
+        "optimizer_state": final_manifest["optimizer"],
         "final_checkpoint": final_checkpoint, "checkpoints": checkpoints, "resumed_from": resumed_from,
         "adapter": adapter, "stopped": result["stopped"],
-        "realizations": {op: r["name"] for op, r in sorted(plan["realizations"].items())},
-        "memory": {"predicted_bytes": plan["memory"]["total_bytes"], "predicted_lines": lines,
-                   "observed": result["memory"]},
+        "realizations": {op: r.name for op, r in sorted(plan.realizations.items())},
+        "memory": {"predicted_bytes": plan.memory.total_bytes,
+                   "predicted_lines": {x.name: x.bytes for x in plan.memory.lines}, "observed": result["memory"]},
         "losses": result["losses"], "counters": result["counters"], "timings": result["timings"],
         "source": source_identity(), "versions": result["versions"], "device": result["device"],
         "determinism": result["determinism"], "sandbox": sandbox,

@@ -257,10 +257,14 @@ def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int
         state = canonical.loads(files[ck.STATE][0])
     except BadInput:
         raise job.Refusal(job.Violation(f"{rel}/{ck.STATE}", "not JSON")) from None
+    cursor = state.get("cursor") if isinstance(state, dict) else None
     if (not isinstance(state, dict) or state.get("plan") != plan_id or not isinstance(state.get("step"), int)
-            or isinstance(state.get("step"), bool) or (step is not None and state["step"] != step)):
+            or isinstance(state.get("step"), bool) or (step is not None and state["step"] != step)
+            or not isinstance(state.get("losses"), list) or not isinstance(cursor, dict)
+            or not all(isinstance(cursor.get(k), int) for k in ("next_step", "micro_batch"))):
         raise job.Refusal(job.Violation(f"{rel}/{ck.STATE}", f"a state that does not name plan {plan_id[:15]}… "
-                                                              f"{'' if step is None else f'and step {step} '}"))
+                                                              f"{'' if step is None else f'and step {step} '}"
+                                                              "with its losses and cursor"))
     return {name: data for name, (data, _) in files.items()}, state
 
 
@@ -326,7 +330,7 @@ def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tup
     final_id = ck.ingest(tx, *run.final)
     final_manifest = tx.store.get_json(final_id)
     adapter = job.put_tree_bytes(tx, run.adapter) if run.adapter is not None else None
-    body = rcpt.build(plan_id=plan.id, plan=plan.body, result=run.result, final_checkpoint=final_id,
+    body = rcpt.build(plan_id=plan.id, plan=plan.view, result=run.result, final_checkpoint=final_id,
                       final_manifest=final_manifest, adapter=adapter, checkpoints=list(run.checkpoints),
                       resumed_from=resumed_from, sandbox=run.sandbox)
     rid = tx.put_json(body)

@@ -90,6 +90,11 @@ elif mode == "checkpoint-huge-file":
     checkpoint(step4, 4, lambda d: os.truncate(os.path.join(d, "adapter_model.safetensors"), 64 << 20))
 elif mode == "final-state-links-the-refs":
     finish(final_mutate=lambda d: replace(d, "state.json", os.path.join(store, "refs.json")))
+elif mode == "final-state-lacks-its-cursor":  # the receipt's cursor comes from it
+    def no_cursor(d):
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"plan": plan, "step": 12, "losses": [1.0] * 12}, f)
+    finish(final_mutate=no_cursor)
 elif mode == "final-folder-links-the-store":
     os.symlink(store, os.path.join(out, "final"))
     result(os.path.join(out, "result.json"))
@@ -190,6 +195,7 @@ CASES = {
     "checkpoint-huge-file": "checkpoints/step-00000004/adapter_model.safetensors",
     "final-state-links-the-refs": "final/state.json",
     "final-folder-links-the-store": "final",
+    "final-state-lacks-its-cursor": "final/state.json",
     "adapter-links-the-sealed-suite": "adapter/adapter_model.safetensors",
     "result-links-the-refs": "result.json",
     "result-fifo": "result.json",
