@@ -29,8 +29,12 @@ from __future__ import annotations
 
 import importlib
 
-from ledger.api._base import MAX_INLINE_BYTES, Result, Wrapped, human_bytes
-from ledger.options import LearnOptions, ServeOptions
+# Names of ledger.api's shared parts, also loaded on first use: even the Result base class and
+# the options (four dataclasses) cost `ledger --help` a few ms it does not need.
+SHARED: dict[str, tuple[str, ...]] = {
+    "ledger.api._base": ("MAX_INLINE_BYTES", "Result", "Wrapped", "human_bytes"),
+    "ledger.options": ("LearnOptions", "ServeOptions"),
+}
 
 # submodule -> the public names it defines (verbs, their results, constants)
 VERBS: dict[str, tuple[str, ...]] = {
@@ -81,16 +85,17 @@ VERBS: dict[str, tuple[str, ...]] = {
         "Unlocked", "unlock",
     ),
 }
-_WHERE = {name: module for module, names in VERBS.items() for name in names}
+_WHERE = {name: f"ledger.api.{module}" for module, names in VERBS.items() for name in names}
+_WHERE.update({name: module for module, names in SHARED.items() for name in names})
 
-__all__ = ["LearnOptions", "ServeOptions", "Result", "Wrapped", "MAX_INLINE_BYTES", "human_bytes", *_WHERE]
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'ledger.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ledger.api.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value   # the next lookup is a plain attribute
     return value
 

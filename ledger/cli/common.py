@@ -11,7 +11,7 @@ from typing import Annotated, Callable
 
 import typer
 
-from ledger.api import human_bytes  # noqa: F401  (the CLI's tables use the API's byte format)
+from ledger import api
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout (schemas: docs/json.md).")]
 WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for the store lock (default: fail fast, exit 5).")]
@@ -117,6 +117,11 @@ def print_warnings(items) -> None:
         err_console().print(f"[yellow]warning:[/] {escape(w)}")
 
 
+def human_bytes(n: float) -> str:
+    """The API's byte format (api.human_bytes), for the CLI's tables; loaded when first drawn."""
+    return api.human_bytes(n)
+
+
 def short(oid: str | None, n: int = 12) -> str:
     if not oid:
         return "-"
@@ -144,7 +149,7 @@ class byte_progress:
             # (an unchanged re-add) neither draws a bar nor pays for importing rich's.
             nonlocal task
             if self._p is None:
-                from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn, TimeRemainingColumn
+                from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
                 self._p = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                    TransferSpeedColumn(), TimeRemainingColumn(), console=err_console(), transient=True)
@@ -171,8 +176,14 @@ class TrainingBar:
 
     def __enter__(self):
         if self.enabled:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
