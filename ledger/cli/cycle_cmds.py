@@ -13,6 +13,7 @@ from ledger import api
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, print_warnings, short
 from ledger.cli.render import VERDICT_STYLE
+from ledger.cli.tables import Column, print_table, short_id, terminal_width
 from ledger.demo.story import run_demo
 from ledger.errors import CycleRefused
 from ledger.options import LearnOptions
@@ -100,22 +101,27 @@ def gens(json_: JsonOpt = False):
     finish(json_, res, lambda: render_gens(res))
 
 
-def render_gens(res) -> None:
-    from rich.markup import escape
-    from rich.table import Column, Table
+GENS_COLUMNS = [Column(""), Column("gen"), Column("id", 3), Column("parent", 2), Column("adapter", 4),
+                Column("verdict"), Column("Δ score", 1, "right"), Column("loss", 5), Column("note", 0, wrap=True)]
 
-    from ledger.cli.render import loss_spark
 
-    t = Table("", "gen", "id", "parent", "adapter", "verdict", "Δ score", Column("loss", min_width=10), "note",
-              box=None, header_style="bold")
+def gens_cells(res) -> list[list]:
+    """One row of `ledger gens` per generation: plain text, or (text, style) where colour helps."""
+    from ledger.cli.render import loss_segments
+
+    rows = []
     for r in res.rows:
-        style = VERDICT_STYLE.get(r["verdict"] or "", "")
         delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"
-        spark = loss_spark(res.losses.get(r["receipt"]), 10, numbers=False) if r["receipt"] else ""
-        t.add_row("[bold green]HEAD →[/]" if r["head"] else "", r["name"], short(r["id"], 10),
-                  r["parent"] or "-", short(r["adapter"], 8), f"[{style}]{r['verdict'] or '-'}[/]" if style else (r["verdict"] or "-"),
-                  delta, spark or "-", escape(r["note"]))
-    common.console().print(t)
+        spark = loss_segments(res.losses.get(r["receipt"]), 10, numbers=False) if r["receipt"] else []
+        verdict = r["verdict"] or "-"
+        rows.append([("HEAD →", "bold green") if r["head"] else "", r["name"], short_id(r["id"]), r["parent"] or "-",
+                     short_id(r["adapter"], 8), (verdict, VERDICT_STYLE.get(verdict)), delta,
+                     spark[0] if spark else "-", r["note"] or ""])
+    return rows
+
+
+def render_gens(res) -> None:
+    print_table(common.console(), GENS_COLUMNS, gens_cells(res), terminal_width())
 
 
 def diff(a: Annotated[str, typer.Argument(help="gen-N, receipt or plan")],

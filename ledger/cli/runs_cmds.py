@@ -12,7 +12,7 @@ import typer
 from ledger import api
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, finish
-from ledger.cli.tables import Column, number, render, short_id, terminal_width
+from ledger.cli.tables import Column, number, print_table, short_id, terminal_width
 
 COLUMNS = [
     Column("run"), Column("trainer", 3), Column("name", 2, wrap=True), Column("status"), Column("verdict", 1),
@@ -54,6 +54,6 @@ def runs(
             w.writerow([api.csv_cell(d[f]) for f in fields])
         sys.stdout.write(buf.getvalue())
         return
-    finish(json_, res, lambda: sys.stdout.write(
-        render(COLUMNS, [_cells(r) for r in res.rows], terminal_width()) if res.rows else
-        "no runs yet: `ledger train PLAN`, `ledger run`, or `ledger.track(...)` in your own loop\n"))
+    finish(json_, res, lambda: print_table(common.console(), COLUMNS, [_cells(r) for r in res.rows],
+                                           terminal_width()) if res.rows else
+           sys.stdout.write("no runs yet: `ledger train PLAN`, `ledger run`, or `ledger.track(...)` in your own loop\n"))

@@ -13,6 +13,7 @@ import typer
 from ledger import api
 from ledger.cli import common, render
 from ledger.cli.common import JsonOpt, WaitOpt, finish, human_bytes
+from ledger.cli.tables import Column, print_table, terminal_width
 
 
 def register(app: typer.Typer) -> None:
@@ -156,12 +157,10 @@ def query(
         w.writerow(res.columns)
         w.writerows(res.rows)
     else:
-        from rich.table import Table
-
-        t = Table(*res.columns, show_lines=False)
-        for r in res.rows:
-            t.add_row(*("NULL" if v is None else str(v) for v in r))
-        common.console().print(t)
+        # every column wraps at words (values are never cut or shortened: they may be copied)
+        cols = [Column(c, 0, wrap=True) for c in res.columns]
+        print_table(common.console(), cols, [["NULL" if v is None else str(v) for v in r] for r in res.rows],
+                    terminal_width())
 
 
 def index_rebuild(json_: JsonOpt = False):

@@ -82,32 +82,64 @@ def layout(columns: list[Column], rows: list[list[str]], width: int | None) -> t
     return shown, [widths[i] for i in shown], dropped
 
 
-def render(columns: list[Column], rows: list[list[str]], width: int | None = None) -> str:
-    """The table as text (a header line, a rule, the rows), fitted to `width` when given."""
-    rows = [[("" if c is None else str(c)).replace("\n", " ") for c in r] for r in rows]
-    shown, widths, dropped = layout(columns, rows, width)
-    out = []
+Cell = "str | tuple[str, str | None]"  # text, or (text, rich style) for a coloured terminal
 
-    def emit(cells: list[str]):
+
+def _split(cell) -> tuple[str, str | None]:
+    text, style = cell if isinstance(cell, tuple) else (cell, None)
+    return ("" if text is None else str(text)).replace("\n", " "), style
+
+
+def lines(columns: list[Column], rows: list[list], width: int | None = None) -> list[list[tuple[str, str | None]]]:
+    """The table as lines of (text, style) segments: a header, a rule, the rows (wrapped cells
+    continue on the next lines), and a note naming any columns left out."""
+    cells = [[_split(c) for c in r] for r in rows]
+    shown, widths, dropped = layout(columns, [[t for t, _ in r] for r in cells], width)
+    out: list[list[tuple[str, str | None]]] = []
+
+    def emit(row: list[tuple[str, str | None]], bold: bool = False):
         cols = []
-        for i, w, text in zip(shown, widths, cells):
-            cols.append(textwrap.wrap(text, w, break_long_words=False, break_on_hyphens=False) or [""]
-                        if columns[i].wrap else [text])
-        for k in range(max(len(c) for c in cols)):
-            parts = []
-            for i, w, c in zip(shown, widths, cols):
-                t = c[k] if k < len(c) else ""
-                parts.append(t.rjust(w) if columns[i].align == "right" else t.ljust(w))
-            out.append(GAP.join(parts).rstrip())
+        for i, w, (text, style) in zip(shown, widths, row):
+            parts = (textwrap.wrap(text, w, break_long_words=False, break_on_hyphens=False) or [""]
+                     if columns[i].wrap else [text])
+            cols.append((parts, "bold" if bold else style))
+        for k in range(max(len(c[0]) for c in cols)):
+            segs = []
+            for n, (i, w, (parts, style)) in enumerate(zip(shown, widths, cols)):
+                t = parts[k] if k < len(parts) else ""
+                pad = w - len(t)
+                if n:
+                    segs.append((GAP, None))
+                if columns[i].align == "right":
+                    segs += [(" " * pad, None), (t, style)]
+                else:
+                    segs += [(t, style), (" " * pad, None)]
+            while segs and not segs[-1][0].strip():  # no trailing blanks
+                segs.pop()
+            out.append(segs)
 
-    emit([columns[i].header for i in shown])
-    out.append(GAP.join("-" * w for w in widths))
-    for r in rows:
+    emit([(columns[i].header, None) for i in shown], bold=True)
+    out.append([(GAP.join("-" * w for w in widths), None)])
+    for r in cells:
         emit([r[i] for i in shown])
     if dropped:
-        out.append(f"({len(dropped)} column(s) left out to fit {width} columns: {', '.join(dropped)}; "
-                   f"widen the terminal or use --json)")
-    return "\n".join(out) + "\n"
+        out.append([(f"({len(dropped)} column(s) left out to fit {width} columns: {', '.join(dropped)}; "
+                     f"widen the terminal or use --json)", "dim")])
+    return out
+
+
+def render(columns: list[Column], rows: list[list], width: int | None = None) -> str:
+    """The table as plain text, fitted to `width` when given."""
+    return "".join("".join(t for t, _ in line) + "\n" for line in lines(columns, rows, width))
+
+
+def print_table(console, columns: list[Column], rows: list[list], width: int | None) -> None:
+    """The table on a rich console: styles where it has colour, plain text where it has none
+    (NO_COLOR, a pipe). Laid out here already, so rich must not wrap it again."""
+    from rich.text import Text  # rich is loaded by the console that prints this anyway
+
+    for line in lines(columns, rows, width):
+        console.print(Text.assemble(*[(t, style or "") for t, style in line]), soft_wrap=True, highlight=False)
 
 
 def short_id(oid: str | None, n: int = 10) -> str:
