@@ -67,8 +67,16 @@ def _summary(r: dict, losses=None) -> list[Segment]:
             bits.append([(f"({', '.join(map(str, codes))})", "dim")])
     if r["kind"] == "reproduce" and isinstance(p.get("outcome"), str):
         bits.append([(p["outcome"], OUTCOME_STYLE.get(p["outcome"]))])
-    if r["kind"] == "train" and isinstance(p.get("rung"), str):
+    if r["kind"] in ("train", "track") and isinstance(p.get("rung"), str):
         bits.append([(p["rung"], RUNG_STYLE.get(p["rung"]))])
+    if r["kind"] == "track-start" and isinstance(p.get("run"), str):  # a tracked run (ledger.track) began
+        params = p.get("params") if isinstance(p.get("params"), dict) else {}
+        shown = ", ".join(f"{k}={v}" for k, v in list(params.items())[:4])
+        bits.append([(f"run {p['run']}" + (f" ({shown})" if shown else ""), None)])
+    if r["kind"] == "track" and isinstance(p.get("status"), str):
+        bits.append([(p["status"], "green" if p["status"] == "finished" else "red")])
+    if r["kind"] == "track-metrics" and isinstance(p.get("rows"), int):
+        bits.append([(f"{p['rows']} metric rows, steps {p.get('first_step')}–{p.get('last_step')}", None)])
     for k in ("name", "kind", "reason", "note"):
         if isinstance(p.get(k), str) and p[k]:
             bits.append([(f"{k}={p[k]}", None)])

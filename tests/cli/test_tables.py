@@ -39,3 +39,24 @@ def test_short_ids_are_prefixes_commands_accept():
     assert short_id("b3:" + "a" * 64) == "b3:" + "a" * 10
     assert short_id("run:" + "b" * 64) == "run:" + "b" * 10
     assert short_id(None) == "-"
+
+
+def _fake_gens():
+    from types import SimpleNamespace
+
+    rows = [dict(head=False, name="gen-0", id="b3:" + "0a" * 32, parent=None, adapter=None, verdict=None,
+                 mean_delta=None, receipt=None, note="genesis: the base model, no adapter"),
+            dict(head=False, name="gen-1", id="b3:" + "1b" * 32, parent="gen-0", adapter="b3:" + "2c" * 32,
+                 verdict="Accept", mean_delta=-0.4213, receipt="r1", note="cycle 1: Accept"),
+            dict(head=True, name="gen-2", id="b3:" + "3d" * 32, parent="gen-1", adapter="b3:" + "4e" * 32,
+                 verdict="Accept", mean_delta=-0.0871, receipt="r2",
+                 note="adopted team/gen-7 (forced: inspected by hand on the team cluster)")]
+    return SimpleNamespace(rows=rows, losses={"r1": [2.7, 2.1, 1.6, 1.2, 0.9, 0.7, 0.5, 0.45, 0.4, 0.39],
+                                              "r2": [0.5, 0.45, 0.41, 0.4]})
+
+
+@pytest.mark.parametrize("width,name", [(160, "160"), (80, "80"), (None, "pipe")])
+def test_gens_golden(width, name):
+    from ledger.cli.cycle_cmds import GENS_COLUMNS, gens_cells
+
+    assert render(GENS_COLUMNS, gens_cells(_fake_gens()), width) == (GOLDEN / f"gens-{name}.txt").read_text()
