@@ -631,6 +631,7 @@ class Export(Payload):
     first: int = need(SEQ1)
     last: int = need(SEQ1)
     cycle: int = opt(SEQ1)
+    policy: dict = opt(OBJ)       # the learn cycle's trigger policy, when a cycle exported
 
     def check_meaning(self) -> None:
         if self.last < self.first:
