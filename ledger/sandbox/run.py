@@ -255,8 +255,9 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(ledger.__file__)))
 
 
-def _wait_unreaped(proc: subprocess.Popen, timeout: float | None) -> bool:
-    """Wait for proc to exit without reaping it; True when the timeout ran out first."""
+def _wait_unreaped(proc: subprocess.Popen, timeout: float | None, stop: threading.Event | None = None) -> bool:
+    """Wait for proc to exit without reaping it, or for `stop` to be set (then the caller kills
+    its group at once); True when the timeout ran out first."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):          # pragma: no cover - kernels before 5.3
@@ -266,8 +267,17 @@ def _wait_unreaped(proc: subprocess.Popen, timeout: float | None) -> bool:
         except subprocess.TimeoutExpired:
             return True
     try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
-        return not ready
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = None if stop is None else 0.1
+            if deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                wait = left if wait is None else min(wait, left)
+            ready, _, _ = select.select([pidfd], [], [], wait)
+            if ready or (stop is not None and stop.is_set()):
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                return True
     finally:
         os.close(pidfd)
 
@@ -307,7 +317,8 @@ def filter_id(prog: bytes) -> str:
 def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                   env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
                   timeout: float | None = None, unsandboxed: bool = False,
-                  tail_bytes: int = 65536, launcher: Sequence[str] = (), processes: int = 1) -> SandboxResult:
+                  tail_bytes: int = 65536, launcher: Sequence[str] = (), processes: int = 1,
+                  stop: threading.Event | None = None) -> SandboxResult:
     """Run argv confined to `policy` and return what happened.
 
     launcher (with processes=N): a program that starts N copies of the command appended to it
@@ -316,6 +327,8 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
     -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies,
     as the launcher is when the calling thread's process dies.
     Unless all N report that they are confined, SandboxUnavailable (or InternalError) is raised.
+    stop: set it (from another thread) to kill the child's process group at once; the result then
+    has the child's kill status (the caller knows why it asked, e.g. the child broke the rules).
 
     Landlock unavailable and not unsandboxed: raises SandboxUnavailable before anything runs.
     unsandboxed=True: runs without Landlock (even where it is available) and returns
@@ -412,7 +425,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                                 stderr=subprocess.PIPE, start_new_session=True)
         try:
             out, err = _Tail(proc.stdout, tail_bytes), _Tail(proc.stderr, tail_bytes)
-            timed_out = _wait_unreaped(proc, timeout)
+            timed_out = _wait_unreaped(proc, timeout, stop)
         except BaseException:      # e.g. KeyboardInterrupt: never leave the child running
             _kill_group(proc.pid)
             proc.wait()

@@ -430,10 +430,12 @@ def child_env(work: Path, threads: int, pass_env: tuple[str, ...] = PASS_ENV) ->
     return env
 
 
-def launch(job: ChildJob):
-    """The one place a training child is started. Returns ledger.sandbox.SandboxResult."""
+def launch(job: ChildJob, stop: threading.Event | None = None):
+    """The one place a training child is started (`stop` kills it at once). Returns
+    ledger.sandbox.SandboxResult."""
     return run_sandboxed(list(job.argv), job.policy, env=job.env, cwd=str(job.work / "scratch"), timeout=job.timeout,
-                         unsandboxed=job.unsandboxed, launcher=list(job.launcher), processes=job.processes)
+                         unsandboxed=job.unsandboxed, launcher=list(job.launcher), processes=job.processes,
+                         stop=stop)
 
 
 @dataclass
@@ -477,10 +479,11 @@ def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = N
     box: dict = {}
     violations: list[Violation] = []
     checkpoints: list[str] = []
+    stop = threading.Event()   # set on the first violation: a child that broke the rules is not waited for
 
     def target():
         try:
-            box["result"] = launch(job)
+            box["result"] = launch(job, stop)
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             box["error"] = e
 
@@ -489,6 +492,7 @@ def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = N
             return fn()
         except Refusal as r:
             violations.append(r.violation)
+            stop.set()
             return None
 
     def tick():
@@ -508,6 +512,9 @@ def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = N
         tick()
     tick()
     if "error" in box:
+        if violations:  # stopped for breaking the rules, it could not report as a finished child would
+            raise record_violation(store, job, violations, checkpoints,
+                                   {"sandboxed": not job.unsandboxed, "policy": job.policy.as_dict()})
         raise box["error"]
     res = box["result"]
     sandbox = sandbox_record(res, job.policy)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -139,6 +140,9 @@ elif mode == "progress-links-the-journal":
 elif mode == "error-links-the-refs":
     os.symlink(os.path.join(store, "refs.json"), os.path.join(out, "error.json"))
     sys.exit(3)
+elif mode == "link-then-linger":  # breaks the rules, then would keep running for ten minutes
+    checkpoint(step4, 4, lambda d: replace(d, "state.json", os.path.join(store, "refs.json")))
+    time.sleep(600)
 elif mode == "clean-checkpoint-then-a-link":
     checkpoint(step4, 4)
     deadline = time.time() + 60
@@ -232,6 +236,20 @@ def test_hostile_output_is_refused_recorded_and_copies_nothing(hostile_world, mo
     assert _objects(store) == before
     assert not list(store.tmp.glob("train-*"))  # the work folder is removed (links in it not followed)
     assert (store.root / "sealed" / "suite" / "eval" / "s000.json").is_file()  # and their targets kept
+
+
+@pytest.mark.timeout(180)
+def test_a_child_that_broke_the_rules_is_stopped_at_once(hostile_world, monkeypatch):
+    """The first violation stops the child (its whole process group): the run fails in seconds,
+    not when the child chooses to end."""
+    store, plan = hostile_world
+    _hostile(monkeypatch, store, "link-then-linger")
+    since, t0 = _seq(store), time.monotonic()
+    with pytest.raises(SandboxViolation):
+        trainlib.train(store, plan.id)
+    assert time.monotonic() - t0 < 60
+    (rec,) = _violations(store, since)
+    assert rec["payload"]["violations"][0]["path"] == "checkpoints/step-00000004/state.json"
 
 
 @pytest.mark.timeout(180)
