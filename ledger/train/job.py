@@ -129,8 +129,13 @@ class ChildOutputs:
 
     # descriptors ----------------------------------------------------------------------------
     def _open_out(self) -> int:
-        # out/ itself is the parent's (the child may write inside it, not replace it)
-        return os.open(self.out, _O_DIR)
+        # out/ is the parent's: a confined child may write inside it, not replace it; an
+        # unconfined one could, and then out/ is not followed either
+        try:
+            return os.open(self.out, _O_DIR)
+        except OSError as e:
+            raise Refusal(Violation(".", f"out/ itself could not be opened as a folder without following links "
+                                         f"({e.strerror})")) from None
 
     def _dir_at(self, parent: int, name: str, rel: str) -> int | None:
         """A descriptor of the real directory `name` in `parent`, None if absent."""

@@ -82,6 +82,10 @@ elif mode == "checkpoint-hard-link-to-the-store":  # only possible unsandboxed: 
     checkpoint(step4, 4, lambda d: (os.unlink(os.path.join(d, "optimizer.safetensors")),
                                     os.link(os.path.join(store, "refs.json"),
                                             os.path.join(d, "optimizer.safetensors"))))
+elif mode == "out-replaced-by-a-link":  # only possible unsandboxed
+    os.rmdir(ck)
+    os.rename(out, out + ".gone")
+    os.symlink(store, out)
 elif mode == "checkpoint-fifo":
     checkpoint(step4, 4, lambda d: (os.unlink(os.path.join(d, "rng.safetensors")),
                                     os.mkfifo(os.path.join(d, "rng.safetensors"))))
@@ -265,6 +269,18 @@ def test_hard_link_to_a_store_file_is_refused_even_unsandboxed(hostile_world, mo
     assert rec["payload"]["violations"][0]["path"] == "checkpoints/step-00000004/optimizer.safetensors"
     assert rec["payload"]["sandboxed"] is False
     assert _objects(store) == before
+
+
+@pytest.mark.timeout(180)
+def test_out_replaced_by_a_link_is_refused_unsandboxed(hostile_world, monkeypatch):
+    store, plan = hostile_world
+    _hostile(monkeypatch, store, "out-replaced-by-a-link")
+    before, since = _objects(store), _seq(store)
+    with pytest.raises(SandboxViolation, match="out/ itself"):
+        trainlib.train(store, plan.id, unsandboxed=True)
+    (rec,) = _violations(store, since)
+    assert rec["payload"]["violations"][0]["path"] == "."
+    assert _objects(store) == before and (store.root / "refs.json").is_file()
 
 
 @pytest.mark.timeout(180)
