@@ -222,10 +222,13 @@ class Keeper:
         # behind that the next one does not clean up (recover()).
         scratch = confine.scratch_dir(self.buffer, session)
         sup = None   # the image's seccomp supervisor: records the syscalls its filter refuses
+        ours = theirs = None
         try:
             policy, objects = confine.policy(self.store, gens, self.buffer)
             recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
-            cfg = {"store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
+            ours, theirs = socket.socketpair()
+            # everything the image needs, in one JSON file: its options, and the fds it inherits
+            cfg = {"listen_fd": self.listen.fileno(), "channel_fd": theirs.fileno(), "store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
                    "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
                    "buffer": str(self.buffer), "scratch": str(scratch), "session": session, "recent": recent,
                    "threads": self.options.threads, "decoder": self.options.decoder, "keeper_pid": os.getpid(),
@@ -236,12 +239,10 @@ class Keeper:
             rules, prog = confine.rules(policy, landlock=not self.options.unsandboxed,
                                         notify=sup.path if sup else None)
             (scratch / "rules.json").write_text(json.dumps(rules))
-            ours, theirs = socket.socketpair()
             status_r, status_w = os.pipe()
             cmd = [*bootstrap_command(), "--rules-file", str(scratch / "rules.json"),
                    "--status-fd", str(status_w), "--cwd", str(scratch), "--",
-                   sys.executable, "-m", "ledger.image.worker", "--config", str(scratch / "config.json"),
-                   "--listen-fd", str(self.listen.fileno()), "--channel-fd", str(theirs.fileno())]
+                   sys.executable, "-m", "ledger.image.worker", str(scratch / "config.json")]
             try:
                 proc = subprocess.Popen(cmd, cwd=_package_root(), env=self._env(scratch), stdin=subprocess.DEVNULL,
                                         pass_fds=(self.listen.fileno(), theirs.fileno(), status_w))
@@ -265,6 +266,9 @@ class Keeper:
                        "confinement": confinement}
             info = self._await_ready(proc, ours)
         except BaseException:
+            for sock in (ours, theirs):   # closed twice is harmless; never leaked
+                if sock is not None:
+                    sock.close()
             if sup is not None:
                 sup.close()
             shutil.rmtree(scratch, ignore_errors=True)

@@ -1,6 +1,7 @@
-"""The image process: `python -m ledger.image.worker --config FILE --listen-fd N --channel-fd M`.
+"""The image process: `python -m ledger.image.worker CONFIG` (a JSON file the keeper wrote: its
+options, and the numbers of the listening socket and the channel it inherits).
 
-Started by the keeper (ledger.image.server) through the Landlock bootstrap, so by the time this
+Started by the keeper (ledger.image.keeper) through the Landlock bootstrap, so by the time this
 module runs it can read only what ledger.image.confine granted. It
 
   * serves the generation HEAD names: base + adapter in memory (ledger.image.generate), and
@@ -19,7 +20,6 @@ It never writes the store: it cannot (see confine.py), and it does not need to.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import ctypes
 import json
@@ -379,16 +379,15 @@ def _hold(cfg: dict, point: str, buffer: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ledger.image.worker")
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--listen-fd", type=int, required=True)
-    ap.add_argument("--channel-fd", type=int, required=True)
-    ns = ap.parse_args(argv)
-    cfg = json.loads(Path(ns.config).read_bytes())
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m ledger.image.worker CONFIG (the keeper starts it)\n")
+        return 2
+    cfg = json.loads(Path(args[0]).read_bytes())
     _die_with(int(cfg["keeper_pid"]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # the keeper decides when the image stops
-    listen = socket.socket(fileno=ns.listen_fd)
-    channel = socket.socket(fileno=ns.channel_fd)
+    listen = socket.socket(fileno=int(cfg["listen_fd"]))
+    channel = socket.socket(fileno=int(cfg["channel_fd"]))
     try:
         image = Image(cfg, listen, channel)
     except LedgerError as e:
