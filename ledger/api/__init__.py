@@ -41,20 +41,28 @@ VERBS: dict[str, tuple[str, ...]] = {
     "about": (
         "version",
     ),
+    "adoption": (
+        "Adopted", "adopt",
+    ),
     "capabilities": (
         "CapabilityAdmitted", "capability_add", "Granted", "capability_grant", "Called", "capability_call",
         "Capabilities", "capability_list",
     ),
     "experience": (
-        "Recorded", "read_text", "record", "Exported", "export", "Gens", "gens", "Diff", "diff", "RolledBack",
-        "rollback", "Adopted", "adopt", "CheckedOut", "checkout",
+        "Recorded", "read_text", "record", "Exported", "export",
     ),
     "gate": (
         "Sealed", "Restored", "seal", "seal_restore", "write_demo_suite", "Judged", "judge", "DpoTrained",
         "dpo", "Reported", "report", "report_html",
     ),
+    "generations": (
+        "RolledBack", "rollback", "CheckedOut", "checkout",
+    ),
+    "history": (
+        "Gens", "gens", "Diff", "diff",
+    ),
     "image": (
-        "ImageStatus", "serve", "Acted", "act", "Outcome", "outcome", "image_status", "image_stop",
+        "ImageStatus", "serve", "Acted", "act", "image_status", "image_stop",
     ),
     "journal": (
         "RECEIPT_RECORDS", "Log", "log", "last_record", "sparkline",
@@ -66,9 +74,11 @@ VERBS: dict[str, tuple[str, ...]] = {
     "learn": (
         "Cycle", "run_cycle", "genesis",
     ),
+    "outcomes": (
+        "Outcome", "outcome",
+    ),
     "plans": (
-        "Targets", "targets", "Compiled", "compile", "plan_ref", "Trained", "train", "parse_override",
-        "Reproduced", "reproduce", "ImportedBase", "import_base",
+        "Targets", "targets", "Compiled", "compile", "plan_ref",
     ),
     "runlist": (
         "RUN_FIELDS", "RunsResult", "runs", "csv_cell",
@@ -83,6 +93,9 @@ VERBS: dict[str, tuple[str, ...]] = {
         "Initialised", "init", "Added", "tree_size", "add", "Catted", "cat", "Shown", "show", "read_json",
         "Verified", "verify", "Collected", "gc", "QueryResult", "query", "Rebuilt", "index_rebuild",
         "Unlocked", "unlock",
+    ),
+    "training": (
+        "Trained", "train", "parse_override", "Reproduced", "reproduce", "ImportedBase", "import_base",
     ),
 }
 _WHERE = {name: f"ledger.api.{module}" for module, names in VERBS.items() for name in names}

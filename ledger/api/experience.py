@@ -1,4 +1,4 @@
-"""Experience and generations: record, export, gens, diff, rollback, adopt, checkout.
+"""Experience: record, export.
 
 Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
 
@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from ledger import adopt as adoptlib
-from ledger import checkout as checkoutlib
-from ledger import experience, generations
+from ledger import experience
 from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
-from ledger.diff import diff as run_diff
 from ledger.errors import BadInput
-from ledger.lineage import generation_rows
 
 
 @dataclass(frozen=True)
@@ -64,82 +60,3 @@ def export(*, store: StoreLike = None) -> Exported:
     return Exported(result=experience.export(s), warnings=take_warnings(s))
 
 
-@dataclass(frozen=True)
-class Gens(Result):
-    rows: tuple[Mapping, ...]                       # ledger.lineage.generation_rows
-    losses: Mapping[str, Any] = field(default_factory=dict)   # receipt id -> its loss trace
-
-    def to_json(self):
-        return list(self.rows)
-
-
-def gens(*, losses: bool = False, store: StoreLike = None) -> Gens:
-    """Generations, with the verdict and score that admitted each; HEAD marked. `losses`: also
-    read each generation's receipt loss trace."""
-    s = open_store(store)
-    rows = generation_rows(s)
-    traces = {r["receipt"]: s.get_json(r["receipt"]).get("losses") for r in rows if losses and r["receipt"]}
-    return Gens(tuple(rows), traces, warnings=take_warnings(s))
-
-
-@dataclass(frozen=True)
-class Diff(Result):
-    body: Mapping   # ledger.diff.diff: kind, a, b, fields, receipt, verdicts, data, adapter
-
-    def to_json(self):
-        return self.body
-
-
-def diff(a: str, b: str, *, store: StoreLike = None) -> Diff:
-    """What changed between two generations, receipts or plans, field by field."""
-    s = open_store(store)
-    return Diff(run_diff(s, a, b), warnings=take_warnings(s))
-
-
-@dataclass(frozen=True)
-class RolledBack(Result):
-    from_: str
-    to: str
-    head: str
-    seq: int
-
-    def to_json(self):
-        return {"from": self.from_, "to": self.to, "head": self.head, "seq": self.seq}
-
-
-def rollback(target: str | None = None, *, undo: bool = False, reason: str = "", wait: float = 0.0,
-             store: StoreLike = None) -> RolledBack:
-    """Move HEAD to `target` (default: HEAD's parent), or `undo` the last rollback: one journal
-    record; nothing is deleted."""
-    s = open_store(store)
-    r = generations.rollback(s, target, undo=undo, reason=reason, wait=wait)
-    return RolledBack(r["from"], r["to"], r["head"], r["seq"], warnings=take_warnings(s))
-
-
-@dataclass(frozen=True)
-class Adopted(Wrapped):
-    """ledger.adopt's Adopted in `result` (generation, id, source_ref, source, verdict, forced, seq)."""
-
-
-def adopt(ref: str, *, force: bool = False, reason: str = "", progress=None, wait: float = 0.0,
-          store: StoreLike = None) -> Adopted:
-    """Make an imported generation (`team/gen-7`) live: judged by the local gate (Refused, exit 3,
-    unless it accepts), or `force`d with a `reason`; one `adopt` record makes gen-(N+1) and moves
-    HEAD. Its model and receipt are taken; capabilities and grants stay the local HEAD's."""
-    s = open_store(store)
-    res = adoptlib.adopt(s, ref, force=force, reason=reason, progress=progress, wait=wait)
-    return Adopted(result=res, warnings=take_warnings(s))
-
-
-@dataclass(frozen=True)
-class CheckedOut(Wrapped):
-    """ledger.checkout's CheckedOut in `result` (kind, id, path, files, generation, adapter, base)."""
-
-
-def checkout(ref: str, directory: str | os.PathLike, *, with_base: bool = True, store: StoreLike = None) -> CheckedOut:
-    """Write what `ref` names back to the filesystem: a generation as a folder that
-    peft.PeftModel.from_pretrained loads as is (the base under base/), a tree as its folder, any
-    other object as a file. Nothing existing is overwritten."""
-    s = open_store(store)
-    res = checkoutlib.checkout(s, ref, Path(directory), with_base=with_base)
-    return CheckedOut(result=res, warnings=take_warnings(s))

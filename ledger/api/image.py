@@ -1,18 +1,16 @@
-"""The image: serve, act, outcome, status, stop.
+"""The image: serve, act, status, stop.
 
 Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ledger import experience
 from ledger.api._base import Result, StoreLike, store_root, take_warnings
 from ledger.api._open import open_store
-from ledger.errors import ImageUnavailable, UnknownRef
-from ledger.image import client, context, protocol
+from ledger.errors import ImageUnavailable
+from ledger.image import client, protocol
 from ledger.options import ServeOptions
 
 
@@ -54,30 +52,6 @@ def act(situation: str, *, action: str | None = None, request_id: str | None = N
     reply = protocol.act(store_root(store), situation, action=action, request_id=request_id, max_new=max_new,
                          wait_recorded=wait_recorded, timeout=timeout)
     return Acted(reply)
-
-
-@dataclass(frozen=True)
-class Outcome(Result):
-    turn: str
-    outcome: str
-    seq: int
-
-
-def outcome(turn: str, value: str, *, timeout: float = 10.0, wait: float = 0.0, store: StoreLike = None) -> Outcome:
-    """Attach the ground-truth outcome to a recorded turn (tN, or the request id of an image turn,
-    waited for up to `timeout` s): one `outcome` record; the latest wins."""
-    s = open_store(store)
-    tid, rid = turn, None
-    if not experience.TURN_ID_RE.match(turn):
-        rid = protocol.check_id(turn)
-        deadline = time.monotonic() + timeout
-        while (tid := context.find_request(s, rid)) is None:
-            if time.monotonic() >= deadline:
-                raise UnknownRef(f"no recorded turn for request {rid!r}",
-                                 "check the id; a turn still in the image's buffer is recorded within a second")
-            time.sleep(0.1)
-    r = experience.attach_outcome(s, tid, value, wait=wait, request=rid)
-    return Outcome(r["turn"], r["outcome"], r["seq"], warnings=take_warnings(s))
 
 
 def image_status(*, store: StoreLike = None) -> ImageStatus:

@@ -1,0 +1,48 @@
+"""History: gens (the generations and the verdicts that admitted them), diff.
+
+Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ledger.api._base import Result, StoreLike, take_warnings
+from ledger.api._open import open_store
+from ledger.diff import diff as run_diff
+from ledger.lineage import generation_rows
+
+
+@dataclass(frozen=True)
+class Gens(Result):
+    rows: tuple[Mapping, ...]                       # ledger.lineage.generation_rows
+    losses: Mapping[str, Any] = field(default_factory=dict)   # receipt id -> its loss trace
+
+    def to_json(self):
+        return list(self.rows)
+
+
+
+def gens(*, losses: bool = False, store: StoreLike = None) -> Gens:
+    """Generations, with the verdict and score that admitted each; HEAD marked. `losses`: also
+    read each generation's receipt loss trace."""
+    s = open_store(store)
+    rows = generation_rows(s)
+    traces = {r["receipt"]: s.get_json(r["receipt"]).get("losses") for r in rows if losses and r["receipt"]}
+    return Gens(tuple(rows), traces, warnings=take_warnings(s))
+
+
+
+@dataclass(frozen=True)
+class Diff(Result):
+    body: Mapping   # ledger.diff.diff: kind, a, b, fields, receipt, verdicts, data, adapter
+
+    def to_json(self):
+        return self.body
+
+
+
+def diff(a: str, b: str, *, store: StoreLike = None) -> Diff:
+    """What changed between two generations, receipts or plans, field by field."""
+    s = open_store(store)
+    return Diff(run_diff(s, a, b), warnings=take_warnings(s))
