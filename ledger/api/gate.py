@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ledger import cycle, generations
 from ledger import report as reportlib
 from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
@@ -36,8 +37,14 @@ def seal(suite_dir: str | os.PathLike, *, base: str | None = None, repin: bool =
          store: StoreLike = None) -> Sealed:
     """Seal a suite folder (eval/ and canary/ documents, optional settings.toml) where training
     cannot read it, and pin its hash against `base` (default HEAD's base): one `seal` record.
-    A different suite needs `repin` and a `reason` (else Refused, exit 3)."""
+    A different suite needs `repin` and a `reason` (else Refused, exit 3). On a store with no
+    generation and no `base`, gen-0 is made first on the built-in base (what the first `ledger run`
+    would make), so that `init`, `seal`, `record`, `run` is a sequence that works."""
     s = open_store(store)
+    if base is None and generations.head(s) is None:
+        g = cycle.ensure_genesis(s, cycle.load_spec(None))
+        s.warnings.append(f"no generation yet: made {g.name} on the built-in tiny base to pin the suite against "
+                          "(to use your own model, `ledger import-base` and `ledger seal --base BASE` instead)")
     res = seallib.seal(s, Path(suite_dir), base=base, repin=repin, reason=reason)
     return Sealed(result=res, warnings=take_warnings(s))
 

@@ -31,6 +31,7 @@ def test_init_seal_record_run_from_an_empty_store(tmp_path):
         p = ledger_cmd(*args, cwd=tmp_path, timeout=900)
         assert p.returncode == 0, f"ledger {args}: {p.stdout}\n{p.stderr}"
     res = json.loads(p.stdout)
-    assert res["outcome"] == "committed", res
+    assert res["outcome"] == "commit", res
     p = ledger_cmd("gens", "--json", cwd=tmp_path)
-    assert [g["name"] for g in json.loads(p.stdout)["generations"]][-1] == "gen-1"
+    gens = json.loads(p.stdout)
+    assert [g["name"] for g in gens] == ["gen-0", "gen-1"] and gens[-1]["head"]
