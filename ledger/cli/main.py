@@ -21,7 +21,7 @@ import typer
 
 from ledger import api
 from ledger.cli import catalog, common
-from ledger.errors import LedgerError
+from ledger.errors import BadInput, LedgerError
 
 
 class LazyGroup(typer.core.TyperGroup):
@@ -107,6 +107,34 @@ def _root(
     common.set_store_dir(store)
 
 
+def _command_path(args: list[str]) -> str:
+    """`ledger bundle create` from the arguments: the command (and its subcommand, for a group)."""
+    words, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--store":  # the root's one option that takes a value
+            skip = True
+        elif not a.startswith("-"):
+            words.append(a)
+    if not words or words[0] not in catalog.COMMANDS:
+        return "ledger"
+    path = ["ledger", words[0]]
+    # on the error path only: building the group's click command is cheap next to what failed
+    cmd = _LazyCommands().get(words[0])
+    if len(words) > 1 and isinstance(cmd, typer.core.TyperGroup) and words[1] in cmd.commands:
+        path.append(words[1])
+    return " ".join(path)
+
+
+def _specific_hint(e: LedgerError, args: list[str]) -> str:
+    """An error whose raiser gave no hint of its own gets the help of the command that failed,
+    not a class-wide stock phrase."""
+    if e.hint == type(e).default_hint and isinstance(e, BadInput) and type(e).default_hint == BadInput.default_hint:
+        return f"see `{_command_path(args)} --help` for what it accepts"
+    return e.hint
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
@@ -116,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if common.debug():
             _print_details(e)
             raise
-        _report(e.message, e.hint, e.exit_code, type(e).__name__, json_mode)
+        _report(e.message, _specific_hint(e, args), e.exit_code, type(e).__name__, json_mode)
         return e.exit_code
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -33,10 +33,13 @@ SCHEMA = {
     "refs": "name VARCHAR, target VARCHAR",
     "generations": ("gen BIGINT, id VARCHAR, parent VARCHAR, base VARCHAR, adapter VARCHAR, receipt VARCHAR, "
                     "verdict VARCHAR, seq BIGINT, time TIMESTAMP"),
-    "receipts": "id VARCHAR, seq BIGINT, plan VARCHAR, spec VARCHAR, rung VARCHAR, adapter VARCHAR, steps BIGINT, final_loss DOUBLE, tokens_per_s DOUBLE",
+    "receipts": ("id VARCHAR, seq BIGINT, plan VARCHAR, spec VARCHAR, rung VARCHAR, adapter VARCHAR, steps BIGINT, "
+                 "final_loss DOUBLE, tokens_per_s DOUBLE"),
     "metrics": "receipt VARCHAR, step BIGINT, name VARCHAR, value DOUBLE",
-    "verdicts": "id VARCHAR, seq BIGINT, verdict VARCHAR, reasons VARCHAR[], candidate VARCHAR, incumbent VARCHAR, suite VARCHAR, mean_delta DOUBLE, p_value DOUBLE",
-    "turns": "id VARCHAR, seq BIGINT, n BIGINT, situation VARCHAR, action VARCHAR, outcome VARCHAR, refusal BOOLEAN, time VARCHAR, generation VARCHAR",
+    "verdicts": ("id VARCHAR, seq BIGINT, verdict VARCHAR, reasons VARCHAR[], candidate VARCHAR, incumbent VARCHAR, "
+                 "suite VARCHAR, mean_delta DOUBLE, p_value DOUBLE"),
+    "turns": ("id VARCHAR, seq BIGINT, n BIGINT, situation VARCHAR, action VARCHAR, outcome VARCHAR, refusal BOOLEAN, "
+              "time VARCHAR, generation VARCHAR"),
     # ground truth attached after a turn was recorded (`ledger outcome`); the latest seq wins
     "outcomes": "turn VARCHAR, seq BIGINT, outcome VARCHAR, time VARCHAR",
     # one row per record that starts, ends or re-runs a training run (ledger/runs.py fills it)
@@ -309,6 +312,7 @@ def indexed_id_at(root: Path, seq: int) -> str | None:
 
 
 def indexed_seq(root: Path) -> int | None:
+    """The journal seq the index reflects (None if missing, unreadable or of another version)."""
     path = root / "index.duckdb"
     if not path.exists():
         return None
@@ -322,7 +326,22 @@ def indexed_seq(root: Path) -> int | None:
         con.close()
 
 
+def _query_hint(e) -> str:
+    """A hint that fits the mistake: a typo in the SQL, a table or column that does not exist, or
+    a statement that tries to change the index (a read-only cache of the journal)."""
+    name, text = type(e).__name__, str(e)
+    if "Parser" in name:
+        return "the SQL does not parse near the place named above; e.g. `select kind, count(*) from journal group by all`"
+    if "Catalog" in name or "Binder" in name:
+        tables = ", ".join([t for t in SCHEMA if t != "meta"] + list(VIEWS))
+        return f"tables: {tables}; `ledger query \"describe TABLE\"` lists a table's columns"
+    if "read-only" in text or "read only" in text or "Permission" in name:
+        return "the index is read-only (a cache of the journal): change the store with ledger's commands"
+    return "see docs/store-format.md for the tables and their columns"
+
+
 def query(root: Path, sql: str):
+    """Run read-only SQL on the index; returns (columns, rows)."""
     import duckdb
 
     path = root / "index.duckdb"
@@ -334,7 +353,7 @@ def query(root: Path, sql: str):
         try:
             cur = con.execute(sql)
         except duckdb.Error as e:
-            raise BadInput(f"query failed: {str(e).splitlines()[0]}", "the index is read-only; see docs/store-format.md for tables") from e
+            raise BadInput(f"query failed: {str(e).splitlines()[0]}", _query_hint(e)) from e
         cols = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchall() if cur.description else []
         return cols, rows
