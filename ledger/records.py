@@ -671,7 +671,7 @@ class KernelTest(Payload):
     build: str = need(ID)
     worst_rel_l2: float | None = need(OPT_NUM)
     tolerance: float = need(NUM)
-    unwritten: object = need(ANY)
+    unwritten: int = need(COUNT)    # output elements the kernel never wrote, over every case
 
 
 @dataclass(frozen=True, kw_only=True)
