@@ -143,3 +143,18 @@ def test_read_error_file_refuses_links_and_special_files(tmp_path):
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (MAX_ERROR_JSON_BYTES + 10) + json.dumps(errors.BadInput("m").to_json()).encode())
     assert "larger than" in read_error_file(big).message
+
+
+def test_a_typed_error_crosses_from_the_detached_keeper(tmp_path):
+    """`ledger serve --detach` on a store with no generation: the keeper (another process) fails
+    with Refused; its JSON line in the log comes back through from_json as the same type, exit code
+    and hint (it was once parsed out of a human log line and the exit-code table)."""
+    from tests.conftest import ledger_cmd
+
+    assert ledger_cmd("init", cwd=tmp_path).returncode == 0
+    p = ledger_cmd("serve", "--detach", cwd=tmp_path, timeout=120)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert "there is no generation to serve" in p.stderr and "ledger run" in p.stderr
+    p = ledger_cmd("serve", "--detach", "--json", cwd=tmp_path, timeout=120)
+    err = json.loads(p.stdout)
+    assert err["error"] == "Refused" and err["exit_code"] == 3
