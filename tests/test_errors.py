@@ -22,6 +22,7 @@ from ledger.errors import (
     MissingObject,
     read_error_file,
 )
+from tests.conftest import ledger_cmd
 
 OID = "b3:" + "ab" * 32
 
@@ -149,8 +150,6 @@ def test_a_typed_error_crosses_from_the_detached_keeper(tmp_path):
     """`ledger serve --detach` on a store with no generation: the keeper (another process) fails
     with Refused; its JSON line in the log comes back through from_json as the same type, exit code
     and hint (it was once parsed out of a human log line and the exit-code table)."""
-    from tests.conftest import ledger_cmd
-
     assert ledger_cmd("init", cwd=tmp_path).returncode == 0
     p = ledger_cmd("serve", "--detach", cwd=tmp_path, timeout=120)
     assert p.returncode == 3, (p.stdout, p.stderr)
