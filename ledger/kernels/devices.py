@@ -2,8 +2,8 @@
 
 * a target profile object (``ledger.plan.targets.Target``: ``device``, ``compute_capability``
   "9.0", ``name``) or a dict of the same fields;
-* a profile name ("h200", "a100-40gb", ...), looked up in ledger's target profiles when that
-  module is importable, else in a small built-in table;
+* a profile name ("h200", "a100-40gb", ...), looked up in ledger's built-in target profiles
+  (ledger/plan/targets.toml, read as data);
 * "sm_90" / "sm_86" / "9.0";
 * "local": the GPU this process sees (needs cupy and a device).
 
@@ -13,14 +13,20 @@ A CPU target is refused with RealizationUnavailable: ledger never falls back.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 from ledger.errors import BadInput, RealizationUnavailable
 
-# Used when ledger.plan.targets cannot be imported (e.g. a bare GPU box running only kernels).
-_KNOWN_CC = {"h200": (9, 0), "h100": (9, 0), "a100": (8, 0), "a100-40gb": (8, 0), "a100-80gb": (8, 0),
-             "a10": (8, 6), "rtx3070-8gb": (8, 6), "rtx3090": (8, 6), "l4": (8, 9), "rtx4090": (8, 9),
-             "v100": (7, 0), "t4": (7, 5)}
+# The built-in target profiles are data (ledger/plan/targets.toml): read here as data, so the
+# kernels stay below plan/ in the import graph and there is one table of devices, not two.
+PROFILES_FILE = Path(__file__).resolve().parents[1] / "plan" / "targets.toml"
+
+
+def _profiles() -> dict:
+    with open(PROFILES_FILE, "rb") as f:
+        return tomllib.load(f)
 
 
 @dataclass(frozen=True)
@@ -77,16 +83,7 @@ def resolve(target) -> CudaTarget:
         return CudaTarget(t, (int(m[1]), int(m[2])))
     if re.fullmatch(r"\d+\.\d+", t):
         return CudaTarget(f"sm_{t.replace('.', '')}", _parse_cc(t))
-    try:  # the project's own target profiles, when the full package is importable
-        from ledger.plan import targets as profiles
-
-        prof = profiles.get(t)
-    except ImportError:
-        prof = None
-    except Exception:  # UnknownRef and friends: fall back to the table, then say unknown
-        prof = None
-    if prof is not None:
-        return resolve(prof)
-    if t in _KNOWN_CC:
-        return CudaTarget(t, _KNOWN_CC[t])
-    raise BadInput(f"unknown target {target!r}", f"use a profile name ({', '.join(sorted(_KNOWN_CC))}), sm_XY or 'local'")
+    profiles = _profiles()
+    if t in profiles:
+        return resolve({"name": t, **profiles[t]})
+    raise BadInput(f"unknown target {target!r}", f"use a profile name ({', '.join(sorted(profiles))}), sm_XY or 'local'")

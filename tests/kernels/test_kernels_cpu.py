@@ -168,7 +168,7 @@ def test_runner_target_profiles_are_accepted():
 def test_build_refuses_a_target_below_the_requirement_without_touching_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # even with cupy unimportable
     with pytest.raises(RealizationUnavailable) as e:
-        K.build("lora-linear-bf16", "t4")
+        K.build("lora-linear-bf16", "sm_75")
     assert "7.5" in e.value.message and "8.0" in e.value.message
 
 
