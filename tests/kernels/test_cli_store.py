@@ -42,7 +42,7 @@ def test_without_cupy_every_gpu_command_exits_3_and_writes_nothing(tmp_path):
     # a CPU target and a too-old GPU are refused before cupy is even looked for
     p = ledger_cmd("kernel", "build", K, "--target", "cpu", cwd=tmp_path)
     assert p.returncode == 3 and "has no CUDA device" in p.stderr
-    p = ledger_cmd("kernel", "build", K, "--target", "t4", cwd=tmp_path)
+    p = ledger_cmd("kernel", "build", K, "--target", "sm_75", cwd=tmp_path)
     assert p.returncode == 3 and "compute capability >= 8.0" in p.stderr
     # the gate needs no GPU, but needs records: none exist
     p = ledger_cmd("kernel", "gate", K, "--target", "h200", cwd=tmp_path)
