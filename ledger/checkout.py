@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import generations
+from ledger.artefacts import model as modellib
 from ledger.errors import BadInput
 from ledger.store import trees
 
@@ -53,6 +54,27 @@ def _empty_or_new(dest: Path) -> None:
         raise BadInput(f"{dest} exists and is not an empty folder", "choose a new folder; nothing is overwritten")
 
 
+def _generation(store, g: generations.Generation, dest: Path, with_base: bool) -> CheckedOut:
+    """A folder PeftModel.from_pretrained loads as is (adapter_model.safetensors +
+    adapter_config.json) and, for a base with its own tokenizer, AutoTokenizer.from_pretrained
+    loads as is (tokenizer.json, tokenizer_config.json, chat template), plus the base under base/."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    if g.adapter:
+        trees.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
+        written.extend(e["path"] for e in trees.tree_entries(store, g.adapter))
+    if g.base:
+        manifest = modellib.load_manifest(store, g.base)
+        for e in trees.tree_entries(store, manifest["files"]):
+            if e["path"] in modellib.TOKENIZER_CHECKOUT:
+                store.export_file(e["id"], dest / e["path"])
+                written.append(e["path"])
+        if with_base:
+            trees.materialise_tree(store, manifest["files"], dest / "base")
+            written.append("base/")
+    return CheckedOut("generation", g.id, str(dest), tuple(written), g.name, g.adapter, g.base)
+
+
 def checkout(store, ref: str, dest, *, with_base: bool = True) -> CheckedOut:
     """Write the generation, tree or file that `ref` names to `dest` (see the module docstring)."""
     dest = Path(dest)
@@ -60,8 +82,7 @@ def checkout(store, ref: str, dest, *, with_base: bool = True) -> CheckedOut:
     kind = _structured_kind(store, oid)
     if kind == "generation":
         _empty_or_new(dest)
-        r = generations.checkout(store, oid, dest, with_base=with_base)
-        return CheckedOut("generation", r["id"], r["dir"], tuple(r["files"]), r["generation"], r["adapter"], r["base"])
+        return _generation(store, generations.load(store, oid), dest, with_base)
     if kind == "tree":
         _empty_or_new(dest)
         trees.materialise_tree(store, oid, dest)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from ledger import records
 from ledger.errors import BadInput, JournalCorrupt, UnknownRef
-from ledger.store import trees
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
 FIELDS = ("parent", "base", "adapter", "capabilities", "kernels", "receipt", "verdict", "note")
@@ -135,33 +134,3 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
         move_head(tx, store, dest)
         tx.payload.update({"from": cur.n, "to": dest.n, "reason": reason})
     return {"from": cur.name, "to": dest.name, "head": dest.id, "seq": tx.record["seq"]}
-
-
-def checkout(store, ref: str, dest, *, with_base: bool = True) -> dict:
-    """Materialise a generation as a folder PeftModel.from_pretrained loads as is
-    (adapter_model.safetensors + adapter_config.json) and, for a base with its own tokenizer,
-    AutoTokenizer.from_pretrained loads as is (tokenizer.json, tokenizer_config.json, chat
-    template), plus the base model under base/."""
-    from pathlib import Path
-
-    g = load(store, ref)
-    dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise BadInput(f"{dest} exists and is not empty", "choose a new folder")
-    dest.mkdir(parents=True, exist_ok=True)
-    from ledger.artefacts import model as modellib
-
-    written = []
-    if g.adapter:
-        trees.materialise_tree(store, g.adapter, dest)  # refuses unsafe paths
-        written.extend(e["path"] for e in store.get_json(g.adapter)["entries"])
-    if g.base:
-        manifest = modellib.load_manifest(store, g.base)
-        for e in trees.tree_entries(store, manifest["files"]):
-            if e["path"] in modellib.TOKENIZER_CHECKOUT:
-                store.export_file(e["id"], dest / e["path"])
-                written.append(e["path"])
-        if with_base:
-            trees.materialise_tree(store, manifest["files"], dest / "base")
-            written.append("base/")
-    return {"generation": g.name, "id": g.id, "dir": str(dest), "files": written, "adapter": g.adapter, "base": g.base}

@@ -24,6 +24,10 @@ from dataclasses import asdict, dataclass
 
 from ledger.errors import BadInput
 
+# The built-in model and dataset, as a spec names them (plan/spec.py re-exports these): they are
+# artefacts, so they live here, below plan/, where artefacts/model.py and dataset.py can see them.
+BUILTIN_BASE = "builtin:tiny-llama"
+BUILTIN_DATASET = "builtin:tiny-task"
 SPLITS = ("train", "eval", "canary")
 MAX_TURN_BYTES = 96 - 3  # room for the three special tokens of the byte tokenizer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from ledger.artefacts import recipe_cache
 from ledger.artefacts import tokenizer as toklib
 from ledger.errors import BadInput, SpecError
-from ledger.plan.spec import BUILTIN_DATASET
+from ledger.artefacts.builtin_task import BUILTIN_DATASET
 
 BUILTIN_TURNS = 4000
 BUILTIN_SEED = 0

@@ -44,7 +44,7 @@ from ledger.artefacts import recipe_cache
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.errors import BadInput, Refused, SpecError
-from ledger.plan.spec import BUILTIN_BASE
+from ledger.artefacts.builtin_task import BUILTIN_BASE
 from ledger.store import canonical
 from ledger.store.ids import PREFIX
 

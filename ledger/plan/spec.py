@@ -18,10 +18,9 @@ from pathlib import Path
 from ledger.errors import SpecError
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
+from ledger.artefacts.builtin_task import BUILTIN_BASE, BUILTIN_DATASET  # noqa: F401  (re-exported: specs name them)
 
 LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
-BUILTIN_BASE = "builtin:tiny-llama"
-BUILTIN_DATASET = "builtin:tiny-task"
 DTYPES = ("fp32", "bf16", "fp16")
 REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused")
 

@@ -40,6 +40,7 @@ def test_cycle_on_smollm2_accepts_and_the_checkout_answers_as_the_image(smol_sto
     from peft import PeftModel
     from transformers import AutoTokenizer, LlamaForCausalLM
 
+    from ledger import checkout as checkoutlib
     from ledger import experience, generations
     from ledger.artefacts.builtin_task import turns
     from ledger.cycle import run_cycle
@@ -80,7 +81,7 @@ def test_cycle_on_smollm2_accepts_and_the_checkout_answers_as_the_image(smol_sto
 
     # the checkout: plain transformers + peft, the model's own tokenizer and chat template
     out = tmp_path / "co"
-    generations.checkout(store, "HEAD", out)
+    checkoutlib.checkout(store, "HEAD", out)
     hf_tok = AutoTokenizer.from_pretrained(str(out))
     m = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(out / "base"), dtype=torch.float32),
                                   str(out)).eval()
