@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ledger import experience, generations
+from ledger import experience, generations, records
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.errors import Refused
@@ -95,8 +95,10 @@ def open_cycle(store) -> dict | None:
     """The export record of a cycle that has started but not ended, if any."""
     ended = set()
     for r in store.journal.backwards():
-        c = r["payload"].get("cycle")
-        if c is None:
+        if r["kind"] not in ENDS and r["kind"] != "export":
+            continue
+        c = records.read(r).cycle  # typed: an ill-formed record is JournalCorrupt, not a TypeError here
+        if c is records.ABSENT:
             continue
         if r["kind"] in ENDS:
             ended.add(c)
@@ -167,12 +169,12 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
         res = CycleResult(cycle=cycle, export=ex.to_json())
         res.stages["export"] = {"s": time.perf_counter() - t0, "reused": False}
     else:
-        p = pending_export["payload"]
-        cycle = p["cycle"]
-        res = CycleResult(cycle=cycle, export={"dataset": p["dataset"], "first": p["first"], "last": p["last"],
-                                               "count": p["last"] - p["first"] + 1, "seq": pending_export["seq"]})
+        p = records.read(pending_export)
+        cycle = p.cycle
+        res = CycleResult(cycle=cycle, export={"dataset": p.dataset, "first": p.first, "last": p.last,
+                                               "count": p.last - p.first + 1, "seq": pending_export["seq"]})
         res.stages["export"] = {"s": 0.0, "reused": True}
-        say("export", f"cycle {cycle}: resuming (turns {p['first']}–{p['last']} already exported)")
+        say("export", f"cycle {cycle}: resuming (turns {p.first}–{p.last} already exported)")
     dataset = res.export["dataset"]
     incumbent = generations.head(store)
 
@@ -200,7 +202,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     t0 = time.perf_counter()
     done = _find(store, "train", lambda p: p.get("plan") == plan.id)
     if done is not None:
-        rid = done["payload"]["receipt"]
+        rid = records.read(done).receipt
         receipt = store.get_json(rid)
         res.stages["train"] = {"s": 0.0, "reused": True}
     else:
@@ -223,7 +225,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     prev = _find(store, "judge", lambda p: p.get("candidate") == receipt["adapter"] and p.get("suite_ref") == suite
                  and p.get("incumbent") == (incumbent.adapter or incumbent.base))
     if prev is not None:
-        vid = prev["payload"]["verdict"]
+        vid = records.read(prev).verdict
         res.stages["judge"] = {"s": 0.0, "reused": True}
     else:
         say("judge", "scoring incumbent and candidate on the sealed suite")
@@ -254,7 +256,7 @@ def _check_export(store, dataset: str, plan_id: str, say, shared: tuple[str, ...
     cycle resumes), else None."""
     prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
     if prev is not None:
-        return prev["payload"]["verdict"]
+        return records.read(prev).verdict
     say("check", "checking the export against the sealed suite")
     out = judgelib.check_before_training(store, dataset, candidate=plan_id, shared_text=shared)
     return out.verdict_id if out is not None else None

@@ -300,3 +300,14 @@ def test_every_reader_command_on_fields_of_the_wrong_type(tmp_path, kind):
     _verify_names(tmp_path, seq, "must be")
     _no_internal_errors(tmp_path, [["log"], ["gens"], ["index", "rebuild"], ["runs"],
                                    ["report", "-o", str(tmp_path / "r.html")]])
+
+
+def test_the_learn_cycle_refuses_an_ill_formed_cycle_record(tmp_path):
+    """`ledger run` looks for an unfinished cycle (cycle.open_cycle): an export whose cycle is a
+    list was an unhashable-type crash (exit 1); now it is JournalCorrupt naming the record."""
+    s = _base(tmp_path)
+    dataset = next(r for r in _records(s) if r["kind"] == "export")["payload"]["dataset"]
+    seq = _append(s, "export", {"dataset": dataset, "first": 1, "last": 2, "cycle": [1]})
+    p = ledger_cmd("run", cwd=tmp_path)
+    assert p.returncode == 4 and f"journal record {seq} is ill-formed" in p.stderr, p.stderr
+    _verify_names(tmp_path, seq, "payload.cycle must be an integer")
