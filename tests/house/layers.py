@@ -101,6 +101,7 @@ HEAVY = frozenset({
     "torch", "transformers", "peft", "safetensors", "tokenizers", "pyarrow", "duckdb", "numpy",
     "wasmtime", "cupy", "cupy_backends", "gguf", "s3fs", "fsspec", "botocore", "moto", "triton",
     "rich", "typer", "click", "cryptography", "lightning", "bitsandbytes", "liger_kernel", "scipy",
+    "jinja2", "tokenizers", "accelerate",
 })
 
 

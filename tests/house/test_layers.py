@@ -2,7 +2,7 @@
 
 import sys
 
-from tests.house.layers import FLOOR, HEAVY, PACKAGE, cycles, heavy_modules, imports, room, third_party
+from tests.house.layers import FLOOR, HEAVY, PACKAGE, cycles, heavy_modules, imports, module_path, room, third_party
 
 
 def _show(found):
@@ -51,16 +51,26 @@ def test_no_import_circles():
     assert not found, "import circles:\n" + "\n".join("  " + " <-> ".join(c) for c in found)
 
 
+def _commented(path, line: int) -> bool:
+    """Whether an import says why it is where it is: a comment on its line or the line above."""
+    lines = path.read_text().splitlines()
+    return any("#" in lines[k] for k in (line - 1, line - 2) if 0 <= k < len(lines))
+
+
 def test_imports_inside_functions_are_only_for_heavy_modules():
     heavy = heavy_modules()
-    bad = [f"  {i.source}:{i.line} imports {i.target} inside a function" for i in imports()
-           if not i.top and i.target not in heavy]
+    bad = []
+    for i in imports():
+        if not i.top and i.target not in heavy:
+            path = module_path(i.source)
+            if not _commented(path, i.line):
+                bad.append(f"  {i.source}:{i.line} imports {i.target} inside a function")
     for path in sorted(PACKAGE.rglob("*.py")):
         for name, line, top in third_party(path):
-            if not top and name not in HEAVY:
+            if not top and name not in HEAVY and not _commented(path, line):
                 bad.append(f"  {path.relative_to(PACKAGE.parent)}:{line} imports {name} inside a function")
-    assert not bad, ("imports go at module top unless a measured start-up cost says otherwise "
-                     "(tests/house/layers.py HEAVY):\n" + "\n".join(bad))
+    assert not bad, ("imports go at module top unless a measured start-up cost says otherwise: a module in "
+                     "tests/house/layers.py HEAVY, or a comment on the import saying why\n" + "\n".join(bad))
 
 
 def test_the_layer_check_can_fail(tmp_path, monkeypatch):
