@@ -41,7 +41,7 @@ _INT64 = 1 << 63
 class _Absent:
     _it = None
 
-    def __new__(cls):
+    def __new__(cls):  # one instance, also after copy.deepcopy or pickle: `x is ABSENT` stays true
         if cls._it is None:
             cls._it = super().__new__(cls)
         return cls._it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import pickle
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,9 @@ def test_payload_objects_are_valid_by_construction():
         records.Record(turns=i(1), first=1, count=1, counters={"turns": "1"})
     ok = records.Export(dataset=i(1), first=1, last=2, counters={"exported": 2}, extra={"note": "x"})
     assert ok.to_payload() == {"dataset": i(1), "first": 1, "last": 2, "counters": {"exported": 2}, "note": "x"}
+
+
+def test_absent_survives_copy_and_pickle():
+    e = records.Export(dataset=i(1), first=1, last=1)
+    assert copy.deepcopy(e).cycle is records.ABSENT and pickle.loads(pickle.dumps(e)).cycle is records.ABSENT
+    assert copy.deepcopy(e).to_payload() == e.to_payload() == {"dataset": i(1), "first": 1, "last": 1}
