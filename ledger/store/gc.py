@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ledger.errors import JournalCorrupt
 from ledger.store import fsio
 from ledger.store.ids import is_id
+from ledger.store.state import fold
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ def plan(store) -> GcPlan:
     scan = store.journal.scan()
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
+    fold(scan.records)  # a record the fold cannot apply is JournalCorrupt too, before anything is removed
     reachable = store.closure(store.roots(scan.records))
     unreachable = []
     for oid, p in store.objects.iter_ids():

@@ -311,3 +311,14 @@ def test_the_learn_cycle_refuses_an_ill_formed_cycle_record(tmp_path):
     p = ledger_cmd("run", cwd=tmp_path)
     assert p.returncode == 4 and f"journal record {seq} is ill-formed" in p.stderr, p.stderr
     _verify_names(tmp_path, seq, "payload.cycle must be an integer")
+
+
+def test_gc_refuses_before_removing_anything(tmp_path):
+    """gc judges reachability from the fold: on a record it cannot fold it refuses (exit 4)
+    before it removes a file, rather than remove and then fail to record it."""
+    s = _base(tmp_path)
+    loose, _ = s.objects.put_bytes(b"no record reaches me")
+    seq = _append(s, "add", {"path": "/y", "kind": "blob", "size": 1, "refs": ["HEAD"]})
+    p = ledger_cmd("gc", "--prune", cwd=tmp_path)
+    assert p.returncode == 4 and f"record {seq}" in p.stderr, p.stderr
+    assert Store.open(tmp_path).objects.has(loose)
