@@ -14,6 +14,8 @@ from the safetensors files; no torch).
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 from ledger.errors import BadInput, UnknownRef
 from ledger.store.ids import is_id
@@ -74,9 +76,6 @@ def adapter_norms(store, a_tree: str | None, b_tree: str | None) -> list[dict]:
 
 
 def _deltas(store, tree: str) -> dict:
-    import json
-    import tempfile
-    from pathlib import Path
 
     import numpy as np
     from safetensors.numpy import load_file

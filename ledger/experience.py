@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ledger import records
+from ledger.artefacts.dataset import parquet_bytes
 from ledger.errors import BadInput, Refused, UnknownRef
 from ledger.store.journal import now
 
@@ -150,7 +151,6 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
     """Turn the turns after the cursor into a Parquet dataset object; advance the cursor."""
     import pyarrow as pa
 
-    from ledger.artefacts.dataset import parquet_bytes
 
     with store.transaction(records.Export.KIND, wait=wait) as tx:
         c = store.state.counters

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ledger.artefacts import recipe_cache
 from ledger.artefacts import tokenizer as toklib
+from ledger.artefacts.builtin_task import BUILTIN_DATASET, turns
 from ledger.errors import BadInput, SpecError
-from ledger.artefacts.builtin_task import BUILTIN_DATASET
 
 BUILTIN_TURNS = 4000
 BUILTIN_SEED = 0
@@ -37,7 +37,6 @@ def parquet_bytes(table) -> bytes:
 
 
 def builtin_bytes() -> bytes:
-    from ledger.artefacts.builtin_task import turns
 
     return parquet_bytes(turns_table(turns("train", BUILTIN_TURNS, BUILTIN_SEED)))
 

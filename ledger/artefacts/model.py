@@ -36,6 +36,7 @@ import json
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import blake3
@@ -43,8 +44,8 @@ import blake3
 from ledger.artefacts import recipe_cache
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
-from ledger.errors import BadInput, Refused, SpecError
 from ledger.artefacts.builtin_task import BUILTIN_BASE
+from ledger.errors import BadInput, Refused, SpecError
 from ledger.store import canonical
 from ledger.store.ids import PREFIX
 
@@ -121,7 +122,6 @@ def arch_of(cfg: dict) -> Arch:
 
 def builtin_recipe(model: dict) -> dict:
     # Versions from package metadata: compiling must not pay for importing torch.
-    from importlib.metadata import version
 
     return {"base": BUILTIN_BASE, "config": builtin_config(model), "init_seed": model["init_seed"],
             "torch": version("torch"), "transformers": version("transformers")}

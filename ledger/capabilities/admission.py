@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import generations
+from ledger.capabilities import cache, registry, runtime
 from ledger.capabilities import compile as compile_mod
 from ledger.capabilities import grants as grants_mod
 from ledger.capabilities import manifest as manifest_mod
-from ledger.capabilities import registry, runtime
 from ledger.capabilities.manifest import Handle, Manifest
 from ledger.errors import BadInput, CapabilityTrapped, InternalError, Refused
 from ledger.store.ids import hash_bytes
@@ -184,7 +184,6 @@ def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, 
         if gen.n != n:
             raise InternalError(f"generation number moved under the lock ({n} != {gen.n})")
     # Committed. The compiled artefact is a cache: write it now so the first call is warm.
-    from ledger.capabilities import cache
 
     cache.put(store, module_id, module)
     return Admission(m.name, gen, module_id, source_id, manifest_id, compiler_id, report_id, proposed,

@@ -14,6 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import blake3
+
+from ledger.capabilities.runtime import wasmtime_version
 from ledger.errors import BadInput, Refused
 
 MAX_SOURCE_BYTES = 32 << 20   # WAT / C text
@@ -85,7 +88,6 @@ def compile_source(path: str | Path, *, max_module_bytes: int = MAX_MODULE_BYTES
 def _wat(src: bytes, path: Path) -> tuple[bytes, dict]:
     import wasmtime
 
-    from ledger.capabilities.runtime import wasmtime_version
 
     try:
         text = src.decode("utf-8")
@@ -121,7 +123,6 @@ def _run(cmd: list[str], what: str) -> str:
 
 
 def _file_b3(p: Path) -> str:
-    import blake3
 
     h = blake3.blake3()
     with open(p, "rb") as f:

@@ -19,6 +19,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from ledger import generations
 from ledger.capabilities.manifest import Handle
 from ledger.capabilities.runtime import Grant
 from ledger.errors import BadInput, Refused
@@ -120,7 +121,6 @@ def resolve(store, handles):
 def module_history(store, module_id: str) -> list[tuple[int, dict[str, tuple[Handle, ...]]]]:
     """Every generation that names the module's content id, oldest first:
     (generation number, {capability name: its grants})."""
-    from ledger import generations
 
     out = []
     for n in sorted(generations.numbers(store)):

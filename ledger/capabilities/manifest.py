@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -198,7 +199,6 @@ class Manifest:
 
 
 def load(path: str | Path) -> Manifest:
-    import tomllib   # here, not at the top: its regexes cost ~10 ms of every `capability call`
 
     p = Path(path)
     try:

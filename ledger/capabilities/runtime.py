@@ -24,6 +24,7 @@ import platform
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 import blake3
@@ -87,7 +88,6 @@ def wasmtime_version() -> str:
     found = sorted(Path(wasmtime.__file__).parent.parent.glob("wasmtime-*.dist-info"))
     if len(found) == 1:
         return found[0].name[len("wasmtime-"):-len(".dist-info")]
-    from importlib.metadata import version
 
     return version("wasmtime")
 

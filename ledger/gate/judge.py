@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ledger.artefacts.dataset import read_parquet
 from ledger.errors import BadInput
 from ledger.gate import score as scorelib
 from ledger.gate import seal as seallib
@@ -148,7 +149,6 @@ def export_rows(store, dataset_id: str) -> Iterator[tuple[str, str]]:
     """(row key, text) of a Parquet dataset object: every string column of a row, joined."""
     import pyarrow as pa
 
-    from ledger.artefacts.dataset import read_parquet
 
     try:
         tbl = read_parquet(store.get_bytes(dataset_id))
@@ -190,6 +190,16 @@ def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[d
     return None, None
 
 
+def template_fixed_text(store, base: str) -> tuple[str, ...]:
+    """The fixed parts of the base's chat template (system prompt, role headers): every turn
+    rendered for training holds them by construction, so they are not evidence of contamination
+    (empty for the plain format of the built-in model)."""
+    from ledger.artefacts import model as modellib
+    from ledger.artefacts import template as templatelib
+
+    return tuple(templatelib.for_base(store, modellib.load_manifest(store, base)).fixed_text())
+
+
 # --- the gate run --------------------------------------------------------------------------------------
 @dataclass
 class _Run:
@@ -202,8 +212,9 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
           progress: Callable[[str], None] | None = None, shared_text: tuple[str, ...] = ()) -> JudgeOutcome:
     """Run the gate once and record the verdict (one `judge` transaction).
 
-    `shared_text`: text every training row holds by construction (a chat template's fixed
-    parts); the contamination check does not count it as evidence.
+    `shared_text`: text every training row holds by construction, beyond the base's chat
+    template's fixed parts (which are always passed); the contamination check does not count
+    it as evidence.
 
     Raises Refused (exit 3) when the suite's run budget is spent, BadInput when there is no
     pinned suite or the models cannot be compared. Any verdict that was reached is returned,
@@ -244,8 +255,10 @@ def judge(store, candidate_ref: str, against: str | None = None, *, settings: Ga
     if datasets:
         say(f"checking {len(datasets)} training export(s) for contamination")
         suite_texts = {d: disk.docs[d].text for d in suite.scored_ids + suite.canary_ids}
+        shared = template_fixed_text(store, cand.base) + tuple(shared_text)
+        context["export"]["shared_texts"] = len(shared)
         report = check_export(_keyed_rows(store, datasets), suite_texts, suite.canary_string, s,
-                              shared_text=shared_text)
+                              shared_text=shared)
         if report.contaminated:
             v = decide(GateInputs(**base_inputs, contamination=report))
             return _record(store, v, suite, cand, inc, context, run, scored=False, budget_key=key)
@@ -364,7 +377,7 @@ def check_before_training(store, dataset: str, *, candidate: str, shared_text: t
     s = suite.settings
     suite_texts = {d: disk.docs[d].text for d in suite.scored_ids + suite.canary_ids}
     report = check_export(export_rows(store, store.resolve(dataset)), suite_texts, suite.canary_string, s,
-                          shared_text=shared_text)
+                          shared_text=template_fixed_text(store, inc.base) + tuple(shared_text))
     if not report.contaminated:
         return None
     v = decide(GateInputs(incumbent_id=inc.id, candidate_id=candidate, pinned_hash=suite.suite_hash,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,7 +258,6 @@ class _Loaded:
 def _quiet():
     """Loading a model prints progress bars and library deprecation warnings; a gate run's
     output is its verdict, so they are silenced here (and restored after)."""
-    import warnings
 
     from transformers.utils import logging as hf_logging
 

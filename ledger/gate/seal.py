@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import generations
-from ledger.errors import BadInput, Refused, StoreCorrupt
 from ledger.artefacts import model as modellib
-from ledger.gate import score as scorelib
 from ledger.artefacts import tokenizer as toklib
+from ledger.artefacts.builtin_task import turns
+from ledger.errors import BadInput, Refused, StoreCorrupt
+from ledger.gate import score as scorelib
 from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes, hex_of
 from ledger.verdicts import GateSettings, budget_key, fold_stream, suite_hash, suite_hash_payload
@@ -551,7 +552,6 @@ def write_suite_dir(dest: str | Path, scored: Iterable[Mapping], canaries: Itera
 
 def demo_docs(n_scored: int = 10, n_canary: int = 4, seed: int = 0) -> tuple[list[dict], list[dict]]:
     """The built-in task's eval and canary splits as suite documents (disjoint from training)."""
-    from ledger.artefacts.builtin_task import turns
 
     def docs(split, prefix, n):
         return [{"id": f"{prefix}{i:03d}", "situation": t.situation, "action": t.action, "outcome": t.outcome,

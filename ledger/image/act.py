@@ -21,6 +21,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ledger.capabilities import cache, registry, runtime
+from ledger.capabilities import grants as grants_mod
 from ledger.errors import BadInput, LedgerError, UnknownRef
 
 CALL_RE = re.compile(r"^call\s+([A-Za-z_][A-Za-z0-9_-]*)\.([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$", re.DOTALL)
@@ -96,8 +98,6 @@ def is_refusal(action: str) -> bool:
 
 def run_call(store, generation, call: Call):
     """Run `call` with the capability entry of `generation` (ledger.generations.Generation)."""
-    from ledger.capabilities import cache, registry, runtime
-    from ledger.capabilities import grants as grants_mod
 
     caps = generation.capabilities
     if call.capability not in caps:
@@ -112,7 +112,6 @@ def run_call(store, generation, call: Call):
 
 
 def format_results(res) -> str:
-    from ledger.capabilities import runtime
 
     shown = [runtime.format_value(v, t) for v, t in zip(res.values, res.types)]
     text = ", ".join(shown) if shown else "ok"

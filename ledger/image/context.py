@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ledger import records
 from ledger.errors import BadInput
 
 CONTEXT_REF = "image/context"
@@ -113,10 +114,12 @@ def recent_requests(store, limit: int = 4096, scan_records: int = 20000) -> dict
     idempotency horizon (docs/image.md)."""
     out: dict[str, dict] = {}
     for rec in reversed(store.journal.tail(scan_records)):
-        p = rec["payload"]
-        if rec["kind"] != "record" or not p.get("requests"):
+        if rec["kind"] != records.Record.KIND:
             continue
-        batch = store.get_json(p["turns"])["turns"]
+        p = records.read(rec)  # typed: an ill-formed record is JournalCorrupt naming it
+        if not p.requests:
+            continue
+        batch = store.get_json(p.turns)["turns"]
         for t in reversed(batch):
             rid = t.get("request")
             if rid and rid not in out:
@@ -129,7 +132,9 @@ def recent_requests(store, limit: int = 4096, scan_records: int = 20000) -> dict
 def find_request(store, rid: str, scan_records: int = 100000) -> str | None:
     """The turn id (tN) the journal gave request `rid`, or None if it is not (yet) recorded."""
     for rec in reversed(store.journal.tail(scan_records)):
-        p = rec["payload"]
-        if rec["kind"] == "record" and rid in (p.get("requests") or ()):
-            return f"t{p['first'] + p['requests'].index(rid)}"
+        if rec["kind"] != records.Record.KIND:
+            continue
+        p = records.read(rec)
+        if p.requests and rid in p.requests:
+            return f"t{p.first + p.requests.index(rid)}"
     return None

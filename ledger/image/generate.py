@@ -24,6 +24,7 @@ tests/image/test_generate.py checks that both give the same logits and the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,7 +285,6 @@ class HFLlama:
         return adapter_id
 
     def _net(self, adapter_id):
-        import contextlib
 
         if adapter_id is None:
             return self.model.disable_adapter() if self.names else contextlib.nullcontext(self.model)

@@ -49,6 +49,7 @@ import uuid
 from pathlib import Path
 
 from ledger.errors import BadInput, ImageUnavailable, LedgerError
+from ledger.image.generate import MAX_NEW
 
 VERSION = 1
 MAX_LINE = 1 << 16
@@ -139,7 +140,6 @@ def check_id(rid) -> str:
 
 def parse_act(msg: dict) -> dict:
     """A validated act request: {id, situation, action (or None), max_new, wait_recorded}."""
-    from ledger.image.generate import MAX_NEW
 
     known = {"op", "v", "id", "situation", "action", "max_new", "wait_recorded"}
     extra = set(msg) - known

@@ -33,10 +33,13 @@ import traceback
 from pathlib import Path
 
 from ledger import generations
+from ledger.capabilities import cache
 from ledger.errors import InternalError, JournalCorrupt, LedgerError, Refused
 from ledger.image import act as actlib
 from ledger.image import protocol
+from ledger.image.generate import Model
 from ledger.image.spool import SpoolWriter
+from ledger.store import Store
 from ledger.store.journal import now
 from ledger.store.state import State, fold
 
@@ -68,8 +71,6 @@ class Image:
     def __init__(self, cfg: dict, listen: socket.socket, channel: socket.socket):
         import torch
 
-        from ledger.image.generate import Model
-        from ledger.store import Store
 
         torch.set_num_threads(int(cfg["threads"]))   # the keeper writes every option (ServeOptions)
         self.cfg = cfg
@@ -104,8 +105,6 @@ class Image:
         self.model.generate("warm up", 2)
         mods = sorted({e["module"] for e in self.gen.capabilities.values()})
         if mods:
-            from ledger.capabilities import cache
-
             for m in mods:
                 cache.load(self.store, m)
 

@@ -13,11 +13,12 @@ Importing this package needs neither cupy nor a GPU; build/test/bench raise
 below the kernel's compute capability) -- they never fall back to another realization.
 """
 
+from ledger.kernels.devices import CudaTarget
+from ledger.kernels.devices import resolve as resolve_target
 from ledger.kernels.gate import gate
 from ledger.kernels.harness import bench, build, test
 from ledger.kernels.records import BenchRecord, BuildRecord, GateDecision, TestRecord, Timing
 from ledger.kernels.specs import KERNELS, KernelSpec, Requirements, Shape, default_sweep, get
-from ledger.kernels.devices import CudaTarget, resolve as resolve_target
 
 __all__ = ["KERNELS", "BenchRecord", "BuildRecord", "CudaTarget", "GateDecision", "KernelSpec", "Requirements",
            "Shape", "TestRecord", "Timing", "bench", "build", "default_sweep", "gate", "get", "resolve_target",

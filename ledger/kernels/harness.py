@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, RealizationUnavailable
+from ledger.kernels import devices as T
 from ledger.kernels import formats as F
 from ledger.kernels import oracles, reference
 from ledger.kernels import specs as S
-from ledger.kernels import devices as T
 from ledger.kernels.records import BenchRecord, BuildRecord, TestRecord, Timing, b3, canonical, finite_or_none
 
 MIN_LAUNCHES = 20
@@ -57,8 +57,6 @@ def _local_build(spec: S.KernelSpec, build_rec: BuildRecord | None, info: dict) 
     if build_rec.kernel != spec.name:
         raise BadInput(f"build record is for kernel {build_rec.kernel}, not {spec.name}")
     if build_rec.arch != f"sm_{info['cc'][0]}{info['cc'][1]}":
-        from ledger.errors import RealizationUnavailable
-
         raise RealizationUnavailable(f"build is for {build_rec.arch}; this device is {info['name']} "
                                      f"(sm_{info['cc'][0]}{info['cc'][1]})", "build for this device's target")
     return build_rec

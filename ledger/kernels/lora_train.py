@@ -15,7 +15,12 @@ weights are fp32, see ledger.plan.memory).
 
 from __future__ import annotations
 
+import json
+import types
+from pathlib import Path
+
 from ledger.errors import BadInput, RealizationUnavailable
+from ledger.kernels.records import BuildRecord
 
 KERNEL = "lora-linear-bf16"
 
@@ -23,10 +28,7 @@ KERNEL = "lora-linear-bf16"
 def load_build(folder):
     """The BuildRecord the plan names, from the files train.prepare materialised (body.json,
     source, ptx, cubin), checked against its id."""
-    import json
-    from pathlib import Path
 
-    from ledger.kernels.records import BuildRecord
 
     folder = Path(folder)
     body = json.loads((folder / "body.json").read_text())
@@ -121,7 +123,6 @@ def fused_lora(x, w, a, b, s, op):
 def install(model, op) -> int:
     """Route every peft LoRA linear of `model` through `op` (a KernelOp, or in tests the torch
     reference with the same signature). Returns how many modules now run fused."""
-    import types
 
     import torch
     from peft.tuners.lora import Linear as LoraLinear

@@ -15,6 +15,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+import blake3
+
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -23,7 +25,6 @@ def canonical(obj) -> bytes:
 
 
 def b3(data: bytes) -> str:
-    import blake3
 
     return "b3:" + blake3.blake3(bytes(data)).hexdigest()
 

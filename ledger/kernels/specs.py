@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ledger.errors import BadInput, RealizationUnavailable
+from ledger.errors import BadInput, RealizationUnavailable, UnknownRef
 from ledger.kernels import formats as F
 from ledger.kernels import oracles
 
@@ -252,7 +252,6 @@ def get(name: str) -> KernelSpec:
     try:
         return KERNELS[name]
     except KeyError:
-        from ledger.errors import UnknownRef
         raise UnknownRef(f"unknown kernel {name!r}", f"known kernels: {', '.join(sorted(KERNELS))}") from None
 
 

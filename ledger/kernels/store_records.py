@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass
 
 from ledger.errors import BadInput, CorruptObject, InternalError, UnknownRef
+from ledger.kernels import devices as T
 from ledger.kernels import harness
 from ledger.kernels import specs as S
-from ledger.kernels import devices as T
 from ledger.kernels.gate import gate as gate_fn
 from ledger.kernels.records import BenchRecord, BuildRecord, GateDecision, TestRecord, Timing, b3
 

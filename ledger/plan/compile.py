@@ -13,6 +13,7 @@ would pass (the largest micro-batch that fits, or the longest sequence at micro-
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass, field
 
 from ledger.artefacts import dataset as datalib
@@ -337,7 +338,6 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
 
 def _init_adapter(store, c: Config) -> str:
     """The adapter tree a run starts from; its LoRA shape must be the spec's."""
-    import json
 
     ref = c.lora.init_adapter
     try:

@@ -16,16 +16,18 @@ import os
 import time
 from pathlib import Path
 
+import ledger
+from ledger.errors import BadInput
+from ledger.report.model import gather as _gather
+from ledger.report.page import render as _render
+
 
 def gather(store):
-    from ledger.report.model import gather as _gather
 
     return _gather(store)
 
 
 def render(model) -> str:
-    import ledger
-    from ledger.report.page import render as _render
 
     return _render(model, getattr(ledger, "__version__", ""))
 
@@ -33,7 +35,6 @@ def render(model) -> str:
 def write(store, out) -> dict:
     """Render the report for `store` into the file `out` (atomically: a reader never sees half a
     page). Returns what was written, for the CLI's --json."""
-    from ledger.errors import BadInput
 
     t0 = time.perf_counter()
     model = gather(store)

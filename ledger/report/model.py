@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ledger import runs
 from ledger.verdicts.summary import verdict_summary
@@ -193,7 +193,6 @@ class Report:
     ref_names: tuple[str, ...] = field(default_factory=tuple)  # named refs other than HEAD/gen-N
 
     def to_json(self) -> dict:
-        from dataclasses import asdict
 
         return asdict(self)
 
@@ -394,7 +393,6 @@ def _run(row: tuple) -> Run:
 
 
 def _with(r, **kw):
-    from dataclasses import replace
 
     return replace(r, **kw)
 

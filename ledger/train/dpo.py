@@ -39,10 +39,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
+from ledger.artefacts.dataset import read_parquet
 from ledger.errors import BadInput
 from ledger.store import trees
+from ledger.store.ids import hash_bytes
 from ledger.train import job, recipe, runtime
+from ledger.train.receipt import learned_evidence, source_identity
 
 RECEIPT_KIND = "dpo-receipt"
 RECEIPT_VERSION = 1
@@ -108,7 +112,6 @@ def pairs_table_bytes(rows: Iterable[tuple[str, str, str]]) -> bytes:
 def read_pairs_bytes(data: bytes, where: str) -> list[tuple[str, str, str]]:
     import pyarrow as pa
 
-    from ledger.artefacts.dataset import read_parquet
 
     try:
         tbl = read_parquet(data)
@@ -170,7 +173,6 @@ class DpoResult:
 def _prepare(store, work: Path, base_id: str, sft_id: str, pairs_data: bytes, cfg: DpoConfig,
              max_len: int | None) -> None:
     """Fill work/inputs/: the base, its chat template, the SFT adapter, the pairs, job.json."""
-    from ledger.artefacts import model as modellib
     from ledger.gate.score import ADAPTER_FILES, _tree_files
 
     man = modellib.load_manifest(store, base_id)
@@ -222,7 +224,6 @@ RESULT_TYPES = {"steps_done": int, "losses": list, "stopped": (type(None), dict)
 
 
 def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
-    from ledger.train.receipt import learned_evidence
 
     ev: dict = {}
     rung = "Checked"
@@ -242,10 +243,7 @@ def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
 def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, unsandboxed: bool = False,
               progress: Callable[[dict], None] | None = None) -> DpoResult:
     """Train a DPO adapter on `pairs` on top of the SFT adapter `sft` (its policy is the reference)."""
-    from ledger.artefacts import model as modellib
     from ledger.gate.score import resolve_model
-    from ledger.store.ids import hash_bytes
-    from ledger.train.receipt import source_identity
 
     cfg = config or DpoConfig()
     sft_model = resolve_model(store, sft)

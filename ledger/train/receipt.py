@@ -23,6 +23,7 @@ from pathlib import Path
 
 import blake3
 
+import ledger
 from ledger.errors import BadInput, Refused
 from ledger.plan.plan import Plan
 from ledger.store.ids import PREFIX, is_id
@@ -34,7 +35,6 @@ RECEIPT_VERSION = 1
 @functools.lru_cache(maxsize=1)
 def source_identity() -> dict:
     """Hash of the ledger package's files (path + content), so a code change changes it."""
-    import ledger
 
     root = Path(ledger.__file__).resolve().parent
     h = blake3.blake3()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -199,7 +200,6 @@ def torchrun(n: int) -> list[str]:
 
 
 def _free_port() -> int:
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

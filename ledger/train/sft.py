@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -256,8 +257,6 @@ def _fault(rank: int, step: int) -> None:
     lost to the OOM killer or a driver fault goes: no error file."""
     spec = os.environ.get("LEDGER_FAULT_RANK")
     if spec and spec == f"{rank}:{step}":
-        import signal
-
         os.kill(os.getpid(), signal.SIGKILL)
 
 
