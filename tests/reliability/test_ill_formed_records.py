@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from ledger import experience, generations, records
 from ledger.cli import main as cli
-from ledger.errors import BadInput
+from ledger.errors import BadInput, JournalCorrupt
+from ledger.image import context as ctxlib
 from ledger.store import Store, canonical
 from ledger.store.journal import record_id
 from tests.conftest import ledger_cmd
@@ -322,3 +323,15 @@ def test_gc_refuses_before_removing_anything(tmp_path):
     p = ledger_cmd("gc", "--prune", cwd=tmp_path)
     assert p.returncode == 4 and f"record {seq}" in p.stderr, p.stderr
     assert Store.open(tmp_path).objects.has(loose)
+
+
+def test_request_lookup_refuses_an_ill_formed_batch(tmp_path):
+    """The image's exactly-once lookup (image/context.find_request) read `requests` as given: a
+    string there matched a request id as a substring and named a wrong turn. Now it is typed."""
+    s = _base(tmp_path)
+    turns = next(r for r in _records(s) if r["kind"] == "record")["payload"]["turns"]
+    seq = _append(s, "record", {"turns": turns, "first": 3, "count": 1, "requests": "r1r2"})
+    with pytest.raises(JournalCorrupt, match=f"journal record {seq} is ill-formed: .*requests"):
+        ctxlib.find_request(Store.open(tmp_path), "r2")
+    with pytest.raises(JournalCorrupt):
+        ctxlib.recent_requests(Store.open(tmp_path))
