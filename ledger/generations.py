@@ -48,7 +48,8 @@ def _fields(m: dict) -> dict:
 
 def from_manifest(oid: str, m: dict) -> Generation:
     n = m.get("n") if isinstance(m, dict) else None
-    if not isinstance(m, dict) or m.get("kind") != "generation" or not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    if not isinstance(m, dict) or m.get("kind") != "generation" or not isinstance(n, int) or isinstance(n, bool) \
+            or n < 0:
         raise BadInput(f"{oid} is not a generation manifest")
     return Generation(n=n, id=oid, **_fields(m))
 
