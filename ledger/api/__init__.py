@@ -65,7 +65,10 @@ VERBS: dict[str, tuple[str, ...]] = {
         "ImageStatus", "serve", "Acted", "act", "image_status", "image_stop",
     ),
     "journal": (
-        "RECEIPT_RECORDS", "Log", "log", "last_record", "sparkline",
+        "RECEIPT_RECORDS", "Log", "log", "last_record",
+    ),
+    "charts": (
+        "sparkline",
     ),
     "kernels": (
         "Kernels", "kernel_list", "KernelRecorded", "KernelGated", "kernel_build", "kernel_test",

@@ -1,15 +1,14 @@
 """The journal read from its end: `log`, and the last committed record (what an interrupted
-command kept); the loss sparkline of the CLI's tables.
+command kept).
 
 Part of ledger.api (see its docstring): import the verbs from there, `from ledger import api`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ledger.api._base import Result, StoreLike, store_root
-from ledger.report.sparkline import sparkline as spark
 from ledger.store.journal import Journal
 from ledger.store.objects import ObjectStore
 
@@ -42,8 +41,6 @@ def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: St
     return Log(tuple(recs), traces)
 
 
-
-
 def last_record(*, store: StoreLike = None) -> Mapping | None:
     """The store's last committed journal record (what an interrupted command kept), read from the
     journal's end; None for an empty journal."""
@@ -51,6 +48,3 @@ def last_record(*, store: StoreLike = None) -> Mapping | None:
     return tail[-1] if tail else None
 
 
-def sparkline(values: Sequence[float], width: int = 16) -> str:
-    """`▇▅▃▂▁`: a series in `width` block glyphs (the loss curves of `log`, `gens` and `show`)."""
-    return spark(values, width)
