@@ -191,6 +191,7 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     from ledger.train import sft
 
     from ledger.artefacts import model as modellib
+    from ledger.artefacts import template as templatelib
     from ledger.store import Store
 
     s = Store.open(store)
@@ -199,7 +200,8 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     d = Path(tempfile.mkdtemp())
     trees.materialise_tree(s, modellib.load_manifest(s, plan["inputs"]["base"])["files"], d / "base")
     s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
-    ids, mask, labels = sft.encode_rows(sft.read_rows(d / "data.parquet"), c["data"]["seq_len"])
+    chat = templatelib.for_base(s, modellib.load_manifest(s, plan["inputs"]["base"]))  # what the child encodes with
+    ids, mask, labels = sft.encode_rows(sft.read_rows(d / "data.parquet"), c["data"]["seq_len"], chat)
     dev = torch.device(device)
     torch.manual_seed(0)
     m = LlamaForCausalLM.from_pretrained(str(d / "base"), dtype=torch.bfloat16).to(dev)

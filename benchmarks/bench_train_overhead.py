@@ -67,11 +67,12 @@ def main() -> None:
 
     import torch
 
-    from ledger.train import sft
+    from ledger.artefacts import template as templatelib
     from ledger.plan import compile as comp
     from ledger.plan import spec, targets
-    from ledger.train import run as trainlib
     from ledger.store import Store, trees
+    from ledger.train import run as trainlib
+    from ledger.train import sft
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
     store = Store.init(tmp)
@@ -97,7 +98,8 @@ def main() -> None:
     base_dir = tmp / "base"
     trees.materialise_tree(store, store.get_json(plan.body["inputs"]["base"])["files"], base_dir)
     store.export_file(plan.body["inputs"]["dataset"], tmp / "data.parquet")
-    ids, mask, labels = sft.encode_rows(sft.read_rows(tmp / "data.parquet"), c["data"]["seq_len"])
+    chat = templatelib.for_base(store, store.get_json(plan.body["inputs"]["base"]))  # what the child encodes with
+    ids, mask, labels = sft.encode_rows(sft.read_rows(tmp / "data.parquet"), c["data"]["seq_len"], chat)
     cache: dict = {}
     rows = [sft.batch_indices(i, c["data"]["micro_batch"], ids.shape[0], c["seeds"]["data"], cache) for i in range(args.steps)]
     torch.save({"ids": [ids[r] for r in rows], "mask": [mask[r] for r in rows], "labels": [labels[r] for r in rows]},
