@@ -10,7 +10,6 @@ from typing import Any, Mapping
 
 from ledger.api._base import Result, StoreLike, store_root
 from ledger.store.journal import Journal
-from ledger.store.objects import ObjectStore
 
 RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receipt (its losses)
 
@@ -34,6 +33,9 @@ def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: St
     traces = {}
     wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
     if losses and wanted:
+        # imported here: ~3 ms (mmap, struct) that `ledger log` pays only when it draws a loss curve
+        from ledger.store.objects import ObjectStore
+
         objects = ObjectStore(root)
         for r in wanted:   # a missing or corrupt receipt raises, as any read does
             body = objects.get_json(r["payload"]["receipt"])
