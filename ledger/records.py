@@ -445,7 +445,9 @@ class Checkpoint(Payload):
     checkpoint: str = need(ID, object_kind="checkpoint")
     plan: str = need(ID, object_kind="plan")
     step: int = need(COUNT)
-    run: str = need(STR)
+    # the work folder's name; checkpoints committed before runs were named (2026-12-01) have none,
+    # and the learn cycle still resumes from them (ledger.train.job.resumable_checkpoint)
+    run: str = opt(STR)
 
 
 @dataclass(frozen=True, kw_only=True)

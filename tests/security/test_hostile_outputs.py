@@ -379,3 +379,20 @@ def test_a_hostile_dpo_child_is_refused_the_same_way(trained, monkeypatch, tmp_p
     assert [r["kind"] for r in store.journal.records() if r["seq"] > since] == [job.VIOLATION_KIND]
     assert _objects(store) == before
     assert not list(store.tmp.glob("dpo-*"))
+
+
+def test_checkpoints_from_before_runs_were_named_are_still_resumed(store):
+    """A checkpoint record without `run` (committed before the child-job protocol named runs)
+    is still found by the learn cycle's lookup; a violation naming it still taints it."""
+    with store.transaction("checkpoint") as tx:
+        cid = tx.put_json({"kind": "checkpoint", "note": "stand-in manifest"})
+        tx.outputs.append(cid)
+        tx.payload.update({"checkpoint": cid, "plan": "b3:" + "0" * 64, "step": 4})
+    assert job.resumable_checkpoint(store, "b3:" + "0" * 64) == cid
+    assert job.resumable_checkpoint(store, "b3:" + "1" * 64) is None
+    with store.transaction(job.VIOLATION_KIND) as tx:
+        tx.payload.update({"run": "train-x", "trainer": "sft", "violations": [{"path": "p", "what": "w"}],
+                           "checkpoints": [cid], "sandboxed": True, "policy": {}})
+    assert job.resumable_checkpoint(store, "b3:" + "0" * 64) is None
+    with pytest.raises(Refused, match="violated its sandbox"):
+        job.check_resumable(store, cid)
