@@ -298,7 +298,7 @@ def test_every_reader_command_on_fields_of_the_wrong_type(tmp_path, kind):
                             "turn": 5, "dataset": 1, "count": "z", "from": "q", "comparison": 3, "of": [],
                             "outcome": 7, "plan": 1, "learner_view": 2, "generation": "g", "head": "h",
                             "context": 9, "run": 4, "suite": 1, "event": 2})
-    _verify_names(tmp_path, seq, "must be")
+    _verify_names(tmp_path, seq, "is ill-formed")
     _no_internal_errors(tmp_path, [["log"], ["gens"], ["index", "rebuild"], ["runs"],
                                    ["report", "-o", str(tmp_path / "r.html")]])
 
