@@ -38,7 +38,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import errors, records
@@ -443,14 +443,14 @@ def launch(job: ChildJob, stop: threading.Event | None = None):
                          stop=stop)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finished:
-    """What a child run left behind, read and checked (mutable only while run_job builds it)."""
+    """What a child run left behind, read and checked."""
     returncode: int
     sandbox: dict
     result: dict
-    collected: object = None
-    checkpoints: list[str] = field(default_factory=list)
+    collected: object = None          # what the caller's collect() read from out/
+    checkpoints: tuple[str, ...] = ()  # committed while it ran, in order
     stderr: str = ""
 
 
@@ -547,7 +547,7 @@ def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = N
             raise describe_failure(res.returncode, stderr, sandbox, checkpoints)
         raise InternalError(f"the {job.trainer} training child exited with {res.returncode}",
                             "rerun with LEDGER_DEBUG=1 to see the child's output", stderr=stderr[-8000:])
-    return Finished(res.returncode, sandbox, result, collected, checkpoints, stderr)
+    return Finished(res.returncode, sandbox, result, collected, tuple(checkpoints), stderr)
 
 
 # --- violations and resume ------------------------------------------------------------------------

@@ -142,7 +142,7 @@ def _rerun_plan(store, plan: comp.Plan, overrides: dict) -> comp.Plan:
     if not overrides:
         return plan
     s = speclib.normalise(plan.config).with_overrides(overrides)
-    t = targetlib.from_body(store.get_json(plan.body["target"]["id"]))
+    t = targetlib.from_body(store.get_json(plan.view.target.id))
     return comp.compile_spec(store, s, t).plan
 
 

@@ -43,12 +43,12 @@ _PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VIS
              "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOutput:
     """What one child execution left behind (before the final transaction)."""
     work: Path
     result: dict | None
-    checkpoints: list[str] = field(default_factory=list)
+    checkpoints: tuple[str, ...] = ()
     sandbox: dict = field(default_factory=dict)
     returncode: int = 0
     stderr: str = ""
