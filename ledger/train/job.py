@@ -568,12 +568,10 @@ def record_violation(store, job: ChildJob, violations: list[Violation], checkpoi
                             violations=vs[:50], run=job.run_name, checkpoints=list(checkpoints))
 
 
-def violated_checkpoints(store, stop=None) -> set[str]:
-    """Every checkpoint named by a sandbox-violation record (read from the journal's end)."""
+def violated_checkpoints(store) -> set[str]:
+    """Every checkpoint named by a sandbox-violation record."""
     out: set[str] = set()
     for r in store.journal.backwards():
-        if stop is not None and stop(r):
-            break
         if r["kind"] == VIOLATION_KIND:
             out.update(records.read(r).checkpoints)
     return out
