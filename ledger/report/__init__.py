@@ -18,16 +18,20 @@ from pathlib import Path
 
 import ledger
 from ledger.errors import BadInput
-from ledger.report.model import gather as _gather
-from ledger.report.page import render as _render
 
 
 def gather(store):
+    """The report's model of `store` (ledger.report.model)."""
+    # lazy: `ledger.report.sparkline` (every `ledger log`, `gens`) must not load the page and
+    # its plotting modules (numpy, ~130 ms) through this package
+    from ledger.report.model import gather as _gather
 
     return _gather(store)
 
 
 def render(model) -> str:
+    """The HTML page of a report model (ledger.report.page)."""
+    from ledger.report.page import render as _render  # lazy: see gather
 
     return _render(model, getattr(ledger, "__version__", ""))
 
