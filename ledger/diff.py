@@ -29,7 +29,11 @@ def flatten(obj, prefix: str = "", out: dict | None = None) -> dict:
     if isinstance(obj, dict):
         for k in sorted(obj):
             flatten(obj[k], f"{prefix}.{k}" if prefix else str(k), out)
-    elif isinstance(obj, list) and len(obj) > LONG_LIST and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
+    elif (
+        isinstance(obj, list)
+        and len(obj) > LONG_LIST
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj)
+    ):
         out[prefix] = {"n": len(obj), "first": obj[0], "last": obj[-1], "min": min(obj), "max": max(obj)}
     elif isinstance(obj, list):
         for i, v in enumerate(obj):

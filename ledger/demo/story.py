@@ -92,7 +92,9 @@ def run_demo(directory: Path, show: Show | None = None) -> dict:
     story["suite_hash"] = sealed.suite.suite_hash
     out.say(f"gen-0 is the bare base model ({g0.base[:15]}…); suite pinned: {sealed.suite.suite_hash[:23]}…")
 
-    out.chapter(3, "Record experience", "Turns are (situation, the action verbatim, the outcome as ground truth); refusals are kept.")
+    out.chapter(
+        3, "Record experience", "Turns are (situation, the action verbatim, the outcome as ground truth); refusals are kept."
+    )
     rows = good_turns(GOOD_TURNS, seed=1)
     rec = api.record(rows, store=store)
     refusals = sum(r["refusal"] for r in rows)

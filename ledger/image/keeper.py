@@ -228,12 +228,25 @@ class Keeper:
             recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
             ours, theirs = socket.socketpair()
             # everything the image needs, in one JSON file: its options, and the fds it inherits
-            cfg = {"listen_fd": self.listen.fileno(), "channel_fd": theirs.fileno(), "store": str(self.store.root), "state": st.to_json(), "offset": offset, "objects": sorted(objects),
-                   "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
-                   "buffer": str(self.buffer), "scratch": str(scratch), "session": session, "recent": recent,
-                   "threads": self.options.threads, "decoder": self.options.decoder, "keeper_pid": os.getpid(),
-                   "durability": self.options.durability,
-                   "probe": os.environ.get("LEDGER_IMAGE_PROBE") == "1", "hold": os.environ.get("LEDGER_IMAGE_HOLD")}
+            cfg = {
+                "listen_fd": self.listen.fileno(),
+                "channel_fd": theirs.fileno(),
+                "store": str(self.store.root),
+                "state": st.to_json(),
+                "offset": offset,
+                "objects": sorted(objects),
+                "generations": [{"id": g.id, "n": g.n, "base": g.base, "adapter": g.adapter} for g in gens],
+                "buffer": str(self.buffer),
+                "scratch": str(scratch),
+                "session": session,
+                "recent": recent,
+                "threads": self.options.threads,
+                "decoder": self.options.decoder,
+                "keeper_pid": os.getpid(),
+                "durability": self.options.durability,
+                "probe": os.environ.get("LEDGER_IMAGE_PROBE") == "1",
+                "hold": os.environ.get("LEDGER_IMAGE_HOLD"),
+            }
             (scratch / "config.json").write_text(json.dumps(cfg))
             sup = None if self.options.unsandboxed else confine.supervisor(self.run, session)
             rules, prog = confine.rules(policy, landlock=not self.options.unsandboxed,
@@ -260,10 +273,16 @@ class Keeper:
                 proc.kill()
                 proc.wait()
                 raise
-            sandbox = {"sandboxed": not self.options.unsandboxed, "landlock_abi": int(status.split()[1]), "grants": len(policy.grants()),
-                       "objects": len(objects), "read_write": list(policy.read_write), "network": policy.network,
-                       "protected": list(policy.protected),
-                       "confinement": confinement}
+            sandbox = {
+                "sandboxed": not self.options.unsandboxed,
+                "landlock_abi": int(status.split()[1]),
+                "grants": len(policy.grants()),
+                "objects": len(objects),
+                "read_write": list(policy.read_write),
+                "network": policy.network,
+                "protected": list(policy.protected),
+                "confinement": confinement,
+            }
             info = self._await_ready(proc, ours)
         except BaseException:
             for sock in (ours, theirs):   # closed twice is harmless; never leaked
@@ -278,9 +297,11 @@ class Keeper:
         self.sel.register(ours, selectors.EVENT_READ, ("worker", None))
         self.state = "serving"
         self.fold.lifecycle(event, session=session, decoder=info.get("decoder"), sandbox=sandbox, image_pid=proc.pid)
-        self.say(f"serving {self.ctx and f'gen-{self.ctx.gen}'} ({head.id[:15]}…) on {protocol.image_socket(self.store.root)}"
-                 f" [{event}; decoder {info.get('decoder')}; "
-                 + (f"Landlock ABI {sandbox['landlock_abi']}, {sandbox['grants']} grants]" if sandbox["sandboxed"] else "UNSANDBOXED]"))
+        self.say(
+            f"serving {self.ctx and f'gen-{self.ctx.gen}'} ({head.id[:15]}…) on {protocol.image_socket(self.store.root)}"
+            f" [{event}; decoder {info.get('decoder')}; "
+            + (f"Landlock ABI {sandbox['landlock_abi']}, {sandbox['grants']} grants]" if sandbox["sandboxed"] else "UNSANDBOXED]")
+        )
 
     def _env(self, scratch: Path) -> dict:
         keep = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "PYTHONHASHSEED",

@@ -169,7 +169,10 @@ def bench(name: str, shape, *, launches: int = 50, warmup: int = 10, seed: int =
         elif spec.weight_format != "bf16":  # what the same layer costs in bf16 through torch
             import torch
 
-            wb = [torch.randn(sh.n, sh.k, device="cuda", dtype=torch.bfloat16) for _ in range(rotation_copies(2 * sh.n * sh.k, info["l2_bytes"]))]
+            wb = [
+                torch.randn(sh.n, sh.k, device="cuda", dtype=torch.bfloat16)
+                for _ in range(rotation_copies(2 * sh.n * sh.k, info["l2_bytes"]))
+            ]
             x = tsets[0]["x"]
             fl = runtime.time_calls([(lambda w=w: Fn.linear(x, w)) for w in wb], launches, warmup, spin)
             extra["torch_linear_bf16"] = {"median_s": fl.median, "fraction": 2 * sh.n * sh.k / fl.median / copy_bw}

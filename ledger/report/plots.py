@@ -49,7 +49,10 @@ def score_history(judges: tuple[Judge, ...]) -> str:
     xs = Linear(-0.5, len(judges) - 0.5, LEFT, W - RIGHT)
     slot = (W - LEFT - RIGHT) / len(judges)
     half = min(22.0, slot * 0.3)
-    out = [svg.y_axis(ys, LEFT, W - RIGHT, "nats/token (lower is better)"), line(LEFT, H - bottom, W - RIGHT, H - bottom, "axisline")]
+    out = [
+        svg.y_axis(ys, LEFT, W - RIGHT, "nats/token (lower is better)"),
+        line(LEFT, H - bottom, W - RIGHT, H - bottom, "axisline"),
+    ]
     head_path = []
     label_every = _every(len(judges), W - LEFT - RIGHT, 64)
     for k, j in enumerate(judges):
@@ -156,7 +159,15 @@ def loss_curves(receipts: tuple[Receipt, ...]) -> str:
         out.append(line(x, y - 4, x + 18, y - 4, f"curve c{i % PALETTE}"))
         out.append(text(x + 24, y, f"{receipt_label(r)}  {fmt(r.losses[0], 3)}→{fmt(r.losses[-1], 3)}", "legend"))
     if len(rs) > legend_rows:
-        out.append(text(W - RIGHT, plot_bottom + 36, f"in colour: the last {legend_rows} of {len(rs)} runs; older runs grey", "tick", "end"))
+        out.append(
+            text(
+                W - RIGHT,
+                plot_bottom + 36,
+                f"in colour: the last {legend_rows} of {len(rs)} runs; older runs grey",
+                "tick",
+                "end",
+            )
+        )
     return svg.svg(W, H, "".join(out), "training loss curves per receipt", "plot losses")
 
 
