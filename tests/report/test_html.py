@@ -76,9 +76,9 @@ def test_empty_store_renders_a_sensible_report(tmp_path):
     page = Page(text)
     _no_urls_or_scripts(page, text)
     assert {n.attrs["id"] for n in page.all("section")} == {
-        "scores", "verdicts", "losses", "deltas", "lineage", "receipts", "experience", "suites"}
+        "scores", "verdicts", "losses", "deltas", "lineage", "runs", "receipts", "experience", "suites"}
     assert page.plots() == {}  # nothing to draw: every section says so instead
-    assert len([n for n in page.all("p") if "empty" in n.attrs.get("class", "")]) == 8
+    assert len([n for n in page.all("p") if "empty" in n.attrs.get("class", "")]) == 9
     assert "No generations yet" in page.plain and "HEAD no generation yet" in page.plain
 
 
@@ -96,7 +96,9 @@ def test_cli_report_empty_store_and_bad_output(tmp_path):
     (tmp_path / "adir").mkdir()
     p = ledger_cmd("report", "-o", "adir", cwd=tmp_path)
     assert p.returncode == 2 and "directory" in p.stderr and "Traceback" not in p.stderr
-    p = ledger_cmd("report", cwd=tmp_path / "adir")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-no-store"  # no .ledger here or above (found like git)
+    elsewhere.mkdir()
+    p = ledger_cmd("report", cwd=elsewhere)
     assert p.returncode == 2 and "no ledger store" in p.stderr
 
 
