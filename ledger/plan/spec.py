@@ -15,10 +15,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledger.artefacts.builtin_task import BUILTIN_BASE, BUILTIN_DATASET  # noqa: F401  (re-exported: specs name them)
 from ledger.errors import SpecError
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
-from ledger.artefacts.builtin_task import BUILTIN_BASE, BUILTIN_DATASET  # noqa: F401  (re-exported: specs name them)
 
 LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
 DTYPES = ("fp32", "bf16", "fp16")
