@@ -16,6 +16,7 @@ from ledger.store.state import check_ref_changes
 
 
 def add_path(store, path, kind: str | None = None, name: str | None = None, wait: float = 0.0, bar=None) -> dict:
+    """Store a file or folder and record it (an `add` record); an unchanged re-add returns the cached id."""
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path} does not exist")

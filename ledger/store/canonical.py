@@ -15,10 +15,12 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 
 
 def dumps(obj) -> bytes:
+    """The canonical JSON bytes of `obj` (sorted keys, no spaces, UTF-8, no NaN/Infinity)."""
     try:
         return _ENCODER.encode(obj).encode("utf-8")
     except (TypeError, ValueError) as e:
-        raise BadInput(f"value is not canonical JSON: {e}", "use dicts with string keys, lists, str, int, finite float, bool, None") from e
+        raise BadInput(f"value is not canonical JSON: {e}",
+                       "use dicts with string keys, lists, str, int, finite float, bool, None") from e
 
 
 def _no_duplicates(pairs):
@@ -53,6 +55,7 @@ def loads(data: bytes | str, *, strict: bool = False):
 
 
 def is_finite_json(obj) -> bool:
+    """True if `obj` holds no NaN or infinite float anywhere (canonical JSON forbids them)."""
     if isinstance(obj, float):
         return math.isfinite(obj)
     if isinstance(obj, dict):

@@ -21,10 +21,12 @@ _ios = 0
 
 
 def active() -> bool:
+    """Whether fault points are live (LEDGER_FAULT_AT or LEDGER_FAULT_TRACE is set)."""
     return "LEDGER_FAULT_AT" in os.environ or "LEDGER_FAULT_TRACE" in os.environ
 
 
 def point(name: str) -> None:
+    """A named fault point: SIGKILL if it is the LEDGER_FAULT_AT-th passed; listed in LEDGER_FAULT_TRACE."""
     global _points
     at = os.environ.get("LEDGER_FAULT_AT")
     trace = os.environ.get("LEDGER_FAULT_TRACE")
@@ -39,6 +41,7 @@ def point(name: str) -> None:
 
 
 def io_check(what: str) -> None:
+    """A write about to happen: raise the injected OSError if LEDGER_FAULT_ERRNO says so."""
     global _ios
     spec = os.environ.get("LEDGER_FAULT_ERRNO")
     if not spec:

@@ -17,13 +17,16 @@ from ledger.store import faults
 
 
 class StorageIOError(LedgerError):
+    """The disk failed a write (ENOSPC, EIO): typed, and the store was left consistent."""
     exit_code = 1
     default_hint = "check free disk space and the filesystem; the store was left consistent"
 
 
 def io_error(e: OSError, what: str) -> StorageIOError:
+    """The typed error for an OSError met while doing `what`."""
     if e.errno == errno.ENOSPC:
-        return StorageIOError(f"no space left on device while {what}", "free disk space and retry; nothing was committed")
+        return StorageIOError(f"no space left on device while {what}",
+                              "free disk space and retry; nothing was committed")
     return StorageIOError(f"I/O error while {what}: {e.strerror or e}")
 
 
@@ -38,7 +41,8 @@ def fs_type(path: Path) -> str | None:
         with open("/proc/mounts") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) >= 3 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) and len(parts[1]) > len(best):
+                under = real == parts[1] or real.startswith(parts[1].rstrip("/") + "/") if len(parts) >= 3 else False
+                if under and len(parts[1]) > len(best):
                     best, fstype = parts[1], parts[2]
         return fstype
     except OSError:
@@ -54,6 +58,7 @@ class NotRegular(Exception):
 
 
 def file_kind(mode: int) -> str:
+    """A file type in words (for messages), from an st_mode."""
     for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISLNK, "symbolic link"),
                        (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
         if test(mode):
@@ -106,6 +111,7 @@ def read_bounded(fd: int, size: int) -> bytes:
 
 
 def write_all(fd: int, data, what: str = "write") -> None:
+    """Write all of `data` to fd (through the fault-injection hook)."""
     faults.io_check(what)
     view = memoryview(data)
     while view:
@@ -114,6 +120,7 @@ def write_all(fd: int, data, what: str = "write") -> None:
 
 
 def fsync_dir(path: Path) -> None:
+    """fsync a directory, so a rename or create in it is durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -122,6 +129,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def tmp_path(tmp_dir: Path) -> Path:
+    """A fresh, unique name in the store's tmp/ directory."""
     return tmp_dir / f"{os.getpid()}-{os.urandom(8).hex()}"
 
 

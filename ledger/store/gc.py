@@ -30,6 +30,7 @@ from ledger.store.state import fold
 
 @dataclass(frozen=True)
 class GcPlan:
+    """What gc found (or, pruned, removed): unreachable objects, tmp/ files, dead and live work folders."""
     unreachable: tuple = ()       # (id, size)
     tmp_files: tuple = ()         # names in tmp/ that are not work folders
     work_dead: tuple = ()         # work folders in tmp/ no live process holds
@@ -82,6 +83,7 @@ def _scan_tmp(store) -> tuple[tuple, tuple, tuple]:
 
 
 def plan(store) -> GcPlan:
+    """What `gc --prune` would remove; reads only (no lock)."""
     scan = store.journal.scan()
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
@@ -129,6 +131,7 @@ def _remove_object_file(p) -> None:
 
 
 def prune(store) -> GcPlan:
+    """Remove what plan() finds, under the lock, and record it as one `gc` record."""
     with store.locked():
         p = plan(store)
         try:

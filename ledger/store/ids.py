@@ -15,16 +15,19 @@ PREFIX_RE = re.compile(r"^(b3:)?[0-9a-f]{8,64}$")
 
 
 def hash_bytes(data: bytes | memoryview) -> str:
+    """The id (`b3:` + BLAKE3 hex) of some bytes."""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO) if len(data) > (1 << 20) else blake3.blake3()
     h.update(data)
     return PREFIX + h.hexdigest()
 
 
 def is_id(s) -> bool:
+    """True if `s` is a well-formed object id."""
     return isinstance(s, str) and ID_RE.match(s) is not None
 
 
 def hex_of(oid: str) -> str:
+    """The 64 hex digits of an id."""
     return oid[len(PREFIX):]
 
 

@@ -28,15 +28,18 @@ FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload"
 
 
 def record_id(body: dict) -> str:
+    """The id of a record: the hash of the canonical form of its fields other than `id`."""
     return hash_bytes(canonical.dumps({k: body[k] for k in FIELDS}))
 
 
 def now() -> str:
+    """The record timestamp: UTC, ISO 8601 with microseconds."""
     t = _time.time_ns()
     return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(t // 1_000_000_000)) + f".{t // 1000 % 1_000_000:06d}Z"
 
 
 def default_actor() -> str:
+    """Who writes a record: LEDGER_ACTOR, else user@host."""
     actor = os.environ.get("LEDGER_ACTOR")
     if actor:
         return actor
@@ -50,6 +53,7 @@ def default_actor() -> str:
 
 
 def make_record(seq: int, prev: str | None, kind: str, inputs, outputs, actor: str, payload: dict) -> dict:
+    """A journal record with its id computed."""
     body = {"seq": seq, "prev": prev, "time": now(), "kind": kind, "inputs": list(inputs),
             "outputs": list(outputs), "actor": actor, "payload": payload}
     body["id"] = record_id(body)
@@ -66,7 +70,8 @@ def parse_line(line: bytes) -> dict:
     if not (rec["prev"] is None or is_id(rec["prev"])):
         raise BadInput("journal record has a bad prev")
     if not (isinstance(rec["kind"], str) and isinstance(rec["actor"], str) and isinstance(rec["time"], str)
-            and isinstance(rec["payload"], dict) and isinstance(rec["inputs"], list) and isinstance(rec["outputs"], list)
+            and isinstance(rec["payload"], dict) and isinstance(rec["inputs"], list)
+            and isinstance(rec["outputs"], list)
             and all(is_id(x) for x in rec["inputs"] + rec["outputs"])):
         raise BadInput("journal record has ill-typed fields")
     if record_id(rec) != rec["id"]:
@@ -85,6 +90,7 @@ class Scan:
 
 
 class Journal:
+    """The journal file: scanning, walking backwards, and compare-and-append."""
     def __init__(self, root: Path):
         self.path = root / "journal"
         self.tmp = root / "tmp"
@@ -280,7 +286,8 @@ class Journal:
             ofd_lock_wait(fd)  # released when fd is closed
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise JournalCorrupt(f"{self.path} is not a regular file", "restore the journal from a bundle or backup")
+                raise JournalCorrupt(f"{self.path} is not a regular file",
+                                     "restore the journal from a bundle or backup")
             start = st.st_size
             if start != expect_end:
                 raise JournalConflict(

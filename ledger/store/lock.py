@@ -77,6 +77,7 @@ def _proc_start(pid: int) -> str | None:
 
 @dataclass(frozen=True)
 class LockInfo:
+    """What is at the lock path, and whether a live process holds it (the kernel says)."""
     pid: int | None
     host: str | None
     time: float | None
@@ -107,6 +108,7 @@ def _parse(raw: bytes) -> tuple[int | None, str | None, float | None]:
 
 
 class Lock:
+    """The store's writer lock: an O_EXCL lock file held with an OFD lock (see the module docstring)."""
     def __init__(self, root: Path, network_fs: bool | None = None):
         self.path = root / "lock"
         self._network_fs = network_fs
@@ -119,7 +121,8 @@ class Lock:
         """Open what is at the lock path without following links or blocking.
         Returns (fd or None, kind) where kind is 'none', 'file', 'symlink', 'directory', 'special'."""
         try:
-            fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            mode = os.O_RDWR if write else os.O_RDONLY
+            fd = os.open(self.path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None, "none"
         except OSError as e:

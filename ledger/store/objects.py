@@ -53,6 +53,7 @@ def _hash_window(h, fd: int, off: int, n: int) -> None:
 
 
 class ObjectStore:
+    """The objects/ directory: write-once files named by their hash, every read verified."""
     def __init__(self, root: Path):
         self.dir = root / "objects"
         self.tmp = root / "tmp"
@@ -325,7 +326,8 @@ class ObjectStore:
                 raise BadInput(f"{src} changed while it was being added", "retry when nothing is writing to it")
             oid = PREFIX + h.hexdigest()
             if expect is not None and oid != expect:
-                raise CorruptObject(expect, f"the copy offered for {expect} ({src}) does not hash to it", "find an intact copy")
+                raise CorruptObject(expect, f"the copy offered for {expect} ({src}) does not hash to it",
+                                    "find an intact copy")
             return oid, st0.st_size, self._install(tmp, oid)
         except OSError as e:
             tmp.unlink(missing_ok=True)

@@ -15,16 +15,23 @@ import json
 import os
 import re
 import shutil
-import sys
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.errors import (BadInput, CorruptObject, InternalError, JournalCorrupt, MissingObject, NotAStore, StoreCorrupt, UnknownRef,
-                           UnsupportedFormat)
+from ledger.errors import (
+    BadInput,
+    CorruptObject,
+    InternalError,
+    JournalCorrupt,
+    MissingObject,
+    StoreCorrupt,
+    UnknownRef,
+    UnsupportedFormat,
+)
 from ledger.store import canonical, faults, fsio, index, trees
-from ledger.store.ids import PREFIX, hash_bytes, is_id, find_ids
+from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import Journal, default_actor, make_record
 from ledger.store.lock import Lock
 from ledger.store.objects import ObjectStore
@@ -34,6 +41,7 @@ from ledger.store.state import State, check_ref_changes, fold
 FORMAT_VERSION = 1
 @dataclass
 class Transaction:
+    """One transaction: the objects it writes and the one record it appends on exit."""
     store: "Store"
     kind: str
     actor: str
@@ -111,6 +119,7 @@ PRELOAD_INDEX_BYTES = 64 << 20  # a copy this large waits on the disk long enoug
 
 
 class Store:
+    """A store: objects, journal, state, index and lock, and the transaction that ties them."""
     def __init__(self, root: Path):
         # Absolute: training and serving children run in other working directories, and
         # every path handed to them is derived from the root.
@@ -160,7 +169,8 @@ class Store:
                 cfg = json.loads(fsio.read_small(self.root / "config", CONFIG_MAX))
                 cfg["format"]
             except (OSError, ValueError, KeyError, TypeError, fsio.NotRegular):
-                raise UnsupportedFormat(f"{self.root}/config is unreadable", "the store's config file is damaged") from None
+                raise UnsupportedFormat(f"{self.root}/config is unreadable",
+                                        "the store's config file is damaged") from None
             self._config = cfg
         return self._config
 
@@ -207,9 +217,11 @@ class Store:
             if scan.broken_at is not None and offset:
                 scan, start = self.journal.scan(), State()
             if scan.broken_at is not None:
-                self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it (run `ledger verify`)")
+                self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it "
+                                     "(run `ledger verify`)")
             elif scan.torn and self.tail_committed(scan) is not None:
-                self.warnings.append(f"committed record {scan.last_seq + 1} is damaged; showing state before it (run `ledger verify`)")
+                self.warnings.append(f"committed record {scan.last_seq + 1} is damaged; showing state before it "
+                                     "(run `ledger verify`)")
             self._state = fold(scan.records, start)
             self._scan_end = scan.end
         return self._state
@@ -329,14 +341,16 @@ class Store:
             raise JournalCorrupt(f"record {c['seq']} differs from the one committed earlier: history was rewritten",
                                  "restore the journal from a bundle or backup")
         if c and st.seq < c["seq"]:
-            raise JournalCorrupt(f"journal ends at record {st.seq} but record {c['seq']} was seen before: records were removed",
+            raise JournalCorrupt(f"journal ends at record {st.seq} but record {c['seq']} was seen before: "
+                                 "records were removed",
                                  "restore the journal from a bundle or backup")
         if scan.torn:
             committed = self.tail_committed(scan)
             if committed is not None:
-                raise JournalCorrupt(f"record {committed} was committed (the index holds it) but its bytes in the journal "
-                                     "are damaged; appends are refused",
-                                     "restore .ledger/journal from a bundle or backup; `ledger verify` names the record")
+                raise JournalCorrupt(f"record {committed} was committed (the index holds it) but its bytes in "
+                                     "the journal are damaged; appends are refused",
+                                     "restore .ledger/journal from a bundle or backup; "
+                                     "`ledger verify` names the record")
             try:
                 aside = self.journal.set_aside_tail(scan.end)
             except OSError as e:
@@ -403,7 +417,8 @@ class Store:
                 except Exception as e:  # noqa: BLE001 - derived state only; every commit stands
                     if os.environ.get("LEDGER_DEBUG") == "1":
                         raise
-                    self.warnings.append(f"committed, but updating the index failed ({e}); `ledger query` catches it up")
+                    self.warnings.append(f"committed, but updating the index failed ({e}); "
+                                         "`ledger query` catches it up")
 
     def rebuild_index(self) -> None:
         with self.locked():
@@ -527,7 +542,8 @@ class Store:
             try:
                 self.tmp.mkdir(exist_ok=True)
             except FileExistsError:
-                raise StoreCorrupt(f"{self.tmp} is not a directory", f"remove {self.tmp}; the next write recreates it") from None
+                raise StoreCorrupt(f"{self.tmp} is not a directory",
+                                   f"remove {self.tmp}; the next write recreates it") from None
             except OSError as e:
                 raise fsio.io_error(e, "recreating tmp/") from e
             self.warnings.append("recreated the missing tmp/ directory")

@@ -3,7 +3,8 @@
 What is live is a set of named refs (HEAD, gen-N, name/<x>, suite, ...), each naming an
 object id, plus integer counters (turns recorded, turns exported, cycles run). A record changes
 refs through `payload["refs"]` ({name: id, or None to delete}) and counters through
-`payload["counters"]` ({name: delta}), so every feature built on the store shares one fold. `refs.json` is a cache of this fold plus
+`payload["counters"]` ({name: delta}), so every feature built on the store shares one fold.
+`refs.json` is a cache of this fold plus
 the journal position it reflects; it can be deleted at any time.
 """
 
@@ -18,6 +19,7 @@ from ledger.store.schema import envelope_problem
 
 @dataclass(frozen=True)
 class State:
+    """The fold of the journal: seq and head of the last record, refs and counters."""
     seq: int = 0
     head: str | None = None          # id of the last journal record
     refs: dict = field(default_factory=dict)
@@ -58,6 +60,7 @@ class State:
 
 
 def fold(records, start: State | None = None) -> State:
+    """Apply records, in order, to `start` (the empty state by default)."""
     s = start or State()
     for r in records:
         s = s.apply(r)
@@ -65,6 +68,7 @@ def fold(records, start: State | None = None) -> State:
 
 
 def check_ref_changes(changes: dict) -> None:
+    """Refuse (BadInput) ref changes with bad names or targets that are not ids."""
     for name, target in changes.items():
         if not isinstance(name, str) or not name or any(c.isspace() for c in name) or name.startswith("b3:"):
             raise BadInput(f"bad ref name {name!r}", "ref names are non-empty, without spaces, not ids")

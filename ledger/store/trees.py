@@ -64,7 +64,8 @@ def put_tree(tx, directory: str | Path, kind: str = "tree", progress=None) -> st
                 raise BadInput(f"{shown} vanished while the folder was being added",
                                "retry when nothing is changing the folder") from None
             if not stat.S_ISREG(st.st_mode):
-                raise BadInput(f"{shown} is not a regular file", "ledger stores regular files only; remove links and special files")
+                raise BadInput(f"{shown} is not a regular file",
+                               "ledger stores regular files only; remove links and special files")
             oid = tx.put_file(Path(os.fsdecode(p)), progress=progress)
             text, escaped = encode_name(os.path.relpath(p, root))
             entry = {"path": text, "id": oid, "size": tx.objects[oid][0], "exec": bool(st.st_mode & 0o111)}
@@ -75,6 +76,7 @@ def put_tree(tx, directory: str | Path, kind: str = "tree", progress=None) -> st
 
 
 def tree_entries(store, tree_id: str) -> list[dict]:
+    """The entries of tree object `tree_id` (BadInput if it is not a tree)."""
     t = store.get_json(tree_id)
     if not isinstance(t, dict) or t.get("kind") != "tree" or not isinstance(t.get("entries"), list):
         raise BadInput(f"{tree_id} is not a tree object")

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from ledger.errors import BadInput, LedgerError, StoreCorrupt
 from ledger.store import fsio, index, schema
 from ledger.store.fsio import StorageIOError
-from ledger.store.ids import PREFIX, find_ids
+from ledger.store.ids import PREFIX
 from ledger.store.state import State
 
 
 @dataclass
 class Report:
+    """What verify found: errors (exit 4), warnings, information, and counts."""
     errors: list = field(default_factory=list)    # {"what", "id"?, "seq"?, "message"}
     warnings: list = field(default_factory=list)
     info: list = field(default_factory=list)
@@ -120,11 +121,13 @@ def _check_records(store, records, rep: Report, read_data: bool = False) -> Stat
                      and "HEAD" in (r["payload"].get("refs") or {})), None)
         rep.errors.append({"what": "head", "id": head, "seq": last["seq"] if last else None,
                            "message": f"HEAD names {head}, which no gen-N ref names: HEAD is not a generation"
-                                      + (f" (moved there by record {last['seq']}, {last['kind'][:64]})" if last else "")})
+                                      + (f" (moved there by record {last['seq']}, {last['kind'][:64]})"
+                                         if last else "")})
     return state
 
 
 def verify(store, read_data: bool = False, progress=None) -> Report:
+    """Check the journal chain, record meaning, caches and objects (rehashing them with read_data)."""
     # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
     # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
     with ThreadPoolExecutor(1) as pool:
@@ -147,12 +150,12 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
                            "message": f"journal chain broken at {scan.problem}"})
     elif scan.torn and store.tail_committed(scan) is not None:
         rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
-                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its bytes in the "
-                                      "journal are damaged"})
+                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its "
+                                      "bytes in the journal are damaged"})
     elif scan.torn:
         rep.warnings.append({"what": "journal-tail", "seq": len(scan.records),
-                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record {len(scan.records)} "
-                                        "(ignored; the next write moves it aside)"})
+                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record "
+                                        f"{len(scan.records)} (ignored; the next write moves it aside)"})
     st = _check_records(store, scan.records, rep, read_data)
 
     cache = store._load_cache()
@@ -160,16 +163,20 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         by_seq = {r["seq"]: r["id"] for r in scan.records}
         if cache["seq"] > st.seq and scan.broken_at is None:
             rep.errors.append({"what": "journal", "seq": st.seq + 1,
-                               "message": f"journal ends at record {st.seq} but refs.json saw record {cache['seq']}: records were removed"})
+                               "message": f"journal ends at record {st.seq} but refs.json saw record {cache['seq']}: "
+                                          "records were removed"})
         elif cache["seq"] in by_seq and by_seq[cache["seq"]] != cache["head"]:
             rep.errors.append({"what": "journal", "seq": cache["seq"],
-                               "message": f"record {cache['seq']} differs from the one committed earlier: history was rewritten"})
+                               "message": f"record {cache['seq']} differs from the one committed earlier: "
+                                          "history was rewritten"})
         elif cache["seq"] <= st.seq and j.path.stat().st_size >= cache["offset"] and cache.get("digest") \
                 and j.prefix_digest(cache["offset"]) != cache["digest"] and scan.broken_at is None:
             rep.errors.append({"what": "journal", "seq": cache["seq"],
                                "message": "journal bytes before the last known head changed: history was rewritten"})
-        elif cache["seq"] <= st.seq and cache["refs"] != _fold_well_formed(r for r in scan.records if r["seq"] <= cache["seq"]).refs:
-            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold (it is rebuilt on the next write)"})
+        elif cache["seq"] <= st.seq and \
+                cache["refs"] != _fold_well_formed(r for r in scan.records if r["seq"] <= cache["seq"]).refs:
+            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold "
+                                                              "(it is rebuilt on the next write)"})
 
     # Objects the journal reaches, and their sizes as recorded when they were written.
     sizes = {}
@@ -203,7 +210,8 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         size = fst.st_size
         total += size
         if oid in sizes and sizes[oid] != size:
-            rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+            rep.errors.append({"what": "corrupt", "id": oid,
+                               "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
             continue
         if read_data:
             try:
@@ -225,21 +233,27 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
     seq = meta["seq"] if meta else None
     by_seq = {r["seq"]: r["id"] for r in scan.records}
     if meta is None:
-        rep.warnings.append({"what": "index", "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
+        rep.warnings.append({"what": "index",
+                             "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
     elif meta["store"] not in (None, store.store_id):
-        rep.errors.append({"what": "index", "message": f"the index belongs to another store ({meta['store']}); its answers "
-                                                       "are not this journal's (`ledger index rebuild`)"})
+        rep.errors.append({"what": "index",
+                           "message": f"the index belongs to another store ({meta['store']}); its answers "
+                                      "are not this journal's (`ledger index rebuild`)"})
     elif seq in by_seq and by_seq[seq] != meta["head"]:
-        rep.errors.append({"what": "index", "seq": seq, "message": f"the index ends at a record {seq} that is not this "
-                                                                   "journal's (copied from elsewhere?): `ledger index rebuild`"})
+        rep.errors.append({"what": "index", "seq": seq,
+                           "message": f"the index ends at a record {seq} that is not this journal's "
+                                      "(copied from elsewhere?): `ledger index rebuild`"})
     elif seq != st.seq and not (seq > st.seq and scan.torn):
-        rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at {st.seq} (`ledger index rebuild`)"})
+        rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at "
+                                                         f"{st.seq} (`ledger index rebuild`)"})
 
     if not store.tmp.is_dir():
         rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})
     tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
     if tmp:
-        rep.info.append({"what": "tmp", "count": len(tmp), "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes (`ledger gc --prune`)"})
+        rep.info.append({"what": "tmp", "count": len(tmp),
+                         "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes "
+                                    "(`ledger gc --prune`)"})
     info = store.lock.read()
     if info:
         rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})

@@ -5,7 +5,6 @@ import json
 import shutil
 
 from ledger.store import Store, canonical, index
-
 from tests.conftest import ledger_cmd
 
 

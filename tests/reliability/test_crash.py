@@ -3,7 +3,6 @@
 import signal
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent
 
@@ -12,7 +11,7 @@ def _fault_points(tmp_path, args, cwd):
     trace = tmp_path / "trace"
     p = ledger_cmd(*args, cwd=cwd, env={"LEDGER_FAULT_TRACE": str(trace)})
     assert p.returncode == 0, p.stderr
-    return [l.split()[1] for l in trace.read_text().splitlines()]
+    return [line.split()[1] for line in trace.read_text().splitlines()]
 
 
 def test_sigkill_at_every_fault_point_of_add(tmp_path):
@@ -52,7 +51,7 @@ def test_crash_after_commit_before_index(tmp_path):
     points = []
     trace = tmp_path / "trace"
     ledger_cmd("add", "f", cwd=tmp_path, env={"LEDGER_FAULT_TRACE": str(trace)}, check=True)
-    points = [l.split()[1] for l in trace.read_text().splitlines()]
+    points = [line.split()[1] for line in trace.read_text().splitlines()]
     n = points.index("tx.committed") + 1
     (tmp_path / "f").write_text("hello again")
     p = ledger_cmd("add", "f", cwd=tmp_path, env={"LEDGER_FAULT_AT": str(n)})

@@ -13,7 +13,6 @@ import pytest
 
 from ledger.store import Store, canonical
 from ledger.store.ids import hex_of
-
 from tests.conftest import ledger_cmd
 
 TIMEOUT = 60
@@ -72,7 +71,7 @@ CASES = {
     "lock-dangling-link": lambda r, t, oid: _dangling(r / "lock"),
     "lock-dir": lambda r, t, oid: _dir(r / "lock"),
     "lock-fifo": lambda r, t, oid: _fifo(r / "lock"),
-    "lock-huge-pid": lambda r, t, oid: (r / "lock").write_text('{"pid": 1' + "0" * 40 + ', "host": "x", "time": 1e999}'),
+    "lock-huge-pid": lambda r, t, oid: (r / "lock").write_text('{"pid": 1' + "0" * 40 + ', "host": "x", "time": 1e9}'),
     "lock-garbage": lambda r, t, oid: (r / "lock").write_bytes(b"\xff\x00{"),
     "tmp-deleted": lambda r, t, oid: shutil.rmtree(r / "tmp"),
     "tmp-is-a-file": lambda r, t, oid: (shutil.rmtree(r / "tmp"), (r / "tmp").write_text("x")),

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

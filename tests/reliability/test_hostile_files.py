@@ -17,7 +17,6 @@ import pytest
 from ledger.store import Store
 from ledger.store.add import add_path
 from ledger.store.ids import hex_of
-
 from tests.conftest import ledger_cmd
 
 TIMEOUT = 60  # a hang fails the test instead of stalling the suite

@@ -1,7 +1,6 @@
 """Lost, stale and corrupt index: a rebuild gives identical query results."""
 
 from ledger.store import Store, index
-
 from tests.conftest import ledger_cmd
 
 

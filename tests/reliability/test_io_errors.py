@@ -4,7 +4,6 @@ and the store keeps working afterwards."""
 import pytest
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent
 
@@ -38,7 +37,7 @@ def test_injected_write_errors(tmp_path, err, mode):
 
 
 def test_gc_and_reads_work_while_writes_fail(tmp_path):
-    s = Store.init(tmp_path)
+    Store.init(tmp_path)
     (tmp_path / "f").write_text("a")
     ledger_cmd("add", "f", "--name", "a", cwd=tmp_path, check=True)
     env = {"LEDGER_FAULT_ERRNO": "ENOSPC:1+"}

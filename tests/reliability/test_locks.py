@@ -8,7 +8,6 @@ import sys
 import time
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 

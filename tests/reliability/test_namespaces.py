@@ -16,7 +16,6 @@ import pytest
 from ledger.errors import JournalConflict
 from ledger.store import Store
 from ledger.store.verify import verify
-
 from tests.conftest import ledger_cmd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,8 +121,8 @@ def test_journal_rewritten_to_same_length_is_refused(tmp_path):
             last = data.rstrip(b"\n").rsplit(b"\n", 1)[1]
             rec = json.loads(last)
             rec["payload"]["x"] = 2
-            from ledger.store.journal import record_id
             from ledger.store import canonical
+            from ledger.store.journal import record_id
 
             rec["id"] = record_id(rec)
             new = canonical.dumps(rec)

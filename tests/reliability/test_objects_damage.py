@@ -8,7 +8,6 @@ import pytest
 from ledger.errors import CorruptObject
 from ledger.store import Store
 from ledger.store.verify import verify
-
 from tests.conftest import ledger_cmd
 
 

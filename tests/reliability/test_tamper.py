@@ -9,7 +9,6 @@ from ledger.errors import JournalCorrupt
 from ledger.store import Store, canonical
 from ledger.store.journal import record_id
 from ledger.store.verify import verify
-
 from tests.conftest import ledger_cmd
 
 
@@ -94,7 +93,7 @@ def test_delete_last_record_detected(tmp_path):
 def test_rewritten_history_detected(tmp_path):
     """Rewriting the whole chain consistently is caught against the last head seen."""
     s = _store(tmp_path, n=3)
-    lines = [json.loads(l) for l in _lines(s)]
+    lines = [json.loads(line) for line in _lines(s)]
     prev = None
     out = []
     for rec in lines:

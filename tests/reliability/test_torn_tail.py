@@ -46,7 +46,7 @@ def test_truncate_at_every_offset(tmp_path):
     s.journal.path.write_bytes(data[:last_start + 10])
     (s.root / "refs.json").unlink(missing_ok=True)
     w = Store.open(s.root)
-    with w.transaction("after") as tx:
+    with w.transaction("after"):
         pass
     assert any("torn" in m for m in w.warnings)
     recs = Store.open(s.root).journal.records()

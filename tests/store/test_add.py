@@ -1,8 +1,6 @@
 import json
-import os
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 
@@ -45,7 +43,8 @@ def test_add_directory_and_name(tmp_path):
     d.mkdir()
     (d / "x").write_text("1")
     (d / "y").write_text("2")
-    a = json.loads(ledger_cmd("add", "d", "--name", "dd", "--kind", "dataset", "--json", cwd=tmp_path, check=True).stdout)
+    a = json.loads(ledger_cmd("add", "d", "--name", "dd", "--kind", "dataset", "--json", cwd=tmp_path,
+                              check=True).stdout)
     assert a["kind"] == "dataset" and a["size"] == 2
     shown = json.loads(ledger_cmd("show", "dd", "--json", cwd=tmp_path, check=True).stdout)
     assert [e["path"] for e in shown["object"]["entries"]] == ["x", "y"]
@@ -79,8 +78,8 @@ def test_log_and_query_json(tmp_path):
         ledger_cmd("add", f"f{i}", cwd=tmp_path, check=True)
     log = json.loads(ledger_cmd("log", "-n", "2", "--json", cwd=tmp_path, check=True).stdout)
     assert [r["seq"] for r in log] == [3, 4]
-    rows = json.loads(ledger_cmd("query", "select kind, count(*) as n from journal group by kind order by kind", "--json",
-                                 cwd=tmp_path, check=True).stdout)
+    sql = "select kind, count(*) as n from journal group by kind order by kind"
+    rows = json.loads(ledger_cmd("query", sql, "--json", cwd=tmp_path, check=True).stdout)
     assert rows == [{"kind": "add", "n": 3}, {"kind": "init", "n": 1}]
     csv = ledger_cmd("query", "select seq from journal order by seq", "--csv", cwd=tmp_path, check=True).stdout
     assert csv.split() == ["seq", "1", "2", "3", "4"]

@@ -123,7 +123,7 @@ def test_backwards_reads_newest_first_across_blocks_and_skips_a_torn_tail(store)
 def test_backwards_stops_at_damage_it_walks_over(store):
     """A search from the end that reaches a damaged or unlinked record raises (a strict
     reader); `tail` (for `log`) returns the whole records after the damage."""
-    recs = _many(store, 6)
+    _many(store, 6)
     data = store.journal.path.read_bytes()
     lines = data.split(b"\n")
     lines[3] = lines[3].replace(b'"note":"x', b'"note":"y', 1)  # record 4 no longer hashes to its id

@@ -3,7 +3,6 @@ import os
 import pytest
 
 from ledger.errors import AmbiguousRef, CorruptObject, MissingObject, UnknownRef
-from ledger.store import Store
 from ledger.store.ids import hash_bytes, is_id
 from ledger.store.objects import hash_file
 

@@ -1,6 +1,7 @@
 """Property tests over the decoders and canonical JSON: only typed ledger errors escape."""
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.errors import LedgerError
 from ledger.store import canonical
