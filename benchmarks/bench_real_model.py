@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -93,9 +94,9 @@ def plain_train(base_dir: Path, rows, a):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=a.lr, foreach=False)
     g = torch.Generator().manual_seed(0)
     order = torch.cat([torch.randperm(n, generator=g) for _ in range(a.steps * a.batch // n + 1)])
-    times, losses = [], []
+    times, cpu, losses = [], [], []
     for step in range(a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         rows_i = order[step * a.batch:(step + 1) * a.batch]
         loss = model(input_ids=ids[rows_i], attention_mask=att[rows_i], labels=lab[rows_i]).loss
         loss.backward()
@@ -103,7 +104,8 @@ def plain_train(base_dir: Path, rows, a):
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss))
         times.append(time.perf_counter() - t0)
-    return model.eval(), tok, times, losses
+        cpu.append(time.thread_time() - c0)  # CPU time of this thread: not moved by other processes' load
+    return model.eval(), tok, times, cpu, losses
 
 
 def plain_action_loss(model, tok, docs) -> float:
@@ -154,7 +156,7 @@ def main() -> int:
     from ledger.plan import compile as comp
     from ledger.plan import spec as speclib
     from ledger.plan import targets
-    from ledger.store import Store
+    from ledger.store import Store, trees
     from ledger.train import run as trainlib
 
     gguf = modellib.packaged_smollm2()
@@ -174,7 +176,7 @@ def main() -> int:
         man = modellib.load_manifest(store, base)
         res["import_s"] = time.perf_counter() - t0
         res["gguf_bytes"] = gguf.stat().st_size
-        res["stored_bytes"] = sum(e["size"] for e in modellib.tree_entries(store, man["files"]))
+        res["stored_bytes"] = sum(e["size"] for e in trees.tree_entries(store, man["files"]))
         print(f"import {res['import_s']:.1f} s; stored {res['stored_bytes'] / 1e6:.0f} MB "
               f"(GGUF {res['gguf_bytes'] / 1e6:.0f} MB)", flush=True)
 
@@ -191,6 +193,8 @@ def main() -> int:
         res["ledger_train_wall_s"] = time.perf_counter() - t0
         r = tr.receipt
         res["ledger_step_median_s"] = r["timings"]["step_median_s"]
+        res["ledger_step_cpu_median_s"] = r["timings"]["step_cpu_median_s"]
+        res["load_during_ledger_train"] = os.getloadavg()[0]
         res["ledger_losses"] = [r["losses"][0], r["losses"][-1]]
         print(f"ledger: {a.steps} steps, median step {res['ledger_step_median_s']:.3f} s, "
               f"loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}", flush=True)
@@ -202,19 +206,20 @@ def main() -> int:
         res["ledger_eval_action_loss"] = float(sc["ledger"].mean())
         img = generate.Model(store, base, tmp / "img", adapters=[r["adapter"]])
         img.use(r["adapter"])
-        lat, exact = [], 0
+        answers = {}
+        exact = 0
         for d in scored:
-            t0 = time.perf_counter()
             text, _ = img.generate(d["situation"], a.max_new)
-            lat.append(time.perf_counter() - t0)
+            answers[d["situation"]] = text
             exact += text == d["action"]
         res["ledger_exact"] = exact
-        res["ledger_answer_median_s"] = statistics.median(lat)
 
         base_dir = tmp / "base"
-        modellib.materialise_tree(store, man["files"], base_dir)
-        model, tok, times, losses = plain_train(base_dir, rows, a)
+        trees.materialise_tree(store, man["files"], base_dir)
+        res["load_before_plain_train"] = os.getloadavg()[0]
+        model, tok, times, cpu, losses = plain_train(base_dir, rows, a)
         res["plain_step_median_s"] = statistics.median(times)
+        res["plain_step_cpu_median_s"] = statistics.median(cpu)
         res["plain_losses"] = [losses[0], losses[-1]]
         print(f"plain: median step {res['plain_step_median_s']:.3f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
               flush=True)
@@ -232,16 +237,25 @@ def main() -> int:
         from transformers import LlamaForCausalLM
 
         adir = tmp / "adapter"
-        modellib.materialise_tree(store, r["adapter"], adir)
+        trees.materialise_tree(store, r["adapter"], adir)
         same = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32),
                                          str(adir)).eval()
-        lat = []
-        for d in scored:
-            t0 = time.perf_counter()
-            plain_generate(same, tok, d["situation"], a.max_new)
-            lat.append(time.perf_counter() - t0)
-        res["generate_same_checkout_median_s"] = statistics.median(lat)
+        # alternating, so both see the same load; the same answers are checked too
+        lat_img, lat_gen, same_answers = [], [], 0
+        for _ in range(2):
+            for d in scored:
+                t0 = time.perf_counter()
+                text, _ = img.generate(d["situation"], a.max_new)
+                lat_img.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                ids = plain_generate(same, tok, d["situation"], a.max_new)
+                lat_gen.append(time.perf_counter() - t0)
+                same_answers += tok.decode(ids) == text == answers[d["situation"]]
+        res["ledger_answer_median_s"] = statistics.median(lat_img)
+        res["generate_same_checkout_median_s"] = statistics.median(lat_gen)
+        res["same_answers"] = f"{same_answers}/{len(lat_img)}"
     res["step_ratio"] = res["ledger_step_median_s"] / res["plain_step_median_s"]
+    res["step_cpu_ratio"] = res["ledger_step_cpu_median_s"] / res["plain_step_cpu_median_s"]
     res["act_ratio"] = res["ledger_answer_median_s"] / res["generate_same_checkout_median_s"]
     print(json.dumps(res, indent=2, sort_keys=True))
     if a.json:
