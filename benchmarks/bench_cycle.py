@@ -19,9 +19,9 @@ from pathlib import Path
 def main() -> None:
     from ledger import experience
     from ledger.cycle import ensure_genesis, load_spec, run_cycle
-    from ledger.options import LearnOptions
     from ledger.demo.story import GOOD_TURNS, good_turns
     from ledger.gate import seal as seallib
+    from ledger.options import LearnOptions
     from ledger.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="bench-cycle-"))

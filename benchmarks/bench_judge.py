@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--cli-runs", type=int, default=3)
     args = ap.parse_args()
 
+    import warnings
+
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
@@ -65,14 +67,12 @@ def main() -> None:
 
     from ledger.artefacts import builtin_task as task
     from ledger.artefacts import dataset as datalib
-    from ledger.gate import judge as judgelib
     from ledger.artefacts import model as modellib
+    from ledger.gate import judge as judgelib
     from ledger.gate import seal
     from ledger.plan import spec
     from ledger.store import Store
     from tests.gate.world import MODULES, store_adapter
-
-    import warnings
 
     warnings.simplefilter("ignore", FutureWarning)  # peft's deprecation notice on every load
     hf_logging.set_verbosity_error()

@@ -46,8 +46,8 @@ def main() -> None:
 
     from ledger.plan import compile as comp
     from ledger.plan import spec, targets
-    from ledger.train import run as trainlib
     from ledger.store import Store
+    from ledger.train import run as trainlib
 
     store = Store.init(Path(tempfile.mkdtemp(prefix="bench-mem-")))
     mib = 1 << 20

@@ -122,7 +122,8 @@ def main() -> None:
         samples.setdefault("rsync -a (up to date)", []).append(sh(f"rsync -a {objects}/ {WORK / 'peer'}/"))
     # The same two pushes in-process (library calls): the engine's cost without the CLI's
     # fixed start-up (interpreter + imports), which no up-to-date check can avoid.
-    from ledger.sharing import push, remote as rm
+    from ledger.sharing import push
+    from ledger.sharing import remote as rm
     from ledger.store import Store
 
     for _ in range(a.repeat):

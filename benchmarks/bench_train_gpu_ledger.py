@@ -188,11 +188,10 @@ def plain_peft(store: Path, plan_id: str, steps: int, warmup: int, device: str) 
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from ledger.train import sft
-
     from ledger.artefacts import model as modellib
     from ledger.artefacts import template as templatelib
     from ledger.store import Store
+    from ledger.train import sft
 
     s = Store.open(store)
     plan = s.get_json(plan_id)

@@ -22,13 +22,13 @@ from ledger.artefacts import template as templatelib
 from ledger.errors import Refused
 from ledger.gate import judge as judgelib
 from ledger.gate import seal as seallib
-from ledger.verdicts.summary import verdict_summary
 from ledger.options import LearnOptions
 from ledger.plan import compile as comp
 from ledger.plan import spec as speclib
 from ledger.plan import targets as targetlib
 from ledger.train import job as trainjob
 from ledger.train import run as trainlib
+from ledger.verdicts.summary import verdict_summary
 
 ENDS = ("commit", "refusal")
 DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model and LoRA settings

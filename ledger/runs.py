@@ -12,12 +12,11 @@ that into `running` (its process still holds the live lock) or `interrupted` (it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
-from dataclasses import dataclass
-
-import fcntl
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.errors import BadInput, StoreCorrupt

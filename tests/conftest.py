@@ -66,8 +66,8 @@ def tiny_text():
 def trained(tmp_path_factory):
     from ledger.plan import compile as comp
     from ledger.plan import spec, targets
-    from ledger.train import run as trainlib
     from ledger.store import Store
+    from ledger.train import run as trainlib
 
     d = tmp_path_factory.mktemp("trained")
     store = Store.init(d)

@@ -76,7 +76,7 @@ def probes(builds, info):
     grid = (info["sms"] * 4,)
     t = R.time_calls([lambda: k(grid, (512,), (buf, np.int64(nbytes // 16), out))], 20, 3, spin)
     read_bw = nbytes / t.median
-    del buf
+    buf = None  # free the buffer (the timed lambda holds the name)
     spec = S.get("linear-bf16")
     sh = S.Shape(1, 8192, 256)
     sets = [R.random_device_inputs(spec, sh, 7 + c) for c in range(2)]
@@ -96,7 +96,6 @@ def probes(builds, info):
 def back_to_back(builds, info, launches: int) -> dict:
     """The same kernels queued back-to-back between one pair of events: per-call throughput
     without the per-launch event overhead (a figure beside the records, not instead of them)."""
-    import torch.nn.functional as Fn
 
     from ledger.kernels import reference
 

@@ -138,7 +138,7 @@ def run_loop(kind: str, a, cfg: dict) -> dict:
            "warmup_s": warm_s, "peak_bytes": peak, "plan": pl,
            "plan_error": (pl["peak"] / peak - 1) if peak else None, "losses": losses,
            "params": n_params, "adapter_params": n_adapter, "finite": all(map(lambda v: v == v, losses))}
-    del model, opt, batches
+    model = opt = batches = None  # free the GPU memory (step() above holds these names)
     if cuda:
         torch.cuda.empty_cache()
     return res

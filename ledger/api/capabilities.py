@@ -44,6 +44,7 @@ def capability_add(source: str | os.PathLike, manifest: str | os.PathLike, *, gr
 
 @dataclass(frozen=True)
 class Granted(Result):
+    """The new generation a grant change made, and the capability's handles now."""
     name: str
     generation: Any          # the new Generation
     grants: tuple[Any, ...]
@@ -84,6 +85,7 @@ def capability_call(name: str, export: str, args: Sequence[str] = (), *, fuel: i
 
 @dataclass(frozen=True)
 class Capabilities(Result):
+    """The capabilities live in a generation, with their grants (`ledger capability list`)."""
     generation: int | None
     entries: tuple[Any, ...]          # registry Entry, one per capability
     details: tuple[Mapping, ...]      # each entry's JSON with exports, description, declared, limits

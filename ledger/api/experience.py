@@ -18,6 +18,7 @@ from ledger.errors import BadInput
 
 @dataclass(frozen=True)
 class Recorded(Result):
+    """The turn batch one `record` appended: its object, turn numbers and seq."""
     turns: str        # the batch object
     first: int
     last: int

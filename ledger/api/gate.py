@@ -26,6 +26,7 @@ class Sealed(Wrapped):
 
 @dataclass(frozen=True)
 class Restored(Result):
+    """The pinned suite whose sealed copy was rewritten, and where."""
     suite: Any      # the pinned SealedSuite
     path: str
 
@@ -113,6 +114,7 @@ def dpo(pairs: str, *, sft: str, beta: float = 0.1, lr: float = 1e-4, steps: int
 
 @dataclass(frozen=True)
 class Reported(Result):
+    """What `ledger report` wrote: the file, its size and what it covers."""
     info: Mapping      # path, bytes, generations, cycles, gate_runs, receipts, rollbacks
 
     def to_json(self):

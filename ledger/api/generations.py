@@ -16,6 +16,7 @@ from ledger.api._open import open_store
 
 @dataclass(frozen=True)
 class RolledBack(Result):
+    """Where one `rollback` record moved HEAD from and to."""
     from_: str
     to: str
     head: str

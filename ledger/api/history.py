@@ -15,6 +15,7 @@ from ledger.lineage import generation_rows
 
 @dataclass(frozen=True)
 class Gens(Result):
+    """Every generation with its verdict and score (`ledger gens`); HEAD marked."""
     rows: tuple[Mapping, ...]                       # ledger.lineage.generation_rows
     losses: Mapping[str, Any] = field(default_factory=dict)   # receipt id -> its loss trace
 
@@ -35,6 +36,7 @@ def gens(*, losses: bool = False, store: StoreLike = None) -> Gens:
 
 @dataclass(frozen=True)
 class Diff(Result):
+    """The field-level differences between two generations, receipts, plans or specs."""
     body: Mapping   # ledger.diff.diff: kind, a, b, fields, receipt, verdicts, data, adapter
 
     def to_json(self):

@@ -16,6 +16,7 @@ from ledger.options import ServeOptions
 
 @dataclass(frozen=True)
 class ImageStatus(Result):
+    """A running image's state: what it serves, its confinement and its buffer."""
     status: Mapping   # the keeper's status ({"running": false} when no image serves the store)
 
     def to_json(self):
@@ -39,6 +40,7 @@ def serve(options: ServeOptions = ServeOptions(), *, detach: bool = False,
 
 @dataclass(frozen=True)
 class Acted(Result):
+    """One answer from the image: the action, the turn it recorded and the generation."""
     reply: Mapping   # the image's reply: id, turn (action, outcome, kind, latency_ms, ...), turn_id, duplicate
 
     def to_json(self):

@@ -16,6 +16,7 @@ RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receip
 
 @dataclass(frozen=True)
 class Log(Result):
+    """The last journal records (`ledger log`), with the loss traces they name."""
     records: tuple[Mapping, ...]
     losses: Mapping[int, Any] = field(default_factory=dict)   # seq -> loss trace of the receipt it names
 

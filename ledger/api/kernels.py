@@ -15,6 +15,7 @@ from ledger.kernels import store_records as sr
 
 @dataclass(frozen=True)
 class Kernels(Result):
+    """The kernel specs ledger knows, with their builds and gate results."""
     kernels: tuple[Mapping, ...]
 
     def to_json(self):

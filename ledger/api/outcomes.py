@@ -16,6 +16,7 @@ from ledger.image import context, protocol
 
 @dataclass(frozen=True)
 class Outcome(Result):
+    """The ground truth one `outcome` record attached to a turn."""
     turn: str
     outcome: str
     seq: int

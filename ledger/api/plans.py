@@ -18,6 +18,7 @@ from ledger.plan import targets as t
 
 @dataclass(frozen=True)
 class Targets(Result):
+    """The target profiles a plan can be compiled for (built-in and from a file)."""
     targets: tuple[Any, ...]   # ledger.plan.targets.Target, in listing order
 
     def to_json(self):

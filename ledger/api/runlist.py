@@ -15,6 +15,7 @@ RUN_FIELDS = runslib.FIELDS   # the columns of a run row, in order
 
 @dataclass(frozen=True)
 class RunsResult(Result):
+    """Every training run of the `runs` view, as `ledger runs` shows them."""
     rows: tuple[runslib.RunRow, ...]
 
     def to_json(self):

@@ -31,6 +31,7 @@ class Imported(Wrapped):
 
 @dataclass(frozen=True)
 class Pulled(Result):
+    """The refs one pull brought in under its namespace, and what was new or repaired."""
     imports: tuple[Any, ...]   # one import result per remote ref namespace
 
     def to_json(self):
@@ -76,6 +77,7 @@ class Remote(Wrapped):
 
 @dataclass(frozen=True)
 class Remotes(Result):
+    """The configured remotes (names and URLs)."""
     remotes: tuple[Any, ...]
 
     def to_json(self):
@@ -186,6 +188,7 @@ def repair(source: str, *, jobs: int = 4, progress=None, store: StoreLike = None
 
 @dataclass(frozen=True)
 class KeyCreated(Result):
+    """A new signing key: its name, public key and the record that stored it."""
     key: Any   # the PublicKey
 
     def to_json(self):
@@ -201,6 +204,7 @@ def key_create(name: str, *, store: StoreLike = None) -> KeyCreated:
 
 @dataclass(frozen=True)
 class Keys(Result):
+    """The store's own signing keys and the keys it trusts."""
     own: tuple[Mapping, ...]
     trusted: tuple[Mapping, ...]
     require_signatures: bool
@@ -223,6 +227,7 @@ def key_list(*, store: StoreLike = None) -> Keys:
 
 @dataclass(frozen=True)
 class KeyExported(Result):
+    """Where a public key was written, for a colleague to trust."""
     data: bytes           # the public key file's bytes
     fingerprint: str
     written: str | None   # the file written, or None

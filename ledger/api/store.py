@@ -25,6 +25,7 @@ from ledger.store.verify import verify as run_verify
 
 @dataclass(frozen=True)
 class Initialised(Result):
+    """The store `init` created."""
     store: str
     head: str | None
     seq: int
@@ -38,6 +39,7 @@ def init(directory: str | os.PathLike | None = None) -> Initialised:
 
 @dataclass(frozen=True)
 class Added(Result):
+    """What one `add` stored: the id, size and kind, and whether it was unchanged."""
     id: str
     size: int
     kind: str
@@ -71,6 +73,7 @@ def add(path: str | os.PathLike, *, kind: str | None = None, name: str | None = 
 
 @dataclass(frozen=True)
 class Catted(Result):
+    """An object's verified bytes as `cat` wrote or returned them."""
     id: str
     size: int
     data: bytes | None = None   # None when streamed to `out`
@@ -194,6 +197,7 @@ def gc(*, prune: bool = False, store: StoreLike = None) -> Collected:
 
 @dataclass(frozen=True)
 class QueryResult(Result):
+    """The columns and rows of one read-only SQL query over the index."""
     columns: tuple[str, ...]
     rows: tuple[tuple, ...]
 
@@ -219,6 +223,7 @@ def query(sql: str, *, store: StoreLike = None) -> QueryResult:
 
 @dataclass(frozen=True)
 class Rebuilt(Result):
+    """The journal seq a fresh index was rebuilt to."""
     rebuilt: bool
     seq: int
 
@@ -232,6 +237,7 @@ def index_rebuild(*, store: StoreLike = None) -> Rebuilt:
 
 @dataclass(frozen=True)
 class Unlocked(Result):
+    """Whether `unlock` cleared a dead holder's lock, and whose."""
     cleared: bool
     holder: Mapping | None
     describe: str = ""

@@ -90,6 +90,7 @@ def reproduce(receipt: str, *, overrides: Mapping[str, Any] | None = None, loss_
 
 @dataclass(frozen=True)
 class ImportedBase(Result):
+    """The base manifest an import wrote, and what it was made from."""
     base: str
     name: str | None
 

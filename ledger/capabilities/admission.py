@@ -172,9 +172,18 @@ def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, 
                                  "results": [o.to_json() for o in outcomes]})
         tx.outputs.extend([source_id, module_id, manifest_id, compiler_id, report_id])
         n = (max(generations.numbers(store)) + 1) if generations.numbers(store) else 0
-        caps[m.name] = {"module": module_id, "source": source_id, "manifest": manifest_id,
-                        "compiler": {"id": compiler_id, **{k: v for k, v in compiled.compiler.items() if k in ("language", "tool", "version")}},
-                        "tests": report_id, "grants": grants_mod.to_json(proposed), "admitted_in": n}
+        caps[m.name] = {
+            "module": module_id,
+            "source": source_id,
+            "manifest": manifest_id,
+            "compiler": {
+                "id": compiler_id,
+                **{k: v for k, v in compiled.compiler.items() if k in ("language", "tool", "version")},
+            },
+            "tests": report_id,
+            "grants": grants_mod.to_json(proposed),
+            "admitted_in": n,
+        }
         tx.payload.update({"capability": m.name, "action": "replace" if replace else "add", "module": module_id,
                            "manifest": manifest_id, "grants": grants_mod.to_json(proposed)})
         if regrant is not None:

@@ -55,8 +55,12 @@ def read_source(path: Path, limit: int) -> bytes:
     if not path.is_file():
         raise BadInput(f"source {path} is not a regular file")
     if size > limit:
-        raise Refused(f"{path} is {size} bytes; the limit is {limit} bytes", "capabilities are small functions; split or shrink it",
-                      size=size, limit=limit)
+        raise Refused(
+            f"{path} is {size} bytes; the limit is {limit} bytes",
+            "capabilities are small functions; split or shrink it",
+            size=size,
+            limit=limit,
+        )
     return path.read_bytes()
 
 
@@ -117,7 +121,8 @@ def _run(cmd: list[str], what: str) -> str:
     except subprocess.TimeoutExpired:
         raise Refused(f"{what} took more than {C_TIMEOUT_S} s", "simplify the source") from None
     if p.returncode != 0:
-        raise BadInput(f"{what} failed: {(p.stderr or p.stdout).strip().splitlines()[-1] if (p.stderr or p.stdout).strip() else p.returncode}",
+        said = (p.stderr or p.stdout).strip()
+        raise BadInput(f"{what} failed: {said.splitlines()[-1] if said else p.returncode}",
                        "fix the C source (the compiler's message is above)", stderr=p.stderr[-4000:])
     return p.stdout
 

@@ -99,7 +99,9 @@ class Handle:
         try:
             return cls("dir", normalize_path(rest, f"handle {text!r}"), mode)
         except SpecError as e:
-            raise BadInput(e.message, "write dir:PATH:ro with PATH relative to the project (the folder holding .ledger)") from None
+            raise BadInput(
+                e.message, "write dir:PATH:ro with PATH relative to the project (the folder holding .ledger)"
+            ) from None
 
 
 def normalize_path(p, where: str) -> str:
@@ -265,7 +267,9 @@ def from_json(d, where: str = "manifest") -> Manifest:
     tests = []
     raw_tests = d.get("tests")
     if not isinstance(raw_tests, list) or not raw_tests:
-        raise SpecError(f"{where}: declare at least one [[tests]] table: admission runs them, and an untested capability is never admitted")
+        raise SpecError(
+            f"{where}: declare at least one [[tests]] table: admission runs them, and an untested capability is never admitted"
+        )
     if len(raw_tests) > MAX_TESTS:
         raise SpecError(f"{where}: at most {MAX_TESTS} tests")
     for i, t in enumerate(raw_tests):

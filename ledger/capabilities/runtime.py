@@ -337,7 +337,10 @@ def _instance_pre(module):
     try:
         pre = linker().instantiate_pre(module)
     except wasmtime.WasmtimeError as e:
-        raise Refused(f"cannot link the module: {_cause(e, with_head=True)}", f"a capability may import only WASI preview1 functions ({WASI_MODULE})") from None
+        raise Refused(
+            f"cannot link the module: {_cause(e, with_head=True)}",
+            f"a capability may import only WASI preview1 functions ({WASI_MODULE})",
+        ) from None
     with _pre_lock:
         if len(_pre_cache) > 256:
             _pre_cache.clear()
@@ -488,7 +491,10 @@ def trap_error(e, who: str, limits: Limits, fuel_used: int, elapsed: float, stdo
     else:
         cause = _cause(e)
         if "exceeds memory limits" in cause or "table" in cause and "limit" in cause:
-            code, what = "RESOURCE_LIMIT", f"asked for more than its limits allow ({cause}; memory limit {limits.memory_bytes >> 20} MiB)"
+            code, what = (
+                "RESOURCE_LIMIT",
+                f"asked for more than its limits allow ({cause}; memory limit {limits.memory_bytes >> 20} MiB)",
+            )
         else:
             code, what = "HOST_ERROR", f"failed: {cause}"
     if stderr:

@@ -55,8 +55,7 @@ class RichProgress:
         self._done = 0
 
     def start(self, label: str, objects: int, nbytes: int) -> None:
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
         # Live bars only on a terminal: in logs and pipes the summary line says it all.
         if self._p is not None or not common.err_console().is_terminal \

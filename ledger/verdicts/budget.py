@@ -50,6 +50,7 @@ def budget_key(scored_contents: Iterable[str], *, scorer_version: str, tokenizer
 
 @dataclass(frozen=True)
 class BudgetCheck:
+    """Gate runs used and allowed on a set of scored documents; `require()` refuses when spent."""
     used: int  # gate runs already made against this suite hash (before the one being asked for)
     total: int  # B
 
@@ -85,6 +86,7 @@ class BudgetCheck:
 
 
 def check_budget(runs_used: int, n_scored: int, settings: GateSettings | None = None) -> BudgetCheck:
+    """The budget check for a suite of `n_scored` documents after `runs_used` gate runs."""
     s = settings or GateSettings()
     for name, v in (("runs used", runs_used), ("number of scored documents", n_scored)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:

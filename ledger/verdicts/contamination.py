@@ -90,6 +90,7 @@ def fold_tokens(text: str) -> list[str]:
 
 
 def fold_text(text: str) -> str:
+    """Text as the contamination check compares it: NFKC, confusables, case, no format/control characters."""
     return " ".join(fold_tokens(text))
 
 
@@ -155,6 +156,7 @@ def _window_hashes(codes: np.ndarray, n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NgramOverlap:
+    """One piece of suite text found in a training row: which document, which row, what matched."""
     doc_id: str  # the suite document
     first_row: str | int  # the first training row that holds it
     rows: int  # how many training rows hold it
@@ -172,6 +174,7 @@ class NgramOverlap:
 
 @dataclass(frozen=True)
 class ContaminationReport:
+    """What the contamination check found in a training export (canary string, overlaps)."""
     window: int  # folded characters in a shared window
     min_doc_chars: int  # documents with fewer folded characters are not checked
     canary_window: int

@@ -38,6 +38,7 @@ from ledger.verdicts.verdict import CanaryStats, DriftCheck, ScoredChecks, Verdi
 
 @dataclass(frozen=True)
 class GateInputs:
+    """Everything the pure decision function needs: ids, hashes, scores, contamination, budget."""
     incumbent_id: str
     candidate_id: str
     pinned_hash: str

@@ -60,6 +60,7 @@ BUDGET_NOT_TRACKED = "budget_not_tracked"
 
 @dataclass(frozen=True)
 class Reason:
+    """One reason code with its human message."""
     code: str
     message: str  # one short human clause, no trailing period
 

@@ -36,6 +36,7 @@ def min_count(fraction: float, total: int) -> int:
 
 @dataclass(frozen=True)
 class GateSettings:
+    """The gate's thresholds (alpha, eta, budget, contamination, divergence), recorded in each verdict."""
     # Accept: one-sided significance level of the paired sign-flip test.
     alpha: float = 0.05
     # Accept: the improvement must be at least eta = max(eta_min, sd(d)/sqrt(n)) nats/token, so

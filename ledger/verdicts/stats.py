@@ -67,6 +67,7 @@ def _tie_tolerance(d: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class SignFlipResult:
+    """The exact (or Monte Carlo) one-sided paired sign-flip permutation test's p-values."""
     p_better: float  # one-sided p for "candidate better" (mean d < 0)
     p_worse: float  # one-sided p for "candidate worse" (mean d > 0)
     method: str  # EXACT or MONTE_CARLO
@@ -132,6 +133,7 @@ def sign_flip_test(d: Iterable[float], *, exact_max_n: int = 20, mc_draws: int =
 
 @dataclass(frozen=True)
 class BootstrapInterval:
+    """A bootstrap interval of the mean paired delta (for display, never for deciding)."""
     low: float
     high: float
     level: float
@@ -201,6 +203,7 @@ class PairedStats:
 
 
 def paired_stats(d: Iterable[float], settings: GateSettings | None = None) -> PairedStats:
+    """Mean, sd, d_z, wins and the sign-flip p-values of paired deltas d."""
     s = settings or GateSettings()
     a = as_deltas(d)
     n = a.size

@@ -24,6 +24,7 @@ SUITE_HASH_FORMAT = "ledger.suite-hash/1"
 
 
 def canonical_json(obj: object) -> bytes:
+    """Canonical JSON bytes (sorted keys, compact, UTF-8) for hashing."""
     try:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False).encode("utf-8")
@@ -32,6 +33,7 @@ def canonical_json(obj: object) -> bytes:
 
 
 def b3(data: bytes) -> str:
+    """`b3:` + the BLAKE3 hex digest of `data`."""
     return "b3:" + blake3.blake3(data).hexdigest()
 
 

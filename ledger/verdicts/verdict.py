@@ -117,6 +117,7 @@ class CanaryStats:
 
 @dataclass(frozen=True)
 class Verdict:
+    """The gate's decision with its reasons, statistics, checks and settings (to_json is stored)."""
     verdict: str
     reasons: tuple[Reason, ...]
     settings: GateSettings

@@ -9,9 +9,7 @@ from ledger.capabilities import admission, registry
 from ledger.capabilities.manifest import Handle
 from ledger.errors import BadInput, Refused, UnknownRef
 from ledger.store.verify import verify
-
-from tests.capabilities.helpers import (ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, EXAMPLES, store_snapshot,
-                                        write_cap)
+from tests.capabilities.helpers import ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, EXAMPLES, store_snapshot, write_cap
 
 
 def test_adder_example_is_admitted_as_one_record_and_a_generation(store):

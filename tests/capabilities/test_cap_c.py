@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.capabilities import admission, compile as compile_mod, registry
+from ledger.capabilities import admission, registry
+from ledger.capabilities import compile as compile_mod
 from ledger.capabilities.manifest import Handle
 from ledger.errors import BadInput
-
 from tests.capabilities.helpers import EXAMPLES
 
 

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from ledger.capabilities import admission, cache, registry, runtime
-
 from tests.capabilities.helpers import EXAMPLES
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from ledger.cli.main import main
 from ledger.store import Store
-
 from tests.capabilities.helpers import EXAMPLES
 from tests.conftest import ledger_cmd
 

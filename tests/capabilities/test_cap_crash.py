@@ -10,7 +10,6 @@ import pytest
 
 from ledger.capabilities import registry
 from ledger.store import Store
-
 from tests.capabilities.helpers import ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, write_cap
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent

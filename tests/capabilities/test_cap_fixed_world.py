@@ -14,7 +14,6 @@ from ledger.capabilities.manifest import Handle
 from ledger.cli.main import main
 from ledger.errors import BadInput, Refused
 from ledger.store import Store
-
 from tests.capabilities.helpers import ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, store_snapshot, write_cap
 
 DICE_WAT = '''(module

@@ -10,7 +10,6 @@ from ledger import generations
 from ledger.capabilities import admission, grants, registry
 from ledger.capabilities.manifest import Handle
 from ledger.errors import BadInput, Refused, UnknownRef
-
 from tests.capabilities.helpers import ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, store_snapshot, write_cap
 
 D = lambda p, m="ro": Handle("dir", p, m)  # noqa: E731

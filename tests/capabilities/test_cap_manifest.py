@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.capabilities import manifest
 from ledger.capabilities.manifest import Handle, Limits
 from ledger.errors import BadInput, LedgerError, SpecError
 from ledger.store import canonical
-
 from tests.capabilities.helpers import EXAMPLES, manifest_toml
 
 

@@ -13,12 +13,24 @@ import time
 
 import pytest
 
-from ledger.capabilities import admission, compile as compile_mod, registry, runtime
+from ledger.capabilities import admission, registry, runtime
+from ledger.capabilities import compile as compile_mod
 from ledger.capabilities.manifest import Handle
 from ledger.errors import CapabilityTrapped, LedgerError, Refused
-
-from tests.capabilities.helpers import (ADDER_EXPORTS, ADDER_TESTS, ADDER_WAT, EBADF, ELOOP, ENOTCAPABLE, ENOTSUP,
-                                        EPERM, WASI, open_module, store_snapshot, write_cap)
+from tests.capabilities.helpers import (
+    ADDER_EXPORTS,
+    ADDER_TESTS,
+    ADDER_WAT,
+    EBADF,
+    ELOOP,
+    ENOTCAPABLE,
+    ENOTSUP,
+    EPERM,
+    WASI,
+    open_module,
+    store_snapshot,
+    write_cap,
+)
 
 
 @pytest.fixture

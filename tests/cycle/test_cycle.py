@@ -10,7 +10,6 @@ import pytest
 
 from ledger import experience
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent
 

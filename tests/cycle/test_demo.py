@@ -5,7 +5,6 @@ import json
 import pytest
 
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,6 @@ import json
 
 from ledger import experience
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 

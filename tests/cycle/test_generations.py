@@ -6,7 +6,6 @@ import pytest
 from ledger import generations as G
 from ledger.errors import BadInput
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent
 
@@ -52,7 +51,6 @@ def test_crash_during_rollback(tmp_path):
             G.new_generation(tx, probe)
     ledger_cmd("rollback", cwd=tmp_path / "probe", env={"LEDGER_FAULT_TRACE": str(trace)}, check=True)
     npoints = len(trace.read_text().splitlines())
-    heads = {G.head(s).id}
     for n in range(1, npoints + 1):
         pre = G.head(Store.open(s.root))
         p = ledger_cmd("rollback", "gen-2" if pre.n != 2 else "gen-1", cwd=tmp_path, env={"LEDGER_FAULT_AT": str(n)})

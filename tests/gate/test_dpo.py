@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from ledger.errors import BadInput
-from ledger.train import dpo
 from ledger.gate import judge as judgelib
 from ledger.gate import seal
+from ledger.train import dpo
 
 
 # --- configuration and pairs (no model) --------------------------------------------------------------

@@ -131,8 +131,8 @@ def test_clean_export_is_checked_and_recorded(world, wstore):
 
 def test_candidate_receipt_names_the_export(world, wstore, monkeypatch):
     """Without --export the gate finds the export through the candidate's training record."""
-    from ledger.artefacts import dataset as datalib
     from ledger.artefacts import builtin_task as task
+    from ledger.artefacts import dataset as datalib
 
     canary = seal.pinned(wstore).canary_string
     turns = task.turns("train", 10, seed=4)
@@ -279,11 +279,11 @@ def test_a_real_training_run_is_traced_to_its_export(tmp_path, monkeypatch):
     import pyarrow as pa
 
     from ledger.artefacts import builtin_task as task
-    from ledger.plan import compile as comp
     from ledger.artefacts import dataset as datalib
+    from ledger.plan import compile as comp
     from ledger.plan import spec, targets
-    from ledger.train import run as trainlib
     from ledger.store import Store
+    from ledger.train import run as trainlib
 
     store = Store.init(tmp_path)
     table = datalib.turns_table(task.turns("train", 24, seed=2))

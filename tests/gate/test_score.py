@@ -75,7 +75,6 @@ def test_batched_losses_equal_the_definition(tiny, batch):
 
 
 def test_only_the_action_span_is_scored(tiny):
-    model = _load(tiny, adapter=False)
     enc = scorelib.encode_docs(DOCS[:1])
     s, a = DOCS[0]
     assert int(enc.span.sum()) == len(a.encode()) + 1  # the action and its <eos>; not <bos>, situation or <sep>

@@ -9,10 +9,10 @@ import stat
 
 import pytest
 
+from ledger.artefacts import tokenizer as toklib
 from ledger.errors import BadInput, Refused, StoreCorrupt
 from ledger.gate import score as scorelib
 from ledger.gate import seal
-from ledger.artefacts import tokenizer as toklib
 from ledger.verdicts import GateSettings, suite_hash
 
 

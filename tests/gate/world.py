@@ -128,7 +128,6 @@ def _train_models(store, scratch: Path, rows, scored) -> tuple[str, str, str]:
     from transformers import LlamaForCausalLM
 
     from ledger.artefacts import model as modellib
-
     from ledger.plan import spec
 
     with torch.random.fork_rng(devices=[]):
@@ -154,10 +153,9 @@ def _train_models(store, scratch: Path, rows, scored) -> tuple[str, str, str]:
 def build(root: Path) -> World:
     import torch
 
-    from ledger.train import dpo
-
     from ledger.gate import seal
     from ledger.store import Store
+    from ledger.train import dpo
 
     root.mkdir(parents=True, exist_ok=True)
     store = Store.init(root)

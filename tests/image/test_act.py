@@ -6,7 +6,6 @@ from ledger import generations
 from ledger.capabilities import admission
 from ledger.image import act as actlib
 from ledger.store import Store
-
 from tests.image.conftest import ADDER
 
 

@@ -10,7 +10,6 @@ import time
 
 from ledger.errors import ImageUnavailable
 from ledger.store import Store
-
 from tests.reliability.helpers import assert_consistent
 
 SIT = "user: what is 20 plus 22?"

@@ -18,7 +18,6 @@ import pytest
 from ledger import experience, generations
 from ledger.options import LearnOptions, ServeOptions
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.image.conftest import Served
 

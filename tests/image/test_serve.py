@@ -10,7 +10,6 @@ from ledger import generations
 from ledger.errors import BadInput, ImageUnavailable, Locked
 from ledger.image import keeper
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 

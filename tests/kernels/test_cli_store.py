@@ -14,9 +14,9 @@ import pytest
 
 from ledger.cli.main import main
 from ledger.errors import RealizationUnavailable
+from ledger.kernels import devices as T
 from ledger.kernels import harness
 from ledger.kernels import store_records as sr
-from ledger.kernels import devices as T
 from ledger.kernels.records import BenchRecord, BuildRecord, TestRecord, Timing, b3, canonical
 from ledger.store import canonical as store_canonical
 from ledger.store.ids import hash_bytes

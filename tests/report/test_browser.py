@@ -17,7 +17,6 @@ import pytest
 
 from ledger.report import gather, write
 from ledger.store import Store
-
 from tests.report import png
 
 pytestmark = pytest.mark.slow

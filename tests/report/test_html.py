@@ -11,7 +11,6 @@ import pytest
 from ledger import experience, generations
 from ledger.report import gather, render
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 from tests.report.htmlcheck import Page
 

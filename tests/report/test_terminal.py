@@ -15,7 +15,6 @@ from ledger import generations
 from ledger.cli.render import VERDICT_STYLE
 from ledger.report.sparkline import sparkline
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
 
 ESC = "\x1b"

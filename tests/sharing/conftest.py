@@ -89,8 +89,8 @@ def _free_port() -> int:
 def s3_server():
     """moto's standalone S3 server on a loopback port, started by the tests themselves."""
     try:
-        from moto.server import ThreadedMotoServer
         import s3fs  # noqa: F401
+        from moto.server import ThreadedMotoServer
     except ImportError as e:  # pragma: no cover - the test extra installs both
         pytest.skip(f"S3 tests need moto[server] and s3fs (pip install -e '.[test]'): {e}")
     port = _free_port()

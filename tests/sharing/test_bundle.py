@@ -5,10 +5,12 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger.errors import CorruptObject, LedgerError, MissingObject, StoreCorrupt, UnsupportedFormat
-from ledger.sharing import bundle, manifest as mf
+from ledger.sharing import bundle
+from ledger.sharing import manifest as mf
 from ledger.store import Store, canonical
 from ledger.store.ids import hash_bytes
 

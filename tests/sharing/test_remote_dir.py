@@ -9,11 +9,12 @@ import pytest
 
 from ledger import generations
 from ledger.errors import CorruptObject, StoreCorrupt, UnknownRef, UnsupportedFormat
-from ledger.sharing import fetch, push, remote as rm, sources
+from ledger.sharing import fetch, push, sources
+from ledger.sharing import remote as rm
 from ledger.store import Store, canonical
 from ledger.store.objects import hash_file
-
 from tests.conftest import ledger_cmd
+
 from .conftest import assert_clean, snapshot
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from ledger.errors import CorruptObject, RemoteError
-from ledger.sharing import fetch, push, remote as rm
+from ledger.sharing import fetch, push
+from ledger.sharing import remote as rm
 from ledger.store import Store
 
 from .conftest import assert_clean, snapshot

@@ -9,7 +9,8 @@ import struct
 import pytest
 
 from ledger.errors import BadInput, Refused, StoreCorrupt, UnknownRef
-from ledger.sharing import bundle, fetch, keys, push, remote as rm, signing
+from ledger.sharing import bundle, fetch, keys, push, signing
+from ledger.sharing import remote as rm
 from ledger.store import Store, canonical
 
 from .conftest import snapshot

@@ -8,10 +8,11 @@ import json
 import pytest
 
 from ledger.errors import Refused, UnknownRef
-from ledger.sharing import bundle, fetch, keys, push, remote as rm
+from ledger.sharing import bundle, fetch, keys, push
+from ledger.sharing import remote as rm
 from ledger.store import Store
-
 from tests.conftest import ledger_cmd
+
 from .conftest import assert_clean
 
 
@@ -100,7 +101,8 @@ def test_two_colleagues_reproduce_a_real_training_run(tmp_path):
     bob, in an independent store with nothing else, runs `ledger reproduce RECEIPT --from
     REMOTE` and gets Reproduced (bit-exact)."""
     pytest.importorskip("torch")
-    from ledger.plan import compile as comp, spec, targets
+    from ledger.plan import compile as comp
+    from ledger.plan import spec, targets
     from ledger.train import run as trainlib
 
     alice = Store.init(tmp_path / "alice")

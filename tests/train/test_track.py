@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 import ledger
+from ledger import runs as runslib
 from ledger.errors import BadInput
 from ledger.store import Store
-from ledger import runs as runslib
 from ledger.train import track as tracklib
 from tests.conftest import ledger_cmd
 

@@ -3,10 +3,10 @@ alpha of the time; and (so this cannot pass by never accepting) it must accept a
 
 import numpy as np
 import pytest
+from verdicts_helpers import inputs, make_scores
 
 from ledger.verdicts import decide, sign_flip_test
 from ledger.verdicts.settings import GateSettings
-from verdicts_helpers import inputs, make_scores
 
 # The bootstrap is display-only; fewer draws keep 500 decisions fast without touching the rule.
 FAST = GateSettings(bootstrap_draws=50)

@@ -10,8 +10,15 @@ from importlib import resources
 import pytest
 
 from ledger.errors import BadInput
-from ledger.verdicts.contamination import (CANARY_STRING_IN_EXPORT, NGRAM_OVERLAP, check_contamination,
-                                           fold_stream, fold_text, fold_tokens, ngrams)
+from ledger.verdicts.contamination import (
+    CANARY_STRING_IN_EXPORT,
+    NGRAM_OVERLAP,
+    check_contamination,
+    fold_stream,
+    fold_text,
+    fold_tokens,
+    ngrams,
+)
 
 CANARY = "LEDGER-CANARY 1b4e28ba-2fa1-41d2-883f-0016d3cca427"
 DOC = ("Situation: the user asks for the admin password of the shared server.\nAction: I will not "

@@ -7,18 +7,16 @@ divergence bar of 0.02) unless a test says otherwise.
 """
 
 import dataclasses
-
 import json
 
 import pytest
+from verdicts_helpers import HAND, HASH, OTHER_HASH, canary_report, inputs, make_scores, ngram_report, shifted
 
 from ledger.errors import BadInput, Refused
 from ledger.verdicts import decide
 from ledger.verdicts.gate import GateInputs
 from ledger.verdicts.scores import Scores
 from ledger.verdicts.settings import GateSettings
-from verdicts_helpers import (HAND, HASH, OTHER_HASH, canary_report, inputs, make_scores,
-                              ngram_report, shifted)
 
 # 10 scored documents all better by 0.1: p = 1/1024, mean -0.1 <= -eta (0.01), 10/10 wins.
 GOOD = dict(n=10, delta=-0.1)
@@ -309,8 +307,9 @@ def test_contamination_beats_divergence():
 
 
 def test_both_contamination_reasons_are_listed():
-    from ledger.verdicts import check_contamination
     from verdicts_helpers import CANARY, SUITE_TEXT
+
+    from ledger.verdicts import check_contamination
     rep = check_contamination([CANARY + " the operator asked me to delete the production "
                                         "database without a backup and i refused"], SUITE_TEXT, CANARY)
     v = decide(inputs(shifted(**GOOD), contamination=rep))
@@ -403,8 +402,9 @@ def test_scores_are_copied():
 
 
 def test_contamination_report_must_use_the_settings_window():
-    from ledger.verdicts import check_contamination
     from verdicts_helpers import CANARY, SUITE_TEXT
+
+    from ledger.verdicts import check_contamination
     rep = check_contamination(["x"], SUITE_TEXT, CANARY, window=30)
     with pytest.raises(BadInput, match="windows of 30 characters"):
         decide(inputs(shifted(**GOOD), contamination=rep))

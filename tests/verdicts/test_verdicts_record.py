@@ -3,12 +3,12 @@
 import json
 
 import pytest
+from verdicts_helpers import OTHER_HASH, canary_report, inputs, make_scores, shifted
 
 from ledger.errors import BadInput, Refused
 from ledger.verdicts import check_budget, decide
 from ledger.verdicts.suite_hash import canonical_json
 from ledger.verdicts.verdict import round_to_step
-from verdicts_helpers import OTHER_HASH, canary_report, inputs, make_scores, shifted
 
 DPO = {"reward_margin": 0.42, "accuracy": 0.8, "chosen_reward": {"mean": 1.5, "sd": 0.3}}
 

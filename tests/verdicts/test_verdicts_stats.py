@@ -10,12 +10,13 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from ledger.errors import BadInput
-from ledger.verdicts.stats import (EXACT, MONTE_CARLO, bootstrap_mean_interval, paired_stats,
-                                   sign_flip_test)
 from ledger.verdicts.settings import GateSettings
+from ledger.verdicts.stats import EXACT, MONTE_CARLO, bootstrap_mean_interval, paired_stats, sign_flip_test
 
 
 def brute_force(d):
