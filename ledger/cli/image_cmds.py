@@ -60,7 +60,7 @@ def act(
     situation: Annotated[str, typer.Argument(help="What the image is asked, e.g. \"user: what is 3 plus 4?\".")],
     action: Annotated[Optional[str], typer.Option("--action", help="Execute and record this action instead of generating one.")] = None,
     request_id: Annotated[Optional[str], typer.Option("--request-id", help="Idempotency key; resending it never records twice.")] = None,
-    max_new: Annotated[Optional[int], typer.Option("--max-new", help="Bytes the model may generate (1-48).")] = None,
+    max_new: Annotated[Optional[int], typer.Option("--max-new", help="Tokens the model may generate (1-48; it stops earlier at the end of its turn).")] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Reply once the turn is durable, before the journal gives it an id.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait (the image may be paused by a cycle).")] = 120.0,
     json_: JsonOpt = False,

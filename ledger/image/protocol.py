@@ -15,7 +15,7 @@ Requests (to image.sock):
 
     {"op": "act", "id": REQUEST_ID, "situation": TEXT,
      "action": TEXT?,          # given: execute and record this action instead of generating one
-     "max_new": 1..48?,        # bytes the model may generate (default 48)
+     "max_new": 1..48?,        # tokens the model may generate (default 48)
      "wait_recorded": BOOL?}   # reply only once the turn is in the journal (reply has turn_id)
     {"op": "status"}          {"op": "ping"}
 
