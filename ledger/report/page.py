@@ -258,7 +258,6 @@ def _receipts_table(m: Report) -> str:
 def _runs_table(m: Report) -> str:
     if not m.runs:
         return plots.empty("No training runs yet: `ledger train`, `ledger run`, or `ledger.track(...)` in your own loop.")
-    curves = {r.id: r.losses for r in m.receipts}
     rows = []
     for r in m.runs:
         metrics = ", ".join(f"{k} {fmt(v, 3)}" for k, v in r.metrics if k != "loss")
@@ -268,9 +267,9 @@ def _runs_table(m: Report) -> str:
             f"<td class=num>{esc(r.r if r.r is not None else '-')}</td>"
             f"<td class=num>{esc(r.steps if r.steps is not None else '-')}</td>"
             f"<td class=num>{esc(r.batch if r.batch is not None else '-')}</td>"
-            f"<td>{plots.spark(curves.get(r.receipt, ()))}</td>"
             f"<td class=num>{fmt(r.final_loss, 3) if r.final_loss is not None else '-'}</td><td>{esc(metrics)}</td></tr>")
-    return _table(["run", "trainer", "name", "status", "rung", "lr", "r", "steps", "batch", "loss", "final", "metrics"],
+    # the loss curves of these runs are drawn once, in "Training loss per run" and the receipts table
+    return _table(["run", "trainer", "name", "status", "rung", "lr", "r", "steps", "batch", "final loss", "metrics"],
                   rows, "runs", "runs")
 
 
