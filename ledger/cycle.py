@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ledger import experience, generations, records
 from ledger.artefacts import model as modellib
-from ledger.artefacts import template as templatelib
 from ledger.errors import Refused
 from ledger.gate import judge as judgelib
 from ledger.gate import seal as seallib
@@ -189,10 +188,9 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     res.stages["compile"] = {"s": time.perf_counter() - t0, "reused": not cres.new, "plan": plan.id}
     say("compile", f"plan {plan.id[:15]}: {plan.body['parameters']['trainable']:,} trainable parameters")
 
-    # the export, checked against the sealed suite before anything trains on it (GATE.md rule 2)
-    # the base's chat template text every rendered row shares by construction: not evidence
-    shared = templatelib.for_base(store, modellib.load_manifest(store, incumbent.base)).fixed_text()
-    contaminated = _check_export(store, dataset, plan.id, say, shared)
+    # the export, checked against the sealed suite before anything trains on it (GATE.md rule 2);
+    # the judge leaves out the base's chat-template text that every rendered row holds
+    contaminated = _check_export(store, dataset, plan.id, say)
     if contaminated is not None:
         res.verdict_id = contaminated
         reasons = list(store.get_json(contaminated).get("reason_codes") or [])  # for the operator
@@ -229,8 +227,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
         res.stages["judge"] = {"s": 0.0, "reused": True}
     else:
         say("judge", "scoring incumbent and candidate on the sealed suite")
-        _, vid, _ = judgelib.judge(store, receipt["adapter"], against="HEAD", export_dataset=dataset,
-                                   shared_text=shared)
+        _, vid, _ = judgelib.judge(store, receipt["adapter"], against="HEAD", export_dataset=dataset)
         res.stages["judge"] = {"s": time.perf_counter() - t0, "reused": False}
     verdict = store.get_json(vid)
     res.verdict_id, res.verdict = vid, verdict.get("verdict")
@@ -251,14 +248,14 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     return res
 
 
-def _check_export(store, dataset: str, plan_id: str, say, shared: tuple[str, ...] = ()) -> str | None:
+def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
     """The verdict id when the export is contaminated (recorded before training; reused when a
     cycle resumes), else None."""
     prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
     if prev is not None:
         return records.read(prev).verdict
     say("check", "checking the export against the sealed suite")
-    out = judgelib.check_before_training(store, dataset, candidate=plan_id, shared_text=shared)
+    out = judgelib.check_before_training(store, dataset, candidate=plan_id)
     return out.verdict_id if out is not None else None
 
 

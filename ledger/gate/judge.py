@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ledger.artefacts import model as modellib
+from ledger.artefacts import template as templatelib
 from ledger.artefacts.dataset import read_parquet
 from ledger.errors import BadInput
 from ledger.gate import score as scorelib
@@ -194,9 +196,6 @@ def template_fixed_text(store, base: str) -> tuple[str, ...]:
     """The fixed parts of the base's chat template (system prompt, role headers): every turn
     rendered for training holds them by construction, so they are not evidence of contamination
     (empty for the plain format of the built-in model)."""
-    from ledger.artefacts import model as modellib
-    from ledger.artefacts import template as templatelib
-
     return tuple(templatelib.for_base(store, modellib.load_manifest(store, base)).fixed_text())
 
 

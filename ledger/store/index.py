@@ -17,6 +17,7 @@ import json
 import os
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -106,8 +107,6 @@ def preload() -> None:
     thread: the interpreter never exits in the middle of loading the extension module."""
     if "duckdb" in sys.modules:
         return
-    import threading
-
     threading.Thread(target=importlib.import_module, args=("duckdb",), name="preload-duckdb").start()
 
 

@@ -11,6 +11,7 @@ appending; `verify` reports it.
 
 from __future__ import annotations
 
+import getpass
 import os
 import stat
 import time as _time
@@ -43,8 +44,6 @@ def default_actor() -> str:
     actor = os.environ.get("LEDGER_ACTOR")
     if actor:
         return actor
-    import getpass
-
     try:
         user = getpass.getuser()
     except Exception:  # no passwd entry in some containers; the actor is informational
