@@ -23,7 +23,8 @@ HEADER = """# Command reference
 Generated from the `ledger` command tree. Every command takes `--json` for machine-readable output
 on stdout (schemas: [json.md](json.md)); errors are one line on stderr with a hint. Exit codes:
 0 ok · 1 internal error · 2 usage or bad input · 3 rejected or refused by a check · 4 store corrupt
-or tampered · 5 locked. The store is `./.ledger`, or `--store DIR`, or `LEDGER_DIR`.
+or tampered · 5 locked · 6 the environment failed (disk full, I/O error, a remote unreachable) ·
+130 interrupted. The store is `./.ledger`, or `--store DIR`, or `LEDGER_DIR`.
 See the [user guide](user-guide.md) for how the commands fit together.
 """
 

@@ -173,8 +173,9 @@ class InternalError(LedgerError):
 
 
 class RemoteError(LedgerError):
-    """A remote (directory or S3) could not be read or written; what moved is kept."""
-    exit_code = 1
+    """A remote could not be read or written; what moved is kept. Exit 6: the environment failed
+    (unreachable, permissions, I/O), not ledger."""
+    exit_code = 6
     default_hint = "check the remote's URL, credentials and reachability; rerun to resume where it stopped"
 
 

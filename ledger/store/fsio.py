@@ -17,8 +17,9 @@ from ledger.store import faults
 
 
 class StorageIOError(LedgerError):
-    """The disk failed a write (ENOSPC, EIO): typed, and the store was left consistent."""
-    exit_code = 1
+    """The disk failed a write (ENOSPC, EIO): typed, and the store was left consistent. Exit 6:
+    the environment failed, not ledger (1 is kept for ledger's own bugs)."""
+    exit_code = 6
     default_hint = "check free disk space and the filesystem; the store was left consistent"
 
 

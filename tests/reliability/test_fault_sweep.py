@@ -1,7 +1,7 @@
 """The fault catalogue swept (issue 17): every injected fault and hostile file, then every
 store command through the real CLI. Each must end in a typed error with its documented exit
 code (or succeed): never exit 1 (an internal error), never hang. The one exception is disk
-full: StorageIOError is exit 1 by the table, and then its message must be the typed one.
+full: StorageIOError is exit 6 (the environment failed), and then its message must be the typed one.
 """
 
 import json
@@ -117,7 +117,7 @@ def _check(tmp_path, case, cmd, env=None):
         pytest.fail(f"{case}: `ledger {' '.join(cmd)}` hung")
     where = f"{case}: `ledger {' '.join(cmd)}` -> {p.returncode}: {p.stderr.strip()[-400:]}"
     assert "internal error" not in p.stderr and "Traceback" not in p.stderr, where
-    if env and "LEDGER_FAULT_ERRNO" in env and p.returncode == 1:
+    if env and "LEDGER_FAULT_ERRNO" in env and p.returncode == 6:
         assert "no space left" in p.stderr, where
     else:
         assert p.returncode in (0, 2, 3, 4, 5), where

@@ -3,7 +3,7 @@ exit code, nothing hangs, and the store is left as it was.
 
 Each case is a function `case_*(tmp_path) -> None` that builds its fault, runs the real CLI
 and asserts; `test_sweep_no_internal_errors` runs every case's commands again and fails on
-any exit 1 (disk full excepted: StorageIOError is exit 1 by the table, and it must then be
+any exit 1 (disk full is StorageIOError, exit 6 — the environment failed — and it must then be
 the typed message, never "internal error").
 """
 
@@ -259,7 +259,7 @@ def test_disk_full_after_torn_tail(tmp_path):
         assert "internal error" not in r.stderr, (n, r.stderr)
         if r.returncode == 0:
             break
-        assert r.returncode == 1 and "no space left" in r.stderr, (n, r.stderr)
+        assert r.returncode == 6 and "no space left" in r.stderr, (n, r.stderr)
         j, objs = snapshot(s.root)
         assert j.startswith(before[0][: len(before[0]) - 23])  # committed records untouched
     assert _run(tmp_path, "verify").returncode == 0

@@ -23,7 +23,7 @@ def test_injected_write_errors(tmp_path, err, mode):
         if p.returncode == 0:
             break
         saw_error = True
-        assert p.returncode == 1, p.stderr
+        assert p.returncode == 6, p.stderr
         assert "Traceback" not in p.stderr
         assert ("no space" in p.stderr) if err == "ENOSPC" else ("I/O error" in p.stderr)
         store = assert_consistent(s.root)
