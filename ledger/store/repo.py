@@ -30,7 +30,7 @@ from ledger.errors import (
     UnknownRef,
     UnsupportedFormat,
 )
-from ledger.store import canonical, faults, fsio, index, trees
+from ledger.store import canonical, faults, fsio, index, schema, trees
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import Journal, default_actor, make_record
 from ledger.store.lock import Lock
@@ -473,6 +473,12 @@ class Store:
         if tx.objects:
             payload["objects"] = [[oid, size, k] for oid, (size, k) in sorted(tx.objects.items())]
         rec = make_record(st.seq + 1, st.head, kind, tx.inputs, tx.outputs, tx.actor, payload)
+        # Every writer's record meets its kind's schema (ledger/records.py) before it can commit:
+        # the check verify makes of a stored record, made once where the record is written.
+        problem = schema.record_problem(rec)
+        if problem is not None:
+            raise InternalError(f"refusing to commit an ill-formed {kind} record: {problem}",
+                                "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
         faults.point("tx.before-append")
         try:
             new_end = self.journal.append(rec, end)
