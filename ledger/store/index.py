@@ -277,8 +277,9 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
     faults.point("index.after-sync")
 
 
-def indexed_meta(root: Path) -> dict | None:
-    """The index's meta (seq, head, store), read-only; None if missing or unreadable."""
+def _peek(root: Path, read):
+    """`read(con)` on the index opened read-only; None when the index is missing or unreadable
+    (a cache: every caller has the journal to fall back on, and says so)."""
     path = root / "index.duckdb"
     if not path.exists():
         return None
@@ -287,42 +288,29 @@ def indexed_meta(root: Path) -> dict | None:
     except Exception:
         return None
     try:
-        return _meta(con)
+        return read(con)
+    except Exception:
+        return None
     finally:
         con.close()
+
+
+def indexed_meta(root: Path) -> dict | None:
+    """The index's meta (seq, head, store), read-only; None if missing or unreadable."""
+    return _peek(root, _meta)
 
 
 def indexed_id_at(root: Path, seq: int) -> str | None:
     """The id the index holds for journal record `seq` (None if it holds none)."""
-    path = root / "index.duckdb"
-    if not path.exists():
-        return None
-    try:
-        con = _connect(path, read_only=True)
-    except Exception:
-        return None
-    try:
+    def read(con):
         row = con.execute("SELECT id FROM journal WHERE seq = ?", [seq]).fetchone()
         return row[0] if row else None
-    except Exception:
-        return None
-    finally:
-        con.close()
+    return _peek(root, read)
 
 
 def indexed_seq(root: Path) -> int | None:
     """The journal seq the index reflects (None if missing, unreadable or of another version)."""
-    path = root / "index.duckdb"
-    if not path.exists():
-        return None
-    try:
-        con = _connect(path, read_only=True)
-    except Exception:
-        return None
-    try:
-        return _meta_seq(con)
-    finally:
-        con.close()
+    return _peek(root, _meta_seq)
 
 
 def _query_hint(e) -> str:
