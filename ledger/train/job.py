@@ -183,13 +183,7 @@ class ChildOutputs:
         except OSError as e:
             raise Refusal(Violation(rel, f"could not be opened without following links ({e.strerror})")) from None
         try:
-            fst = os.fstat(fd)
-            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
-                raise Refusal(Violation(rel, "was replaced while being opened"))
-            if fst.st_nlink != 1:
-                raise Refusal(Violation(rel, f"a hard link ({fst.st_nlink} names for one file)"))
-            if fst.st_size > limit:
-                raise Refusal(Violation(rel, f"{fst.st_size} bytes, more than the {limit} this run may write there"))
+            fst = _check_opened(rel, fd, st, limit)
             data = _read_at_most(fd, limit + 1)
             if len(data) > limit:  # it grew after fstat
                 raise Refusal(Violation(rel, f"more than the {limit} bytes this run may write there"))
@@ -277,13 +271,7 @@ class ChildOutputs:
         finally:
             os.close(parent)
         try:
-            fst = os.fstat(fd)
-            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
-                raise Refusal(Violation(rel, "was replaced while being opened"))
-            if fst.st_nlink != 1:
-                raise Refusal(Violation(rel, f"a hard link ({fst.st_nlink} names for one file)"))
-            if fst.st_size > limit:
-                raise Refusal(Violation(rel, f"{fst.st_size} bytes, more than the {limit} this run may write there"))
+            fst = _check_opened(rel, fd, st, limit)
             if fst.st_size < self._progress_at:
                 raise Refusal(Violation(rel, "shrank while the run was reading it"))
             want = limit - self._progress_at
@@ -351,6 +339,19 @@ def _is_progress(obj) -> bool:
     return (isinstance(obj, dict) and isinstance(obj.get("step"), int)
             and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
                     for k, v in obj.items()))
+
+
+def _check_opened(rel: str, fd: int, st: os.stat_result, limit: int) -> os.stat_result:
+    """The opened file is the one that was looked at (not swapped in between), regular, the only
+    name of its inode, and within `limit` bytes; else the Refusal that names why."""
+    fst = os.fstat(fd)
+    if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+        raise Refusal(Violation(rel, "was replaced while being opened"))
+    if fst.st_nlink != 1:
+        raise Refusal(Violation(rel, f"a hard link ({fst.st_nlink} names for one file)"))
+    if fst.st_size > limit:
+        raise Refusal(Violation(rel, f"{fst.st_size} bytes, more than the {limit} this run may write there"))
+    return fst
 
 
 def _read_at_most(fd: int, n: int) -> bytes:
