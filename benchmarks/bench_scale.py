@@ -1,0 +1,481 @@
+"""History at scale (issue 18): every everyday command on a store of 1M (or 10M) records, as a
+ratio to the same command on a 100-record store, measured in the same run, alternating.
+
+    .venv/bin/python benchmarks/bench_scale.py                      # 1,000,000 records vs 100
+    .venv/bin/python benchmarks/bench_scale.py --records 10000000
+    .venv/bin/python benchmarks/bench_scale.py --only verify,gc,report --repeat 5
+    .venv/bin/python benchmarks/bench_scale.py --build-only         # just make (and cache) the stores
+    .venv/bin/python benchmarks/bench_scale.py --walks              # count journal walks of one `run --force`
+
+The stores are synthetic but real: a template store runs one real learn cycle on the built-in
+tiny model (init, genesis, seal, record, export, compile, checkpoint, train, judge, commit);
+the big store's journal is then written directly, line by line in the real record format
+(canonical JSON, the hash chain, counters and refs consistent), reusing the template's cycle
+objects and writing a fresh `turns` object for every turn batch and a fresh manifest for every
+generation. Per year of operation: turns recorded in small batches (the image's fold), an
+`outcome` now and then, a learn cycle every `--per-cycle` records (2/3 commits, 1/3 refusals),
+each cycle's judge on its own budget key (suites are re-sealed over a year). The result passes
+`ledger verify --read-data`. Built stores are cached under --cache keyed by their parameters;
+each measurement session works on a copy whose objects are hard links (objects are immutable,
+written once), so the cache stays pristine.
+
+Targets (issue 18): `run --force` <= 1.1x; gens, log, show, query, record of 150 turns,
+rollback, diff <= 1.2x; incremental verify <= 1 s; verify --full, gc, report, index rebuild
+<= 5 us per record; peak RSS of any command <= 300 MiB at 10M records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_VERSION = 1
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "ledger-bench-scale"
+MIB = 1 << 20
+
+
+# --- the template: one real learn cycle -----------------------------------------------------------
+def template(cache: Path) -> Path:
+    """A store that ran one real cycle on the built-in tiny model (cached)."""
+    dest = cache / f"template-v{BUILD_VERSION}"
+    if (dest / ".ledger" / "template.done").exists():
+        return dest
+    from ledger import experience
+    from ledger.cycle import ensure_genesis, load_spec, run_cycle
+    from ledger.demo.story import GOOD_TURNS, good_turns
+    from ledger.gate import seal as seallib
+    from ledger.options import LearnOptions
+    from ledger.store import Store
+
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    s = Store.init(dest)
+    ensure_genesis(s, load_spec(None))
+    seallib.seal(s, seallib.write_demo_suite(dest / "suite"))
+    experience.record(s, experience.parse_turns("\n".join(json.dumps(t) for t in good_turns(GOOD_TURNS, 1))))
+    res = run_cycle(s, LearnOptions(min_turns=1, min_hours=0))
+    if res.outcome != "commit":
+        raise SystemExit(f"the template cycle did not commit ({res.outcome}, {res.verdict}); cannot build")
+    (dest / ".ledger" / "template.done").write_text("ok\n")
+    return dest
+
+
+# --- the synthetic store ------------------------------------------------------------------------
+class _Writer:
+    """Writes journal lines (real format, real hash chain) and objects straight to disk. No
+    fsync and no lock: this is a fresh directory that becomes the cache entry by one rename."""
+
+    def __init__(self, root: Path, t0: float, dt: float):
+        from ledger.store import canonical
+        from ledger.store.ids import hash_bytes
+
+        self.canonical, self.hash_bytes = canonical, hash_bytes
+        self.root = root
+        self.objects = root / "objects"
+        for i in range(256):
+            (self.objects / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+        self.f = open(root / "journal", "wb", buffering=16 << 20)
+        self.seq, self.prev = 0, None
+        self.t, self.dt = t0, dt
+        self.counts: dict[str, int] = {}
+        self.n_objects = 0
+
+    def now(self) -> str:
+        self.t += self.dt
+        whole = int(self.t)
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((self.t - whole) * 1e6):06d}Z"
+
+    def put_json(self, obj) -> tuple[str, int]:
+        data = self.canonical.dumps(obj)
+        oid = self.hash_bytes(data)
+        h = oid[3:]
+        path = self.objects / h[:2] / h[2:]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        except FileExistsError:
+            return oid, len(data)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        self.n_objects += 1
+        return oid, len(data)
+
+    def append(self, kind: str, inputs, outputs, actor: str, payload: dict) -> dict:
+        self.seq += 1
+        body = {"seq": self.seq, "prev": self.prev, "time": self.now(), "kind": kind, "inputs": list(inputs),
+                "outputs": list(outputs), "actor": actor, "payload": payload}
+        line = self.canonical.dumps(body)
+        body["id"] = self.hash_bytes(line)
+        self.f.write(self.canonical.dumps(body) + b"\n")
+        self.prev = body["id"]
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        return body
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _plan_cycles(n: int, per_cycle: int) -> tuple[int, list[int]]:
+    """(cycles, turn-batch records before each cycle and after the last one)."""
+    body = n - 3                              # init, genesis, seal
+    cycles = max(2, round(body / per_cycle))
+    turns_records = body - 6 * cycles         # each cycle: export compile checkpoint train judge end
+    if turns_records < cycles + 1:
+        raise SystemExit(f"--records {n} is too few for {cycles} cycles")
+    groups = [turns_records // (cycles + 1)] * (cycles + 1)
+    groups[-1] += turns_records - sum(groups)  # the tail: turns recorded since the last cycle
+    return cycles, groups
+
+
+def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print) -> Path:
+    """The synthetic store of `n` records (cached under `cache`, keyed by its parameters)."""
+    tpl = template(cache)
+    key = f"store-n{n}-c{per_cycle}-b{batch}-v{BUILD_VERSION}"
+    dest = cache / key
+    if (dest / ".ledger" / "built.json").exists():
+        return dest
+    t_start = time.perf_counter()
+    say(f"building {key} ...")
+    work = cache / f"{key}.building-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    src = tpl / ".ledger"
+    root = work / ".ledger"
+    root.mkdir(parents=True)
+    for sub in ("sealed", "cache"):
+        shutil.copytree(src / sub, root / sub, symlinks=True)
+    (root / "tmp").mkdir()
+    cfg = json.loads((src / "config").read_text())
+    cfg["id"] = "store-" + uuid.uuid4().hex
+    (root / "config").write_text(json.dumps(cfg, sort_keys=True, separators=(",", ":")) + "\n")
+    (work / "suite").symlink_to(tpl / "suite") if (tpl / "suite").exists() else None
+
+    tpl_recs = [json.loads(line) for line in (src / "journal").read_bytes().splitlines()]
+    by_kind = {r["kind"]: r for r in tpl_recs}
+    cycles, groups = _plan_cycles(n, per_cycle)
+    span = 365 * 86400 * max(n, 1_000_000) / 1_000_000   # a year per million records
+    w = _Writer(root, time.time() - span - 3600, span / n)
+    # the template's objects, as hard links (same bytes, same names)
+    for d in (src / "objects").iterdir():
+        for f in d.iterdir():
+            target = w.objects / d.name / f.name
+            if not target.exists():
+                os.link(f, target)
+    actor = by_kind["init"]["actor"]
+    for r in tpl_recs[:3]:                              # init, genesis, seal: as recorded
+        w.append(r["kind"], r["inputs"], r["outputs"], r["actor"], r["payload"])
+    gen0 = by_kind["genesis"]["payload"]["refs"]["HEAD"]
+    turns_obj = json.loads((src / "objects").joinpath(*_fan(by_kind["record"]["payload"]["turns"])).read_bytes())
+    sample = turns_obj["turns"][:50]
+    gen_manifest = json.loads((src / "objects").joinpath(*_fan(by_kind["commit"]["payload"]["refs"]["HEAD"])).read_bytes())
+    turns = exported = 0
+    head, gen_n = gen0, 0
+    report_every = max(1, n // 10)
+
+    def record_turns(k: int) -> None:
+        nonlocal turns
+        for _ in range(k):
+            if w.seq % 50 == 49 and turns:
+                # ground truth learned later for a recent turn
+                w.append("outcome", [], [], actor, {"turn": f"t{turns}", "outcome": f"ok {turns}", "time": w.now()})
+            else:
+                first = turns + 1
+                batch_turns = []
+                for i in range(batch):
+                    t = dict(sample[(first + i) % len(sample)])
+                    t["id"] = f"t{first + i}"
+                    t["situation"] = f"{t['situation']} #{first + i}"
+                    t["time"] = w.now()
+                    batch_turns.append(t)
+                oid, size = w.put_json({"kind": "turns", "first": first, "turns": batch_turns})
+                turns += batch
+                w.append("record", [], [oid], actor, {"count": batch, "counters": {"turns": batch}, "first": first,
+                                                     "objects": [[oid, size, "turns"]], "turns": oid})
+            if w.seq % report_every == 0:
+                say(f"  {w.seq:,} records ({time.perf_counter() - t_start:.0f} s)")
+
+    for c in range(1, cycles + 1):
+        record_turns(groups[c - 1])
+        ex = dict(by_kind["export"]["payload"], cycle=c, first=exported + 1, last=turns,
+                  counters={"exported": turns - exported})
+        exported = turns
+        r = by_kind["export"]
+        w.append("export", r["inputs"], r["outputs"], actor, ex)
+        for kind in ("compile", "checkpoint", "train"):
+            r = by_kind[kind]
+            w.append(kind, r["inputs"], r["outputs"], actor, r["payload"])
+        r = by_kind["judge"]
+        budget = w.hash_bytes(f"suite epoch {c}".encode())[3:]
+        w.append("judge", r["inputs"], r["outputs"], actor, dict(r["payload"], budget_key=f"budget:{budget}"))
+        r = by_kind["commit"]
+        if c % 3:
+            gen_n += 1
+            m = dict(gen_manifest, n=gen_n, parent=head, note=f"cycle {c}: Accept")
+            gid, size = w.put_json(m)
+            head = gid
+            w.append("commit", r["inputs"], [gid], actor,
+                     {"counters": {"cycles": 1}, "cycle": c, "generation": gen_n, "objects": [[gid, size, "generation"]],
+                      "refs": {"HEAD": gid, f"gen-{gen_n}": gid}, "verdict_name": "Accept"})
+        else:
+            w.append("refusal", r["inputs"], [], actor,
+                     {"counters": {"cycles": 1}, "cycle": c, "receipt": r["inputs"][0], "verdict": r["inputs"][1],
+                      "verdict_name": "Reject"})
+    record_turns(groups[-1])
+    w.close()
+    if w.seq != n:
+        raise SystemExit(f"internal: wrote {w.seq} records, wanted {n}")
+    say(f"  journal written: {n:,} records, {w.n_objects:,} new objects ({time.perf_counter() - t_start:.0f} s); "
+        "indexing ...")
+    from ledger.store import Store
+
+    Store(root).rebuild_index()   # the index and refs.json, as `ledger index rebuild` makes them
+    info = {"records": n, "cycles": cycles, "generations": gen_n + 1, "turns": turns, "per_cycle": per_cycle,
+            "batch": batch, "kinds": w.counts, "objects_written": w.n_objects,
+            "build_s": round(time.perf_counter() - t_start, 1), "journal_bytes": (root / "journal").stat().st_size}
+    (root / "built.json").write_text(json.dumps(info, indent=1) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(work, dest)
+    say(f"  built in {info['build_s']} s: {json.dumps(info)}")
+    return dest
+
+
+def _fan(oid: str) -> tuple[str, str]:
+    return oid[3:5], oid[5:]
+
+
+def working_copy(built: Path, into: Path) -> Path:
+    """A store to measure on: objects hard-linked (immutable files), everything else copied."""
+    dest = into / built.name
+    shutil.rmtree(dest, ignore_errors=True)
+    src, root = built / ".ledger", dest / ".ledger"
+    root.mkdir(parents=True)
+    subprocess.run(["cp", "-al", str(src / "objects"), str(root / "objects")], check=True)
+    for p in src.iterdir():
+        if p.name == "objects":
+            continue
+        if p.is_dir():
+            shutil.copytree(p, root / p.name, symlinks=True)
+        else:
+            shutil.copy2(p, root / p.name)
+    return dest
+
+
+# --- measuring --------------------------------------------------------------------------------------
+def _env() -> dict:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    e.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return e
+
+
+def run_measured(argv: list[str], cwd: Path, stdin: bytes | None = None) -> tuple[float, float, int, str]:
+    """(wall s, peak RSS MiB, exit code, output tail) of `argv`, reaped with wait4 for its rusage."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, env=_env(), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if stdin is not None:
+        p.stdin.write(stdin)
+        p.stdin.close()
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    tail = out.decode(errors="replace").strip()[-600:]
+    return wall, ru.ru_maxrss / 1024, p.returncode, tail
+
+
+LEDGER = [sys.executable, "-m", "ledger.cli.main"]
+
+
+def _turns_file(n: int = 150) -> bytes:
+    return "".join(json.dumps({"situation": f"user: what is {i} plus {i + 1}?", "action": f"call adder.add({i}, {i + 1})",
+                               "outcome": str(2 * i + 1)}) + "\n" for i in range(n)).encode()
+
+
+# name -> (argv after `ledger --store DIR`, stdin, target, ok exit codes, per-record target?)
+COMMANDS = {
+    "run": (["run", "--force", "--refusal-ok"], None, "ratio<=1.1", (0,)),
+    "gens": (["gens"], None, "ratio<=1.2", (0,)),
+    "log": (["log"], None, "ratio<=1.2", (0,)),
+    "show": (["show", "HEAD"], None, "ratio<=1.2", (0,)),
+    "query": (["query", "select kind, count(*) from journal group by all"], None, "ratio<=1.2", (0,)),
+    "record": (["record", "-"], "turns", "ratio<=1.2", (0,)),
+    "rollback": (["rollback"], None, "ratio<=1.2", (0,)),
+    "rollback-undo": (["rollback", "--undo"], None, "ratio<=1.2", (0,)),
+    "diff": (["diff", "gen-1", "HEAD"], None, "ratio<=1.2", (0,)),
+    "verify": (["verify"], None, "<=1s", (0,)),
+    "verify-full": (["verify", "--read-data"], None, "<=5us/rec", (0,)),
+    "gc": (["gc"], None, "<=5us/rec", (0,)),
+    "report": (["report", "-o", "{tmp}/report.html"], None, "<=5us/rec", (0,)),
+    "index-rebuild": (["index", "rebuild"], None, "<=5us/rec", (0,)),
+}
+
+
+def _check_undo_arg() -> None:
+    """`rollback --undo` is a flag of this CLI version; drop the command otherwise."""
+    out = subprocess.run(LEDGER + ["rollback", "--help"], capture_output=True, text=True, env=_env(), cwd=ROOT).stdout
+    if "--undo" not in out:
+        COMMANDS.pop("rollback-undo", None)
+
+
+def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n_large: int, say=print) -> dict:
+    """Each command `repeat` times on each store, alternating small/large."""
+    results: dict[str, dict] = {}
+    turns = _turns_file()
+    for name in names:
+        args, stdin, target, ok = COMMANDS[name]
+        args = [a.replace("{tmp}", str(tmp)) for a in args]
+        per: dict[str, list] = {label: [] for label in stores}
+        for i in range(repeat):
+            for label, path in (stores.items() if i % 2 == 0 else reversed(list(stores.items()))):
+                wall, rss, rc, tail = run_measured(LEDGER + ["--store", str(path)] + args, tmp,
+                                                   turns if stdin == "turns" else None)
+                if rc not in ok:
+                    raise SystemExit(f"`ledger {' '.join(args)}` on the {label} store exited {rc}:\n{tail}")
+                per[label].append((wall, rss))
+                if name == "rollback" and "rollback-undo" not in names:
+                    # put HEAD back so every repetition rolls back the same generation
+                    run_measured(LEDGER + ["--store", str(path), "rollback", "--undo"], tmp)
+        results[name] = {label: {"min": min(w for w, _ in v), "median": statistics.median(w for w, _ in v),
+                                 "max": max(w for w, _ in v), "rss_mib": max(r for _, r in v)}
+                         for label, v in per.items()}
+        results[name]["target"] = target
+        say(_line(name, results[name], list(stores), n_large))
+    return results
+
+
+def _line(name: str, r: dict, labels: list[str], n: int) -> str:
+    small, large = labels
+    s, lg = r[small], r[large]
+    ratio = lg["median"] / s["median"] if s["median"] else float("inf")
+    extra = f"  {1e6 * lg['median'] / n:.2f} us/rec"
+    return (f"{name:14s} {small}: {s['min']:.3f}/{s['median']:.3f}/{s['max']:.3f} s  "
+            f"{large}: {lg['min']:.3f}/{lg['median']:.3f}/{lg['max']:.3f} s  ratio {ratio:5.2f}x  "
+            f"RSS {lg['rss_mib']:.0f} MiB{extra}  target {r['target']}")
+
+
+def verdicts(results: dict, n_large: int, n_small: int, small: str, large: str) -> list[str]:
+    out = []
+    for name, r in results.items():
+        lg, s = r[large], r[small]
+        t = r["target"]
+        if t.startswith("ratio<="):
+            v = lg["median"] / s["median"]
+            ok = v <= float(t.split("<=")[1])
+            what = f"{v:.2f}x"
+        elif t == "<=1s":
+            ok, what = lg["median"] <= 1.0, f"{lg['median']:.2f} s"
+        else:
+            # whole command per record, and the part that grows with history: (large - small)
+            # per added record (the interpreter's start and imports are paid by both)
+            v = 1e6 * lg["median"] / n_large
+            marginal = 1e6 * (lg["median"] - s["median"]) / max(1, n_large - n_small)
+            ok, what = v <= 5.0, f"{v:.2f} us/record ({marginal:.2f} marginal)"
+        rss_ok = lg["rss_mib"] <= 300
+        out.append(f"{name:14s} {what:>16s} (target {t}) {'met' if ok else 'MISSED'}; peak RSS {lg['rss_mib']:.0f} MiB "
+                   f"{'' if rss_ok else '(over 300 MiB)'}")
+    return out
+
+
+# --- counting journal walks ------------------------------------------------------------------------
+WALK_HOOK = r"""
+import atexit, json, sys, time
+from ledger.store import journal as J
+counts = {}
+def wrap(name):
+    real = getattr(J.Journal, name)
+    if name in ("backwards",):
+        def f(self, *a, **k):
+            c = counts.setdefault(name, {"calls": 0, "records": 0, "s": 0.0})
+            c["calls"] += 1
+            for r in real(self, *a, **k):
+                c["records"] += 1
+                yield r
+    else:
+        def f(self, *a, **k):
+            c = counts.setdefault(name, {"calls": 0, "records": 0, "s": 0.0})
+            c["calls"] += 1
+            t = time.perf_counter()
+            out = real(self, *a, **k)
+            c["s"] += time.perf_counter() - t
+            recs = getattr(out, "records", out if isinstance(out, list) else None)
+            if recs is not None:
+                c["records"] += len(recs)
+            return out
+    setattr(J.Journal, name, f)
+for n in ("scan", "records", "backwards", "prefix_digest", "tail"):
+    if hasattr(J.Journal, n):
+        wrap(n)
+atexit.register(lambda: sys.stderr.write("WALKS " + json.dumps(counts) + "\n"))
+from ledger.cli.main import main
+sys.argv = ["ledger"] + sys.argv[1:]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def count_walks(path: Path, args: list[str], tmp: Path) -> dict:
+    p = subprocess.run([sys.executable, "-c", WALK_HOOK, "--store", str(path), *args], cwd=tmp, env=_env(),
+                       capture_output=True, text=True)
+    line = next((ln for ln in p.stderr.splitlines() if ln.startswith("WALKS ")), None)
+    if line is None:
+        raise SystemExit(f"walk count failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return json.loads(line[6:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--small", type=int, default=100)
+    ap.add_argument("--per-cycle", type=int, default=2700, help="records per learn cycle (a day's turns)")
+    ap.add_argument("--batch", type=int, default=2, help="turns per `record` record")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help=f"comma-separated: {','.join(COMMANDS)}")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--walks", action="store_true", help="count journal walks of one `run --force` on each store")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    a = ap.parse_args(argv)
+    a.cache.mkdir(parents=True, exist_ok=True)
+    built = {f"{n:,}": build(n, a.cache, a.per_cycle, a.batch) for n in (a.small, a.records)}
+    if a.build_only:
+        for label, p in built.items():
+            print(label, p)
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=a.cache))
+    try:
+        t = time.perf_counter()
+        stores = {label: working_copy(p, tmp) for label, p in built.items()}
+        print(f"working copies in {time.perf_counter() - t:.1f} s (contended machine: 2 cores shared)")
+        if a.walks:
+            for label, p in stores.items():
+                print(label, json.dumps(count_walks(p, ["run", "--force", "--refusal-ok"], tmp)))
+            return 0
+        _check_undo_arg()
+        names = [n for n in (a.only.split(",") if a.only else COMMANDS) if n]
+        unknown = [n for n in names if n not in COMMANDS]
+        if unknown:
+            raise SystemExit(f"unknown command(s) {unknown}; choose from {','.join(COMMANDS)}")
+        small, large = list(stores)
+        print(f"{'command':14s} min/median/max wall, peak RSS of the large store's runs")
+        res = measure(names, stores, a.repeat, tmp, a.records)
+        print("\nagainst the targets:")
+        for line in verdicts(res, a.records, a.small, small, large):
+            print("  " + line)
+        if a.json:
+            a.json.write_text(json.dumps({"records": a.records, "small": a.small, "results": res}, indent=1))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
