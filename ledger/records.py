@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar
 
 from ledger import runs
-from ledger.errors import BadInput, JournalCorrupt
+from ledger.errors import BadInput, InternalError, JournalCorrupt
 from ledger.store import schema
 from ledger.store.ids import is_id
 
@@ -436,7 +436,7 @@ class Train(Payload):
 
     @staticmethod
     def project(rec, p, get_json):
-        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, get_json)}
+        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, p, get_json)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -462,7 +462,7 @@ class Reproduce(Payload):
     def project(rec, p, get_json):
         if not p.receipt:
             return {}
-        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, get_json)}
+        return {**_receipt_rows(rec, p.receipt, get_json), "run_rows": runs.rows_for(rec, p, get_json)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -495,7 +495,7 @@ class TrackStart(Payload):
 
     @staticmethod
     def project(rec, p, get_json):
-        return {"run_rows": runs.rows_for(rec, get_json)}
+        return {"run_rows": runs.rows_for(rec, p, get_json)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -529,7 +529,7 @@ class Track(Payload):
 
     @staticmethod
     def project(rec, p, get_json):
-        return {"run_rows": runs.rows_for(rec, get_json)}
+        return {"run_rows": runs.rows_for(rec, p, get_json)}
 
 
 # --- the gate -----------------------------------------------------------------------------------
@@ -779,6 +779,20 @@ def read(rec: dict) -> Payload:
         raise JournalCorrupt(f"journal record {rec.get('seq')} is ill-formed: {e.message}",
                              "run `ledger verify`; restore .ledger/journal from a backup or bundle",
                              seq=rec.get("seq")) from None
+
+
+def write(tx, p: Payload) -> None:
+    """Give the record that transaction `tx` appends the payload `p` (checked when `p` was built).
+    The one way a writer outside the store fills a payload: the kind's dataclass, never a dict."""
+    if p.KIND != tx.kind:
+        raise InternalError(f"a {tx.kind} transaction was given a {p.KIND} payload",
+                            "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
+    tx.payload.update(p.to_payload())
+
+
+def given(v, default=None):
+    """An optional field's value, or `default` where the writer did not write it (ABSENT)."""
+    return default if v is ABSENT else v
 
 
 def parse(rec: dict) -> Payload:

@@ -110,28 +110,30 @@ def _tracked_columns(params: dict, seeds: dict) -> dict:
             "base": _param(params, "base", str), "params": params}
 
 
-def rows_for(rec: dict, get_json) -> list[tuple]:
-    """run_rows gained from one record (train, reproduce, track-start, track); [] for others."""
-    kind, p = rec["kind"], rec["payload"]
+def rows_for(rec: dict, p, get_json) -> list[tuple]:
+    """run_rows gained from one record (train, reproduce, track-start, track); [] for others.
+    `p` is the record's typed payload (ledger.records.read; records imports this module, so the
+    payload is handed in rather than parsed here)."""
+    kind = rec["kind"]
     if kind == "track-start":
-        params, seeds = p.get("params") or {}, p.get("seeds") or {}
-        return [_row(rec, run=run_id(rec["id"]), trainer="tracked", name=p.get("run"), status="started",
+        params, seeds = p.params or {}, p.seeds or {}
+        return [_row(rec, run=run_id(rec["id"]), trainer="tracked", name=p.run, status="started",
                      **_tracked_columns(params, seeds))]
     if kind == "track":
-        body = get_json(p["receipt"])
+        body = get_json(p.receipt)
         params, seeds = body.get("params") or {}, body.get("seeds") or {}
         final = (body.get("metrics") or {}).get("final") or {}
-        return [_row(rec, run=p["run"], trainer="tracked", name=body.get("name"), status=body.get("status"),
-                     rung=body.get("rung"), receipt=p["receipt"], final_loss=_final_loss(body.get("losses")),
+        return [_row(rec, run=p.run, trainer="tracked", name=body.get("name"), status=body.get("status"),
+                     rung=body.get("rung"), receipt=p.receipt, final_loss=_final_loss(body.get("losses")),
                      metrics=final, **_tracked_columns(params, seeds))]
-    if kind in ("train", "reproduce") and p.get("receipt"):
-        body = get_json(p["receipt"])
+    if kind in ("train", "reproduce") and p.receipt:
+        body = get_json(p.receipt)
         status = "finished" if body.get("stopped") is None else "stopped"
-        common = {"rung": body.get("rung"), "receipt": p["receipt"], "adapter": body.get("adapter"),
+        common = {"rung": body.get("rung"), "receipt": p.receipt, "adapter": body.get("adapter"),
                   "base": body.get("base"), "final_loss": _final_loss(body.get("losses")), "status": status}
         if body.get("trainer") == "dpo":
             cfg = body.get("config") or {}
-            return [_row(rec, run=p["receipt"], trainer="dpo", name=kind, lr=_num(cfg.get("lr")),
+            return [_row(rec, run=p.receipt, trainer="dpo", name=kind, lr=_num(cfg.get("lr")),
                          r=_num(cfg.get("r"), int), alpha=_num(cfg.get("alpha")), steps=_num(cfg.get("steps"), int),
                          batch=_num(cfg.get("batch"), int), seed=_num(cfg.get("seed"), int),
                          metrics={k: v for k, v in (body.get("dpo") or {}).items() if _num(v) is not None},
@@ -142,7 +144,7 @@ def rows_for(rec: dict, get_json) -> list[tuple]:
         batch = _num(data.get("micro_batch"), int)
         if batch is not None and _num(data.get("grad_accum"), int):
             batch *= data["grad_accum"]
-        return [_row(rec, run=p["receipt"], trainer="sft" if kind == "train" else "reproduce", name=kind,
+        return [_row(rec, run=p.receipt, trainer="sft" if kind == "train" else "reproduce", name=kind,
                      lr=_num(opt.get("lr")), r=_num(lora.get("r"), int), alpha=_num(lora.get("alpha")),
                      steps=_num(data.get("steps"), int), batch=batch, seed=_num(seeds.get("lora_init"), int),
                      metrics={"loss": common["final_loss"]} if common["final_loss"] is not None else {},

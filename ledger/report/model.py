@@ -17,7 +17,9 @@ import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 
+from ledger import records as recordlib
 from ledger import runs
+from ledger.records import ABSENT, given
 from ledger.verdicts.summary import verdict_summary
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
@@ -213,7 +215,7 @@ def _d(x) -> dict:
     return x if isinstance(x, dict) else {}
 
 
-def _judge(rec: dict, v: dict, cycle: int | None) -> Judge:
+def _judge(rec: dict, vid: str, v: dict, cycle: int | None) -> Judge:
     st = _d(v.get("statistics"))
     sc, can = _d(st.get("scored")), _d(st.get("canary"))
     b = _d(v.get("budget"))
@@ -221,7 +223,7 @@ def _judge(rec: dict, v: dict, cycle: int | None) -> Judge:
     if not reasons:
         reasons = tuple((_s(c), "") for c in (v.get("reason_codes") or []))
     return Judge(
-        seq=rec["seq"], time=rec["time"], verdict_id=rec["payload"]["verdict"], verdict=_s(v.get("verdict")),
+        seq=rec["seq"], time=rec["time"], verdict_id=vid, verdict=_s(v.get("verdict")),
         reasons=reasons, candidate=v.get("candidate"), incumbent=v.get("incumbent"), scored=bool(sc),
         mean_delta=_f(sc.get("mean")), eta=_f(sc.get("eta")), p_better=_f(sc.get("p_better")),
         p=_f((verdict_summary(v) or {}).get("p")), p_side=_s((verdict_summary(v) or {}).get("p_side")) or "better",
@@ -232,7 +234,7 @@ def _judge(rec: dict, v: dict, cycle: int | None) -> Judge:
         budget=f"{b.get('used')} of {b.get('of')}" if b else "", cycle=cycle)
 
 
-def _receipt(rec: dict, rid: str, r: dict, cycle: int | None) -> Receipt:
+def _receipt(rec: dict, rid: str, r: dict, cycle: int | None, rerun_of: str | None = None) -> Receipt:
     mem = _d(r.get("memory"))
     obs = _d(mem.get("observed"))
     tm = _d(r.get("timings"))
@@ -260,7 +262,7 @@ def _receipt(rec: dict, rid: str, r: dict, cycle: int | None) -> Receipt:
         losses=losses, steps=len(losses), tokens_per_s=_f(tm.get("tokens_per_s")), train_s=_f(tm.get("train_s")),
         stopped=_s(stopped) or None,
         realizations=tuple(sorted({_s(x) for x in _d(r.get("realizations")).values()})),
-        cycle=cycle, rerun_of=rec["payload"].get("of") if rec["kind"] == "reproduce" else None)
+        cycle=cycle, rerun_of=rerun_of)
 
 
 def gather(store) -> Report:
@@ -285,34 +287,34 @@ def gather(store) -> Report:
     names: set[str] = set()
 
     for rec in records:
-        kind, p = rec["kind"], rec["payload"]
+        # typed (ledger/records.py): an ill-formed record is JournalCorrupt naming it, as verify says
+        kind, p = rec["kind"], recordlib.read(rec)
         counts[kind] = counts.get(kind, 0) + 1
-        if kind == "export" and isinstance(p.get("cycle"), int):
-            open_cycle = p["cycle"]
-            if isinstance(p.get("first"), int) and isinstance(p.get("last"), int):
-                exported[p["cycle"]] = p["last"] - p["first"] + 1
-        elif kind == "record" and p.get("turns"):
-            turn_batches.append((_i(p.get("first")) or 1, p["turns"]))  # _i: a record may be ill-formed
-            turns_total += _i(p.get("count")) or 0
-        elif kind == "outcome" and isinstance(p.get("turn"), str):
-            outcomes[p["turn"]] = _s(p.get("outcome"))
+        if kind == "export" and p.cycle is not ABSENT:
+            open_cycle = p.cycle
+            exported[p.cycle] = p.last - p.first + 1
+        elif kind == "record":
+            turn_batches.append((p.first, p.turns))
+            turns_total += p.count
+        elif kind == "outcome":
+            outcomes[p.turn] = p.outcome
         elif kind == "seal":
-            suites.append(Suite(rec["seq"], rec["time"], _s(p.get("suite_hash")), _i(p.get("scored")),
-                                _i(p.get("canaries")), bool(p.get("repin")), _s(p.get("reason"))))
-        elif kind in ("train", "reproduce") and p.get("receipt"):
-            rid = p["receipt"]
-            receipts[rid] = _receipt(rec, rid, store.get_json(rid), open_cycle if kind == "train" else None)
-        elif kind == "track" and p.get("receipt"):  # a tracked run (ledger.track): its receipt and curve
-            receipts[p["receipt"]] = _receipt(rec, p["receipt"], store.get_json(p["receipt"]), None)
+            suites.append(Suite(rec["seq"], rec["time"], p.suite_hash, p.scored, p.canaries, p.repin, _s(p.reason)))
+        elif kind in ("train", "reproduce") and p.receipt:
+            receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt),
+                                           open_cycle if kind == "train" else None,
+                                           p.of if kind == "reproduce" else None)
+        elif kind == "track":  # a tracked run (ledger.track): its receipt and curve
+            receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt), None)
         if kind in RUN_KINDS:
-            for row in runs.rows_for(rec, store.get_json):
+            for row in runs.rows_for(rec, p, store.get_json):
                 run_rows[row[0]] = _run(row)
-        if kind == "reproduce" and p.get("comparison") and p.get("of"):
-            comparisons.setdefault(p["of"], []).append((p["comparison"], _s(p.get("outcome"))))
-        if kind == "judge" and p.get("verdict"):
-            judges.append(_judge(rec, store.get_json(p["verdict"]), open_cycle))
+        if kind == "reproduce":
+            comparisons.setdefault(p.of, []).append((p.comparison, p.outcome))
+        if kind == "judge":
+            judges.append(_judge(rec, p.verdict, store.get_json(p.verdict), open_cycle))
 
-        refs = p.get("refs") or {}
+        refs = given(p.refs, {})
         for name, target in sorted(refs.items()):
             m = GEN_RE.match(name)
             if m and target:
@@ -330,27 +332,27 @@ def gather(store) -> Report:
             new = refs["HEAD"]
             head_moves.append(HeadMove(rec["seq"], rec["time"], kind, gen_of_id.get(new) if new else None,
                                        gen_of_id.get(head_id) if head_id else None,
-                                       _s(p.get("reason")) if kind == "rollback" else _s(p.get("note"))))
+                                       _s(given(p.reason)) if kind == "rollback" else ""))
             head_id = new
 
-        if kind in CYCLE_ENDS and isinstance(p.get("cycle"), int):
-            c = p["cycle"]
+        if kind in CYCLE_ENDS and p.cycle is not ABSENT:
+            c = p.cycle
             if kind == "commit":
                 # the commit's inputs are [receipt, verdict] (ledger.cycle.run_cycle)
                 rid = next((i for i in rec["inputs"] if i in receipts), None)
                 vid = next((i for i in rec["inputs"] if i not in receipts), None)
-                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, _s(p.get("verdict_name") or "Accept"), (),
-                                    _i(p.get("generation")), rid, vid, exported.get(c)))
+                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, given(p.verdict_name) or "Accept", (),
+                                    p.generation, rid, vid, exported.get(c)))
             else:
-                reasons = tuple(_s(x) for x in (p.get("reasons") or []))
-                if not reasons and p.get("verdict"):
+                reasons = tuple(_s(x) for x in given(p.reasons, []))
+                if not reasons and given(p.verdict):
                     # A gate refusal: its reasons are in the verdict object, not in the journal the
                     # learner side reads (ledger.cycle._refuse); the operator's report shows them.
                     reasons = next((tuple(code for code, _ in j.reasons) for j in judges
-                                    if j.verdict_id == p["verdict"]), ())
-                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, _s(p.get("verdict_name")),
+                                    if j.verdict_id == p.verdict), ())
+                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, p.verdict_name,
                                     reasons, gen_of_id.get(head_id),
-                                    p.get("receipt"), p.get("verdict"), exported.get(c)))
+                                    given(p.receipt), given(p.verdict), exported.get(c)))
             open_cycle = None
 
     # a generation object may be named twice (a ref re-set); keep the first creation of each number
