@@ -24,7 +24,7 @@ from ledger.errors import CompileRejected, LedgerError, SpecError
 from ledger.plan import memory
 from ledger.plan import plan as planlib
 from ledger.plan.plan import Config
-from ledger.plan.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec
+from ledger.plan.spec import BUILTIN_BASE, BUILTIN_DATASET, Spec, line_of
 from ledger.plan.targets import Target
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
@@ -257,7 +257,7 @@ def fit_check(arch, c: Config, target: Target, rows: int, loop: str | None = Non
             requirement="memory", needed_bytes=need, usable_bytes=usable, lines=by, nearest=near)
     fit = {"fits": True, "needed_bytes": need, "usable_bytes": usable, "target_bytes": target.memory_bytes,
            "memory_fraction": frac, "headroom_bytes": usable - need, "checks": checks,
-           "memory_model": loop, "devices": c.train.device_count, "per_device": True}
+           "memory_model": loop, "devices": c.train.device_count, "per_device": True, "nodes": c.train.node_count}
     return ls, fit
 
 
@@ -302,13 +302,29 @@ def _padded(store, dataset_id: str, seq_len: int, chat) -> bool:
     return min(len(chat.encode_turn(s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id))) < seq_len
 
 
+def world_check(spec: Spec, c: Config, rows: int) -> None:
+    """Every rank of a step reads distinct rows: nodes x devices x micro_batch (one global
+    micro-batch) must not exceed the dataset, or ranks would train on the same row in one step."""
+    world = c.train.node_count * c.train.device_count
+    need = world * c.data.micro_batch
+    if world > 1 and need > rows:
+        field_ = "train.nodes" if c.train.node_count > 1 else "train.devices"
+        ln = line_of(spec.source, field_) if spec.source else None
+        raise CompileRejected(
+            f"spec field `{field_}`{f' (line {ln})' if ln else ''}: {c.train.node_count} node(s) x "
+            f"{c.train.device_count} device(s) x micro_batch {c.data.micro_batch} = {need} rows per global "
+            f"micro-batch, more than the dataset's {rows} rows",
+            f"use at most {max(1, rows // c.data.micro_batch)} ranks in all, or a smaller data.micro_batch",
+            requirement=field_, needed_rows=need, dataset_rows=rows)
+
+
 def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest: int | None, store=None,
              padded: bool = True) -> dict:
     c = Config.from_json(spec.config)
     real = select_realizations(spec, target, store, arch)
     loop = training_loop(c, target, real)
     ls, fit = fit_check(arch, c, target, rows, loop, padded)
-    n_dev = c.train.device_count
+    n_dev, nodes = c.train.device_count, c.train.node_count
     params = arch.params()
     lora = arch.lora_params(c.lora.r, c.lora.target_modules)
     d = c.data
@@ -319,7 +335,7 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
         "shapes": {"arch": arch.to_json(), "micro_batch": d.micro_batch, "seq_len": d.seq_len,
                    "grad_accum": d.grad_accum, "steps": d.steps, "dataset_rows": rows,
                    "longest_turn": longest, "padded": padded, "devices": n_dev,
-                   "tokens_per_step": d.micro_batch * d.seq_len * d.grad_accum * n_dev,
+                   "tokens_per_step": d.micro_batch * d.seq_len * d.grad_accum * n_dev * nodes, "nodes": nodes,
                    "lora_modules": {m: list(model.MODULE_SHAPES[m](arch)) for m in c.lora.target_modules}},
         "parameters": {"total": sum(params.values()) + lora, "base": sum(params.values()), "trainable": lora,
                        "by_group": params},
@@ -332,7 +348,9 @@ def body_for(spec: Spec, target: Target, arch, inputs: dict, rows: int, longest:
                     "autocast": "bf16" if loop == "compiled" and c.precision.dtype == "bf16" else None,
                     # one sandboxed process per device (DDP) started by torchrun; rank 0
                     # writes every output (ledger.train.run.torchrun)
-                    "launcher": "ddp" if n_dev > 1 else "python"},
+                    "launcher": "ddp" if n_dev * nodes > 1 else "python",
+                    # nodes > 1: one torchrun agent per node at one c10d rendezvous (ledger.train.nodes)
+                    "nodes": nodes, "rendezvous": "c10d" if nodes > 1 else "static"},
     }
 
 
@@ -378,6 +396,7 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
     chat = _chat(store, base_id)
     padded = True if data_id is None else _padded(store, data_id, c.data.seq_len, chat)
     real = select_realizations(spec, target, store, arch)   # reject before writing anything
+    world_check(spec, c, rows)
     fit_check(arch, c, target, rows, training_loop(c, target, real), padded)
     plan = None
     try:

@@ -215,10 +215,15 @@ class TrainConfig(_View):
     threads: int
     checkpoint_every: int
     devices: int | None = optional()
+    nodes: int | None = optional()
 
     @property
     def device_count(self) -> int:
         return self.devices or 1   # plans from before data-parallel runs: one device
+
+    @property
+    def node_count(self) -> int:
+        return self.nodes or 1     # plans from before multi-node runs: one node
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,7 @@ class Shapes(_View):
     padded: bool | None = optional()
     devices: int | None = optional()
     tokens_per_step: int | None = optional()
+    nodes: int | None = optional()
 
     @property
     def lora_tensors(self) -> int:
@@ -331,6 +337,7 @@ class Fit(_View):
     memory_model: str | None = optional()
     devices: int | None = optional()
     per_device: bool | None = optional()
+    nodes: int | None = optional()
 
 
 @dataclass(frozen=True)
@@ -343,6 +350,8 @@ class Runtime(_View):
     devices: int | None = optional()
     autocast: str | None = optional()
     launcher: str | None = optional()
+    nodes: int | None = optional()
+    rendezvous: str | None = optional()
 
     @property
     def loop_kind(self) -> str:
@@ -381,7 +390,17 @@ class Plan(_View):
 
     @property
     def devices(self) -> int:
+        """Devices (ranks) per node."""
         return self.config.train.device_count
+
+    @property
+    def nodes(self) -> int:
+        return self.config.train.node_count
+
+    @property
+    def world(self) -> int:
+        """Ranks of the data-parallel run: nodes x devices per node."""
+        return self.nodes * self.devices
 
     def uses(self, realization: str) -> bool:
         """Whether any operator runs `realization` (e.g. "cupy-fused")."""

@@ -22,6 +22,7 @@ from ledger.store.ids import hash_bytes
 
 LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
 DTYPES = ("fp32", "bf16", "fp16")
+MAX_WORLD = 1024   # ranks of one data-parallel run (nodes x devices): gloo's and torchrun's tested scale
 REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused")
 
 
@@ -96,9 +97,12 @@ SCHEMA: dict[str, dict[str, F]] = {
     "compile": {
         "target": F("str", "cpu"), "realization": F("str", "auto", choices=REALIZATIONS),
     },
-    # devices: data-parallel processes, one per GPU (DDP over NCCL; gloo on a CPU target); the
-    # memory plan is per device and data.micro_batch is per device.
-    "train": {"threads": F("int", 1, _pos), "checkpoint_every": F("int", 25, _pos), "devices": F("int", 1, _pos)},
+    # devices: data-parallel processes per node, one per GPU (DDP over NCCL; gloo on a CPU
+    # target); the memory plan is per device and data.micro_batch is per device. nodes: node
+    # agents meeting at one torchrun c10d rendezvous (ledger.train.nodes); the world is
+    # nodes x devices ranks.
+    "train": {"threads": F("int", 1, _pos), "checkpoint_every": F("int", 25, _pos), "devices": F("int", 1, _pos),
+              "nodes": F("int", 1, _pos)},
     "budget": {"memory_fraction": F("float", 0.9, _frac), "max_steps": F("int", None, _pos)},
 }
 
@@ -245,6 +249,10 @@ def _cross_checks(c: dict, text: str) -> None:
         raise _err(text, "data.seq_len", f"{c['data']['seq_len']} exceeds model.max_positions {m['max_positions']}")
     if c["schedule"]["warmup_steps"] > c["data"]["steps"]:
         raise _err(text, "schedule.warmup_steps", "is longer than data.steps")
+    world = c["train"]["devices"] * c["train"]["nodes"]
+    if world > MAX_WORLD:
+        raise _err(text, "train.nodes", f"{c['train']['nodes']} nodes x {c['train']['devices']} devices = {world} "
+                                        f"ranks; at most {MAX_WORLD} are supported")
     mx = c["budget"]["max_steps"]
     if mx is not None and c["data"]["steps"] > mx:
         raise _err(text, "data.steps", f"{c['data']['steps']} steps exceed budget.max_steps {mx}")

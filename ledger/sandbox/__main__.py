@@ -61,6 +61,9 @@ def main(args: Sequence[str]) -> int:
                     help="start a launcher: only --die-with-parent, then exec argv UNconfined")
     ap.add_argument("--private-shm", action="store_true",
                     help="(with --launcher) give the launcher and all it starts a private /dev/shm")
+    ap.add_argument("--loopback-net", action="store_true",
+                    help="(with --launcher) run the launcher and all it starts in a network namespace of "
+                         "loopback alone")
     ap.add_argument("--cwd", default=None)
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     ns = ap.parse_args(args)
@@ -76,6 +79,8 @@ def main(args: Sequence[str]) -> int:
         try:
             if ns.private_shm:   # every rank then shares this one tmpfs (NCCL's shm transport)
                 privileges.private_shm()
+            if ns.loopback_net:  # all its processes run here: 127.0.0.1 is all they need to reach
+                privileges.loopback_net()
             os.execvp(argv[0], argv)
         except (OSError, IndexError) as e:
             print(f"ledger.sandbox: cannot start the launcher {argv[:1]}: {e}", file=sys.stderr)
@@ -138,6 +143,12 @@ def confine(rules: dict, grants: list[tuple[str, str]]) -> dict:
             raise OSError("the launcher did not give this process a private /dev/shm")
     else:
         raise ValueError(f"unknown shm mode {rules['shm']!r}")
+    net = rules.get("net", "host")
+    if net == "loopback":
+        if not privileges.only_loopback(int(rules["caller_netns"])):
+            raise OSError("the launcher did not give this process a network namespace of loopback alone")
+    elif net != "host":
+        raise ValueError(f"unknown net mode {net!r}")
     prog = bytes.fromhex(rules["seccomp"])
     notify = None
     if rules["notify"]:
@@ -155,7 +166,7 @@ def confine(rules: dict, grants: list[tuple[str, str]]) -> dict:
     return {"landlock_abi": abi, "seccomp_sha256": hashlib.sha256(prog).hexdigest(),
             "seccomp_supervised": notify is not None, "capabilities_dropped": dropped,
             "capabilities_left": sorted(k for k, v in privileges.capability_sets().items() if v),
-            "shm": "private", "namespaces": namespaces, "no_new_privs": True}
+            "shm": "private", "namespaces": namespaces, "no_new_privs": True, "net": net}
 
 
 if __name__ == "__main__":

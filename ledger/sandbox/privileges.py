@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
+import socket
+import struct
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 CLONE_NEWUSER = 0x10000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
@@ -118,6 +123,32 @@ def _drop_bounding(lib) -> None:
         if lib.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) == 1:
             _check(lib.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0),
                              ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl(PR_CAPBSET_DROP, {cap})")
+
+
+def net_namespace() -> int:
+    """The inode of this process's network namespace (differs between namespaces)."""
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def loopback_net() -> None:
+    """Enter a new network namespace whose only interface is loopback, and bring it up.
+
+    For a launcher whose processes all run on this host (several node agents on loopback): they
+    reach each other over 127.0.0.1 and nothing else exists to reach -- Landlock can restrict
+    TCP by port only, and a rendezvous uses ports chosen at run time, so the namespace is what
+    confines it to this host. Call after private_shm() (whose user namespace, for a caller
+    without CAP_SYS_ADMIN, grants the CAP_NET_ADMIN this needs)."""
+    _check(_libc().unshare(ctypes.c_int(CLONE_NEWNET)), "unshare(CLONE_NEWNET)")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def only_loopback(caller_namespace: int) -> bool:
+    """True when this process is in another network namespace than the caller's and loopback is
+    its only interface (what loopback_net() leaves; checked by ranks whose launcher made it)."""
+    return net_namespace() != caller_namespace and [n for _, n in socket.if_nameindex()] == ["lo"]
 
 
 def shm_is_private(caller_namespace: int) -> bool:

@@ -62,6 +62,7 @@ class Confinement:
     shm_private: bool
     namespaces: str                  # "mount", "user+mount", or "launcher" (made by it)
     no_new_privs: bool
+    net: str = "host"                # "loopback": a network namespace of loopback alone (its launcher made it)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -71,15 +72,18 @@ class Confinement:
 
 
 def bootstrap_rules(grants: Sequence[Grant], policy: SandboxPolicy, *, landlock: bool = True,
-                    notify: str | None = None, shm: str = "private") -> tuple[dict, bytes]:
+                    notify: str | None = None, shm: str = "private", net: str = "host") -> tuple[dict, bytes]:
     """The bootstrap's rules (see ledger/sandbox/__main__.py) and the seccomp program in them.
 
     notify: a seccomp.Supervisor's socket path (refused syscalls are recorded), else they only
-    fail with EPERM. shm: "private" (the bootstrap makes it), "inherit" (a launcher did)."""
+    fail with EPERM. shm: "private" (the bootstrap makes it), "inherit" (a launcher did).
+    net: "host", or "loopback" (the launcher made a network namespace of loopback alone, and
+    each process checks that it is in it before it confines itself)."""
     prog = seccomp.program(network=policy.network, supervised=notify is not None, gpu=policy.gpu)
     return ({"grants": [[g.path, g.kind] for g in grants], "network": policy.network, "landlock": landlock,
              "seccomp": prog.hex(), "notify": notify, "shm": shm,
-             "caller_mntns": privileges.mount_namespace()}, prog)
+             "caller_mntns": privileges.mount_namespace(), "net": net,
+             "caller_netns": privileges.net_namespace()}, prog)
 
 
 def read_confinement(reports: Sequence[Sequence[str]], prog: bytes) -> Confinement:
@@ -107,7 +111,8 @@ def read_confinement(reports: Sequence[Sequence[str]], prog: bytes) -> Confineme
             capabilities_dropped=tuple(first["capabilities_dropped"]),
             capabilities_left=tuple(sorted({str(x) for c in seen for x in c["capabilities_left"]})),
             shm_private=all(c["shm"] == "private" for c in seen), namespaces=str(first["namespaces"]),
-            no_new_privs=all(c["no_new_privs"] is True for c in seen))
+            no_new_privs=all(c["no_new_privs"] is True for c in seen),
+            net="loopback" if all(c.get("net") == "loopback" for c in seen) else "host")
     except (KeyError, TypeError, ValueError):
         raise SandboxUnavailable("a confined process reported its confinement in an unknown form") from None
     return conf
@@ -318,7 +323,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                   env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
                   timeout: float | None = None, unsandboxed: bool = False,
                   tail_bytes: int = 65536, launcher: Sequence[str] = (), processes: int = 1,
-                  stop: threading.Event | None = None) -> SandboxResult:
+                  stop: threading.Event | None = None, net: str = "host") -> SandboxResult:
     """Run argv confined to `policy` and return what happened.
 
     launcher (with processes=N): a program that starts N copies of the command appended to it
@@ -327,6 +332,9 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
     -- so every process gets its own /proc/self grant -- and is SIGKILLed when the launcher dies,
     as the launcher is when the calling thread's process dies.
     Unless all N report that they are confined, SandboxUnavailable (or InternalError) is raised.
+    net="loopback" (with a launcher, sandboxed): the launcher and every process it starts run in a
+    network namespace whose only interface is loopback -- several node agents on one host reach
+    each other and nothing else; each process checks it before confining itself.
     stop: set it (from another thread) to kill the child's process group at once; the result then
     has the child's kill status (the caller knows why it asked, e.g. the child broke the rules).
 
@@ -357,6 +365,8 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
     policy.check()
     if processes < 1 or (processes > 1 and not launcher):
         raise BadInput("run_sandboxed: several processes need a launcher that starts them")
+    if net not in ("host", "loopback") or (net == "loopback" and (not launcher or unsandboxed)):
+        raise BadInput("run_sandboxed: net is \"host\", or \"loopback\" for a sandboxed launcher")
     if cwd is not None and not os.path.isdir(cwd):
         raise BadInput(f"run_sandboxed: cwd {cwd} is not a folder")
 
@@ -407,7 +417,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
                                          "nothing was run") from None
         rules_body, prog = bootstrap_rules(grants, policy, landlock=not unsandboxed,
                                            notify=supervisor.path if supervisor else None,
-                                           shm="inherit" if launcher else "private")
+                                           shm="inherit" if launcher else "private", net=net)
         rules = os.path.join(work, "rules.json")   # a file: argv strings are capped at 128 KiB
         with open(rules, "w") as f:
             json.dump(rules_body, f)
@@ -415,7 +425,7 @@ def run_sandboxed(argv: Sequence[str | os.PathLike], policy: SandboxPolicy, *,
         # A launcher is put in its own session like any child here, out of reach of signals to
         # ours, so it is armed to die with this process; its processes die with it in turn. It
         # makes the private /dev/shm that all of them share (NCCL's shm transport needs one).
-        shm = ["--private-shm"] if not unsandboxed else []
+        shm = (["--private-shm"] + (["--loopback-net"] if net == "loopback" else [])) if not unsandboxed else []
         cmd = [*([*bootstrap, "--launcher", *shm, "--", *launcher] if launcher else []),
                *bootstrap, "--rules-file", rules, "--status-dir", status_dir,
                *(["--die-with-parent"] if launcher else []), "--cwd", target_cwd, "--", *argv]

@@ -44,6 +44,7 @@ from pathlib import Path
 from ledger import errors, records
 from ledger.errors import InternalError, LedgerError, Refused, SandboxViolation
 from ledger.sandbox import SandboxPolicy, run_sandboxed
+from ledger.store import lookup
 
 VIOLATION_KIND = records.SandboxViolation.KIND
 MiB = 1 << 20
@@ -385,6 +386,7 @@ class ChildJob:
     limits: Limits
     launcher: tuple[str, ...] = ()
     processes: int = 1
+    net: str = "host"             # "loopback": launcher and ranks in a network namespace of loopback alone
     unsandboxed: bool = False
     timeout: float | None = None
     plan: str | None = None       # the plan id the parent ran (never the child's claim)
@@ -441,7 +443,7 @@ def launch(job: ChildJob, stop: threading.Event | None = None):
     ledger.sandbox.SandboxResult."""
     return run_sandboxed(list(job.argv), job.policy, env=job.env, cwd=str(job.work / "scratch"), timeout=job.timeout,
                          unsandboxed=job.unsandboxed, launcher=list(job.launcher), processes=job.processes,
-                         stop=stop)
+                         stop=stop, net=job.net)
 
 
 @dataclass(frozen=True)
@@ -572,25 +574,23 @@ def record_violation(store, job: ChildJob, violations: list[Violation], checkpoi
 def violated_checkpoints(store) -> set[str]:
     """Every checkpoint named by a sandbox-violation record."""
     out: set[str] = set()
-    for r in store.journal.backwards():
-        if r["kind"] == VIOLATION_KIND:
-            out.update(records.read(r).checkpoints)
+    for r in lookup.records(store, VIOLATION_KIND):  # from the index: violations are rare, history is long
+        out.update(records.read(r).checkpoints)
     return out
 
 
 def resumable_checkpoint(store, plan_id: str) -> str | None:
     """The latest checkpoint of `plan_id` that no violating run produced, or None.
 
-    A violation record is always appended after the checkpoints it names, so reading the journal
-    backwards meets it first: one walk suffices."""
-    tainted: set[str] = set()
-    for r in store.journal.backwards():
-        if r["kind"] == VIOLATION_KIND:
-            tainted.update(records.read(r).checkpoints)
-        elif r["kind"] == records.Checkpoint.KIND:
-            p = records.read(r)
-            if p.plan == plan_id and p.checkpoint not in tainted:
-                return p.checkpoint
+    Both come from the index (ledger/store/lookup.py): a plan that never checkpointed (every
+    new cycle's) costs two queries, not a walk of history. A violation record is always
+    appended after the checkpoints it names, so every violation's checkpoints are exactly the
+    ones a newest-first walk would have seen tainted."""
+    tainted = violated_checkpoints(store)
+    for r in lookup.records(store, records.Checkpoint.KIND, {"plan": plan_id}):
+        p = records.read(r)
+        if p.plan == plan_id and p.checkpoint not in tainted:
+            return p.checkpoint
     return None
 
 

@@ -93,10 +93,12 @@ def check_runnable_here(plan: PlanView) -> None:
                 f"the plan selected {names} on cuda (target {plan.target.name}), but no CUDA device is "
                 "available here; nothing was trained",
                 "run it on a machine with the target's GPU, or compile for --target cpu")
-        n = plan.devices
+        # every node agent runs on this host (ledger.train.nodes): all nodes' devices must be here
+        n = plan.world
         if torch.cuda.device_count() < n:
+            what = f"{plan.nodes} nodes x {plan.devices} devices" if plan.nodes > 1 else f"{n} devices"
             raise errors.RealizationUnavailable(
-                f"the plan runs on {n} devices; {torch.cuda.device_count()} CUDA device(s) are visible here",
+                f"the plan runs on {what}; {torch.cuda.device_count()} CUDA device(s) are visible here",
                 "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
@@ -142,7 +144,7 @@ def child_env(work: Path, plan: PlanView) -> dict:
         # Inductor compiles in a pool of worker processes by default; a confined child grants
         # /proc/self to itself only, so its workers cannot run there: compile in-process.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    if plan.devices > 1:
+    if plan.world > 1:
         # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
         # multicast stays off unless asked for: a LoRA's gradients are small, and on shared
         # hosts multicast can take GPUs out of service.
@@ -174,14 +176,33 @@ def limits(plan: PlanView) -> job.Limits:
 
 def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout: float | None = None) -> job.ChildJob:
     view = plan.view
-    n = view.devices
+    n, nodes = view.devices, view.nodes
     # Several devices: data-parallel (DDP), one process per device. Their rendezvous store and
     # the NCCL/gloo bootstrap talk TCP on loopback, so such a policy allows TCP (recorded in the
     # receipt's sandbox policy); the filesystem grants are the same as for one process.
-    policy = job.policy_for(store, work, gpu=view.cuda, network=n > 1)
-    return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=child_env(work, view),
-                        policy=policy, limits=limits(view), launcher=tuple(torchrun(n)) if n > 1 else (),
-                        processes=n, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id)
+    policy = job.policy_for(store, work, gpu=view.cuda, network=view.world > 1)
+    env = child_env(work, view)
+    launcher, net = (tuple(torchrun(n)) if n > 1 else ()), "host"
+    if nodes > 1:
+        # N node agents on this host at one c10d rendezvous; all of them, and every rank, in a
+        # network namespace of loopback alone (Landlock restricts TCP by port only, and the
+        # rendezvous and gloo pick ports at run time): they reach each other and nothing else.
+        endpoint, run_id = f"127.0.0.1:{_free_port()}", f"ledger-{work.name}"
+        launcher, net = tuple(node_agents(nodes, n, endpoint, run_id)), ("host" if unsandboxed else "loopback")
+        env["LEDGER_RENDEZVOUS"] = json.dumps({"backend": "c10d", "endpoint": endpoint, "id": run_id,
+                                               "network": "loopback namespace" if net == "loopback" else "host"},
+                                              sort_keys=True)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")     # the only interface there is
+    return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=env,
+                        policy=policy, limits=limits(view), launcher=launcher, net=net,
+                        processes=view.world, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id)
+
+
+def node_agents(nodes: int, devices: int, endpoint: str, run_id: str) -> list[str]:
+    """`nodes` torchrun agents on this host meeting at one c10d rendezvous (ledger.train.nodes),
+    each starting `devices` ranks; like torchrun(), unconfined and without the audit hook (-E)."""
+    return [sys.executable, "-E", "-m", "ledger.train.nodes", f"--nodes={nodes}", f"--nproc-per-node={devices}",
+            f"--endpoint={endpoint}", f"--id={run_id}", "--"]
 
 
 def torchrun(n: int) -> list[str]:

@@ -171,8 +171,10 @@ class Dist:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local = int(os.environ.get("LOCAL_RANK", "0"))
-        if self.world != plan.devices:
-            raise RealizationUnavailable(f"the plan runs on {plan.devices} device(s) but this run has {self.world} "
+        self.node = int(os.environ.get("GROUP_RANK", "0"))   # torchrun: this rank's node (agent) rank
+        if self.world != plan.world:
+            raise RealizationUnavailable(f"the plan runs on {plan.world} rank(s) ({plan.nodes} node(s) x "
+                                         f"{plan.devices} device(s)) but this run has {self.world} "
                                          "process(es)",
                                          "launch it with `ledger train`, which starts one process per device")
         self.cuda = plan.cuda
@@ -442,6 +444,9 @@ class SftRecipe:
                                      "per device)",
                            "peak_allocated_bytes": peak, "predicted_bytes": predicted,
                            "prediction_error": predicted / peak - 1 if peak else None, "per_device": per}
+        # every rank says where it ran (a collective: all ranks reach save() together)
+        self.ranks = sorted(dist.gather({"rank": dist.rank, "node": dist.node, "local_rank": dist.local}),
+                            key=lambda x: x["rank"]) if plan.nodes > 1 else None
         done, start = self.done, self.start_step
         # Steady state: without the first steps, which compile the layers (torch-compiled) and
         # allocate the optimizer state.
@@ -471,6 +476,11 @@ class SftRecipe:
             # torchrun sets TORCHELASTIC_RUN_ID in every worker it starts
             "launcher": "torchrun" if os.environ.get("TORCHELASTIC_RUN_ID") else None,
             "loss": "mean over processes (all-reduced)" if dist.world > 1 else "single process"}
+        if self.plan.nodes > 1:
+            # where every rank ran: its node (the rendezvous's agent rank) and its rank on that node
+            result["device"]["distributed"].update({
+                "nodes": self.plan.nodes, "ranks": self.ranks,
+                "rendezvous": json.loads(os.environ.get("LEDGER_RENDEZVOUS", "null"))})
         if self.kernel_op is not None:
             result["device"]["fused_kernel"] = {"code_object": self.kernel_op.code_object,
                                                 "fused_calls": self.kernel_op.calls}
