@@ -25,6 +25,7 @@ from ledger.options import LearnOptions
 from ledger.plan import compile as comp
 from ledger.plan import spec as speclib
 from ledger.plan import targets as targetlib
+from ledger.store import lookup
 from ledger.train import job as trainjob
 from ledger.train import run as trainlib
 from ledger.verdicts.summary import verdict_summary
@@ -73,7 +74,7 @@ def _seconds_since(iso: str) -> float:
 
 
 def last_cycle_end(store) -> dict | None:
-    return next((r for r in store.journal.backwards() if r["kind"] in ENDS and "cycle" in r["payload"]), None)
+    return lookup.latest(store, ENDS, pred=lambda p: "cycle" in p)
 
 
 def due(store, policy: Policy) -> list[str]:
@@ -93,9 +94,7 @@ def due(store, policy: Policy) -> list[str]:
 def open_cycle(store) -> dict | None:
     """The export record of a cycle that has started but not ended, if any."""
     ended = set()
-    for r in store.journal.backwards():
-        if r["kind"] not in ENDS and r["kind"] != "export":
-            continue
+    for r in lookup.records(store, ENDS + ("export",)):  # newest first; a store with no cycle yet reads no turns
         c = records.read(r).cycle  # typed: an ill-formed record is JournalCorrupt, not a TypeError here
         if c is records.ABSENT:
             continue
@@ -134,9 +133,11 @@ def ensure_genesis(store, spec) -> generations.Generation:
     return g
 
 
-def _find(store, kind: str, pred):
-    """The latest record of `kind` whose payload satisfies `pred` (read from the journal's end)."""
-    return next((r for r in store.journal.backwards() if r["kind"] == kind and pred(r["payload"])), None)
+def _find(store, kind: str, where: dict, pred=None):
+    """The latest record of `kind` whose payload has the string fields `where` (and satisfies
+    `pred`): from the index and the records after it, not a walk of the journal (a lookup for a
+    new plan or candidate finds nothing, and a walk for it would read all of history)."""
+    return lookup.latest(store, kind, where, pred)
 
 
 def run_cycle(store, options: LearnOptions = LearnOptions(), *, progress=None, train_progress=None) -> CycleResult:
@@ -198,7 +199,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
 
     # train
     t0 = time.perf_counter()
-    done = _find(store, "train", lambda p: p.get("plan") == plan.id)
+    done = _find(store, "train", {"plan": plan.id})
     if done is not None:
         rid = records.read(done).receipt
         receipt = store.get_json(rid)
@@ -220,8 +221,8 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     suite = store.state.refs.get("suite")
     if suite is None:
         raise Refused("no suite is sealed, so nothing can judge the candidate", "seal one first: `ledger seal SUITE_DIR`")
-    prev = _find(store, "judge", lambda p: p.get("candidate") == receipt["adapter"] and p.get("suite_ref") == suite
-                 and p.get("incumbent") == (incumbent.adapter or incumbent.base))
+    prev = _find(store, "judge", {"candidate": receipt["adapter"], "suite_ref": suite,
+                                  "incumbent": incumbent.adapter or incumbent.base})
     if prev is not None:
         vid = records.read(prev).verdict
         res.stages["judge"] = {"s": 0.0, "reused": True}
@@ -251,7 +252,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
 def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
     """The verdict id when the export is contaminated (recorded before training; reused when a
     cycle resumes), else None."""
-    prev = _find(store, "judge", lambda p: p.get("before_training") and p.get("candidate") == plan_id)
+    prev = _find(store, "judge", {"candidate": plan_id}, lambda p: p.get("before_training"))
     if prev is not None:
         return records.read(prev).verdict
     say("check", "checking the export against the sealed suite")

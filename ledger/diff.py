@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ledger.errors import BadInput, UnknownRef
+from ledger.store import lookup
 from ledger.store.ids import is_id
 from ledger.verdicts.summary import verdict_summary
 
@@ -183,7 +184,9 @@ def _data_range(store, rid: str | None) -> dict | None:
     if not rid:
         return None
     dataset = store.get_json(rid).get("dataset")
-    rec = next((r for r in store.journal.records() if r["kind"] == "export" and r["payload"].get("dataset") == dataset), None)
+    # the first export of that dataset, from the index (ledger/store/lookup.py), not a walk of history
+    found = list(lookup.records(store, "export", {"dataset": dataset})) if isinstance(dataset, str) else []
+    rec = found[-1] if found else None
     if rec is None:
         return {"dataset": dataset, "turns": None}
     p = rec["payload"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ledger import records
 from ledger.errors import BadInput, JournalCorrupt, UnknownRef
+from ledger.store import lookup
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
 FIELDS = ("parent", "base", "adapter", "capabilities", "kernels", "receipt", "verdict", "note")
@@ -116,7 +117,7 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
         if cur is None:
             raise UnknownRef("there is no generation yet", "commit one first (`ledger run` or `ledger demo`)")
         if undo:
-            last = next((r for r in store.journal.backwards() if r["kind"] == "rollback"), None)
+            last = lookup.latest(store, "rollback")  # the index answers; a walk would read all history
             if last is None:
                 raise BadInput("there is no rollback to undo")
             moved_from = records.read(last).from_  # typed; an ill-formed record is JournalCorrupt

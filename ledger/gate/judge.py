@@ -45,6 +45,7 @@ from ledger.artefacts.dataset import read_parquet
 from ledger.errors import BadInput
 from ledger.gate import score as scorelib
 from ledger.gate import seal as seallib
+from ledger.store import lookup
 from ledger.verdicts import GateInputs, GateSettings, Scores, Verdict, check_budget, check_export, decide
 
 JUDGE_KIND = "judge"
@@ -78,20 +79,17 @@ def resolve_pair(store, candidate_ref: str, against: str | None) -> tuple[scorel
 
 
 # --- the journal: budget, receipts, recorded scores ---------------------------------------------------
-def _records_newest_first(store, kinds: tuple[str, ...]) -> Iterator[dict]:
-    return (r for r in store.journal.backwards() if r["kind"] in kinds)
-
-
 def runs_used(store, key: str) -> int:
     """Gate runs already counted against budget key `key` (runs decided before scoring are not).
 
-    A record written before budgets were keyed on content names only its suite; its key is
-    derived from that suite's pinned documents (once per suite)."""
+    One index query (ledger/store/lookup.py: the index plus the records after it), never a walk
+    of the journal: the count is taken again under the store lock when a verdict is recorded,
+    and a walk there would stall every other writer (the image recording turns) for as long as
+    history is long. A record written before budgets were keyed on content names only its
+    suite; its key is derived from that suite's pinned documents (once per suite)."""
     derived: dict[str, str | None] = {}
     n = 0
-    for r in store.journal.records():
-        if r["kind"] != JUDGE_KIND:
-            continue
+    for r in lookup.records(store, JUDGE_KIND):
         p = r["payload"]
         if not p.get("budget_counted", p.get("scored")):
             continue
@@ -109,11 +107,8 @@ def receipt_of(store, adapter: str | None) -> tuple[str, dict] | None:
     """The receipt of the training run that produced `adapter`, found through its record."""
     if adapter is None:
         return None
-    for r in _records_newest_first(store, ("train",)):
-        p = r["payload"]
-        if p.get("adapter") == adapter and p.get("receipt"):
-            return p["receipt"], store.get_json(p["receipt"])
-    return None
+    r = lookup.latest(store, "train", {"adapter": adapter}, lambda p: p.get("receipt"))
+    return (r["payload"]["receipt"], store.get_json(r["payload"]["receipt"])) if r is not None else None
 
 
 def _training_datasets(store, cand: scorelib.ModelRef, export_dataset: str | None) -> tuple[list[str], list[dict]]:
@@ -176,7 +171,7 @@ def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[d
     """The model's per-document losses (S and K) from the last scored verdict on this suite in
     which it took part, and that verdict's id; (None, None) if it was never judged on it."""
     key = (model.base, model.adapter)
-    for r in _records_newest_first(store, (JUDGE_KIND,)):
+    for r in lookup.records(store, JUDGE_KIND, {"suite_hash": suite_hash}):
         p = r["payload"]
         # A SuiteChanged run's scores are the ones that drifted: never a reference.
         if p.get("suite_hash") != suite_hash or not p.get("scored") or p.get("verdict_name") == "SuiteChanged":

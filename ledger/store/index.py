@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -161,8 +162,9 @@ def _insert(con, batch: dict[str, list[tuple]]) -> None:
             continue
         import pyarrow as pa
 
-        arrays = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
-        tbl = pa.table(arrays)
+        # one transpose in C (zip), then one Arrow column per table column: a batch of
+        # records becomes a columnar append, not a row-by-row insert
+        tbl = pa.table(dict(zip(cols, map(list, zip(*rows)))))
         con.register("_rows", tbl)
         con.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _rows")
         con.unregister("_rows")
@@ -200,15 +202,23 @@ def _foreign(meta: dict, state, store_id: str | None) -> bool:
     return meta["seq"] == state.seq and meta["head"] != state.head
 
 
+BATCH_RECORDS = 20_000  # records projected per Arrow append: bounds a rebuild's memory at any length
+
+
 def _write(con, records, state, get_json, store_id: str | None = None) -> None:
+    """Project `records` (any iterable: a rebuild streams the journal through here) in batches
+    of BATCH_RECORDS, then the refs and meta of `state` — a State, or a callable giving the
+    state once `records` is exhausted (a stream's fold is known only at its end)."""
     batch: dict[str, list[tuple]] = {}
     for n, rec in enumerate(records, 1):
         for t, rows in rows_for(rec, get_json).items():
             batch.setdefault(t, []).extend(rows)
-        if n % 50_000 == 0:
+        if n % BATCH_RECORDS == 0:
             _insert(con, batch)
             batch = {}
     _insert(con, batch)
+    if callable(state):
+        state = state()
     con.execute("DELETE FROM refs")
     _insert(con, {"refs": sorted(state.refs.items())})
     con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?)",
@@ -218,7 +228,9 @@ def _write(con, records, state, get_json, store_id: str | None = None) -> None:
 
 
 def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str | None = None) -> None:
-    """Replay the journal into a fresh database and swap it in (caller holds the lock)."""
+    """Replay the journal into a fresh database and swap it in (caller holds the lock).
+    `records` may be a stream (Journal.stream) and `state` a callable read after it (see _write):
+    memory is then one batch, whatever the journal's length."""
     path = root / "index.duckdb"
     new = tmp_dir / f"index-{os.getpid()}.duckdb"
     for p in (new, Path(str(new) + ".wal")):
@@ -357,3 +369,28 @@ def dump(root: Path) -> dict:
         cols, rows = query(root, f"SELECT * FROM {t} ORDER BY ALL")
         cols_rows[t] = [tuple(str(v) for v in r) for r in rows]
     return cols_rows
+
+
+_PAYLOAD_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
+    """(meta, rows) in one read-only look at the index: its meta (what it projects) and the
+    journal rows of `kinds` whose payload's string field `key` equals `where[key]`, newest
+    first, each row (seq, id, prev, time as written, kind, actor, inputs, outputs, payload).
+    None when the index is missing or unreadable. Meta and rows come from one connection, so
+    the rows are exactly those of the records up to meta's seq."""
+    for key in where:
+        if not _PAYLOAD_KEY_RE.match(key):
+            raise InternalError(f"lookup by payload key {key!r}", "payload keys in lookups are identifiers")
+    sql = ("SELECT seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inputs, outputs, payload "
+           f"FROM journal WHERE kind IN ({', '.join('?' * len(kinds))})"
+           + "".join(f" AND json_extract_string(payload, '$.{k}') = ?" for k in where)
+           + " ORDER BY seq DESC")
+
+    def read(con):
+        meta = _meta(con)
+        if meta is None:
+            return None
+        return meta, con.execute(sql, [*kinds, *where.values()]).fetchall()
+    return _peek(root, read)

@@ -1,0 +1,93 @@
+"""Lookups of journal records by kind and payload field, answered by the index, not a walk.
+
+The learn cycle and the gate ask "the latest `train` record of this plan", "every `judge`
+record of this budget key", "the latest checkpoint of this plan": on a journal of millions of
+records a walk for a record that is not there (a new plan, a new candidate) reads everything.
+Here the DuckDB index answers for the records it projects, and only the records the journal
+gained since (the index lags inside a cycle, and after a crash) are read, from the journal's
+end.
+
+The hash chain stays the authority (docs/store-format.md, rule 15):
+- the index is used only if it is this store's and the journal's record at the index's seq is
+  the index's head (checked on the walk back over the gap, which reaches that record); an index
+  of another store or another history, or one that leads the journal, is not used;
+- every record taken from the index is rebuilt from its row and must hash to its id;
+- an index that is missing, unreadable, stale in any of those ways, or whose row does not hash,
+  is never trusted: the lookup walks the journal (the old cost, the right answer) and says so in
+  `store.warnings`, naming the fix (`ledger index rebuild`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+from ledger.store import index
+from ledger.store.journal import record_id
+
+_FIELDS = ("seq", "id", "prev", "time", "kind", "actor", "inputs", "outputs", "payload")
+
+
+def _slow(store, why: str) -> None:
+    msg = f"{why}: looked records up by walking the journal (`ledger index rebuild` makes it fast again)"
+    if msg not in store.warnings:
+        store.warnings.append(msg)
+
+
+def _matches(rec: dict, kinds: tuple[str, ...], where: dict[str, str]) -> bool:
+    p = rec["payload"]
+    return rec["kind"] in kinds and all(isinstance(p.get(k), str) and p[k] == v for k, v in where.items())
+
+
+def _from_row(row) -> dict | None:
+    rec = dict(zip(_FIELDS, row))
+    rec["payload"] = json.loads(rec["payload"])
+    rec["inputs"], rec["outputs"] = list(rec["inputs"]), list(rec["outputs"])
+    return rec if record_id(rec) == rec["id"] else None
+
+
+def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None) -> Iterator[dict]:
+    """Records of `kinds` whose payload field `key` is the string `where[key]` for every key,
+    newest first, from the index plus the journal's records after it (see the module doc).
+    Callers check anything beyond string equality on the records themselves."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    where = dict(where or {})
+    found = index.lookup_rows(store.root, kinds, where)
+    if found is None:
+        _slow(store, "the index is missing or unreadable")
+        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        return
+    meta, rows = found
+    if meta["store"] not in (None, store.store_id):
+        _slow(store, "the index belongs to another store")
+        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        return
+    # The journal's records after the index's seq, newest first; the walk ends on the record at
+    # the index's seq, which must be the index's head.
+    gap: list[dict] = []
+    joined = meta["seq"] == 0 and meta["head"] is None
+    for r in store.journal.backwards():
+        if r["seq"] > meta["seq"]:
+            gap.append(r)
+            continue
+        joined = r["seq"] == meta["seq"] and r["id"] == meta["head"]
+        break
+    if not joined:
+        _slow(store, "the index is not a projection of this journal (another history, or ahead of it)")
+        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        return
+    yield from (r for r in gap if _matches(r, kinds, where))
+    for i, row in enumerate(rows):
+        rec = _from_row(row)
+        if rec is None:
+            _slow(store, f"the index's row for record {row[0]} does not hash to its id")
+            yield from (r for r in store.journal.backwards() if r["seq"] < (rows[i - 1][0] if i else meta["seq"] + 1)
+                        and _matches(r, kinds, where))
+            return
+        yield rec
+
+
+def latest(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None,
+           pred: Callable[[dict], bool] | None = None) -> dict | None:
+    """The newest record of `kinds` matching `where` (and `pred(payload)`, if given), or None."""
+    return next((r for r in records(store, kinds, where) if pred is None or pred(r["payload"])), None)
