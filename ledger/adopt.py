@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger import generations
+from ledger import generations, records
 from ledger.errors import BadInput, MissingObject, Refused
 from ledger.gate import judge as judgelib
 
@@ -70,6 +70,6 @@ def adopt(store, ref: str, *, force: bool = False, reason: str = "", progress=No
         g = generations.new_generation(tx, store, note=f"adopted {ref}" + (f" (forced: {reason})" if force else ""),
                                        base=imported.base, adapter=imported.adapter, receipt=imported.receipt,
                                        verdict=verdict_id)
-        tx.payload.update({"source_ref": ref, "source": oid, "forced": force, "reason": reason,
-                           "verdict": verdict_id})
+        records.write(tx, records.Adopt(generation=g.n, source_ref=ref, source=oid, forced=force, reason=reason,
+                                        verdict=verdict_id))
     return Adopted(g.name, g.id, ref, oid, verdict_id, force, tx.record["seq"])

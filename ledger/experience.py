@@ -74,8 +74,7 @@ def record(store, turns: list[dict], actor: str | None = None, wait: float | Non
         batch = [dict(t, id=f"t{first + i}") for i, t in enumerate(turns)]
         oid = tx.put_json({"kind": "turns", "first": first, "turns": batch})
         tx.outputs.append(oid)
-        tx.payload.update(records.Record(turns=oid, first=first, count=len(batch),
-                                         counters={"turns": len(batch)}).to_payload())
+        records.write(tx, records.Record(turns=oid, first=first, count=len(batch), counters={"turns": len(batch)}))
         if extra is not None:
             extra(tx, first)
     return {"turns": oid, "first": first, "last": first + len(batch) - 1, "count": len(batch), "seq": tx.record["seq"]}
@@ -98,8 +97,8 @@ def attach_outcome(store, turn: str, outcome: str, *, actor: str | None = None, 
         total = store.state.counters.get("turns", 0)
         if int(m.group(1)) > total:
             raise UnknownRef(f"no turn {turn}: {total} turns are recorded", "see `ledger query 'select id from turns'`")
-        tx.payload.update(records.Outcome(turn=turn, outcome=outcome, time=now(),
-                                          extra={k: v for k, v in note.items() if v}).to_payload())
+        records.write(tx, records.Outcome(turn=turn, outcome=outcome, time=now(),
+                                          extra={k: v for k, v in note.items() if v}))
     return {"turn": turn, "outcome": outcome, "seq": tx.record["seq"]}
 
 
@@ -147,8 +146,9 @@ class Export:
         return {"dataset": self.id, "first": self.first, "last": self.last, "count": self.last - self.first + 1, "seq": self.seq}
 
 
-def export(store, cycle: int | None = None, wait: float | None = None, **note) -> Export:
-    """Turn the turns after the cursor into a Parquet dataset object; advance the cursor."""
+def export(store, cycle: int | None = None, wait: float | None = None, policy: dict | None = None, **note) -> Export:
+    """Turn the turns after the cursor into a Parquet dataset object; advance the cursor. `cycle`
+    and `policy`: the learn cycle's number and trigger policy; `note`: more fields to record."""
     import pyarrow as pa
 
 
@@ -163,7 +163,8 @@ def export(store, cycle: int | None = None, wait: float | None = None, **note) -
                           "turn": [t["id"] for t in rows]})
         oid = tx.put_bytes(parquet_bytes(table), "dataset")
         tx.outputs.append(oid)
-        tx.payload.update(records.Export(dataset=oid, first=first, last=last, counters={"exported": last - first + 1},
+        records.write(tx, records.Export(dataset=oid, first=first, last=last, counters={"exported": last - first + 1},
                                          cycle=records.ABSENT if cycle is None else cycle,
-                                         extra={k: v for k, v in note.items() if v}).to_payload())
+                                         policy=policy if policy else records.ABSENT,
+                                         extra={k: v for k, v in note.items() if v}))
     return Export(oid, first, last, tx.record["seq"])

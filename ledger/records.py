@@ -309,6 +309,30 @@ class Gc(Payload):
     bytes_removed: int = need(COUNT)
     tmp_files_removed: int = need(COUNT)
     work_folders_removed: list = need(STRS)
+    packs_removed: int = opt(COUNT)        # packs of chunks no object uses any more (ledger/store/chunks.py)
+    pack_bytes_removed: int = opt(COUNT)
+
+
+HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def PRUNED(v):
+    """One removed object of a `prune` record: [hex, size, role, of hex]."""
+    ok = (isinstance(v, list) and len(v) == 4 and isinstance(v[0], str) and HEX64_RE.match(v[0])
+          and COUNT(v[1]) is None and isinstance(v[2], str) and isinstance(v[3], str) and HEX64_RE.match(v[3]))
+    return None if ok else "[64 hex, size, role, 64 hex] (ids without b3:, so not references)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prune(Payload):
+    """`gc --prune` under a retention policy (ledger/store/retention.py): committed before the
+    objects it names are removed (docs/store-format.md, P1). They are named by hex, without
+    `b3:`, so they are not references; verify and reads report them as pruned, not missing."""
+    KIND: ClassVar[str] = "prune"
+    policy: dict = need(shape(name=TEXT, version=SEQ1))
+    objects_removed: int = need(COUNT)
+    bytes_removed: int = need(COUNT)
+    removed: list = need(list_of(PRUNED))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -714,6 +738,7 @@ class Import(Payload):
     segment: str | None = opt(OPT_ID)
     objects_new: int = opt(COUNT)
     walked: int = opt(COUNT)
+    repaired: list = opt(IDS)     # damaged local copies the import replaced with verified ones
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -755,7 +780,7 @@ class Setting(Payload):
 
 # --- the registry ---------------------------------------------------------------------------------
 KINDS: dict[str, type[Payload]] = {c.KIND: c for c in (
-    Init, Add, Gc, ImportBase, Genesis, Commit, Refusal, Rollback, Adopt, Capability, CapabilityGrant, Compile, Train,
+    Init, Add, Gc, Prune, ImportBase, Genesis, Commit, Refusal, Rollback, Adopt, Capability, CapabilityGrant, Compile, Train,
     Checkpoint, Reproduce, SandboxViolation, TrackStart, TrackMetrics, Track, Seal, Judge, Record, Outcome,
     Export, Image, KernelBuild, KernelTest, KernelBench, KernelGate, Import, Repair, Remote, Key, Trust, Setting)}
 
@@ -787,7 +812,31 @@ def write(tx, p: Payload) -> None:
     if p.KIND != tx.kind:
         raise InternalError(f"a {tx.kind} transaction was given a {p.KIND} payload",
                             "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
-    tx.payload.update(p.to_payload())
+    new = p.to_payload()
+    # generations.new_generation and move_head write the number a record carries; the kind's writer
+    # then gives the whole payload, which must agree with what is there
+    clash = sorted(k for k in new.keys() & tx.payload.keys() if new[k] != tx.payload[k])
+    if clash:
+        raise InternalError(f"a {tx.kind} payload would change {', '.join(clash)} already written in this transaction",
+                            "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
+    tx.payload.update(new)
+
+
+def write_field(tx, name: str, value) -> None:
+    """One field of the payload that transaction `tx` appends, for a helper that writers of
+    several kinds call (generations.new_generation's number, move_head's head, image/context.write's
+    context): it must be a field that tx's kind models, of that field's type. The kind's writer
+    gives the whole payload with write(), which must agree."""
+    cls = KINDS.get(tx.kind)
+    f = next((f for f in cls._fields() if f.name == name), None) if cls is not None else None
+    if f is None:
+        raise InternalError(f"a {tx.kind} record has no payload field {name!r} (ledger/records.py)",
+                            "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
+    problem = f.metadata["check"](value)
+    if problem is not None:
+        raise InternalError(f"{tx.kind} record: payload.{f.metadata['key'] or name} must be {problem}",
+                            "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
+    tx.payload[f.metadata["key"] or name] = value
 
 
 def given(v, default=None):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ledger import cycle, generations
+from ledger import cycle, generations, records
 from ledger import report as reportlib
 from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
@@ -76,7 +76,7 @@ class Judged(Result):
         out = self.verdict.to_json()
         out.pop("sealed")  # per-document losses stay in the verdict object: `ledger cat VERDICT`
         return {**out, "verdict_id": self.verdict_id, "record": self.record["id"],
-                "learner_view_id": self.record["payload"]["learner_view"]}
+                "learner_view_id": records.read(self.record).learner_view}
 
 
 def judge(candidate: str, *, against: str | None = None, export: str | None = None,

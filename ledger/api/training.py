@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ledger import records
 from ledger.api._base import Result, StoreLike, Wrapped, take_warnings
 from ledger.api._open import open_store
 from ledger.api.plans import plan_ref
@@ -36,12 +37,15 @@ class Trained(Wrapped):
 
 
 def train(plan: str, *, resume: str | None = None, unsandboxed: bool = False, progress=None,
-          store: StoreLike = None, say: Callable[[str], None] | None = None) -> Trained:
+          store: StoreLike = None, say: Callable[[str], None] | None = None, compile_cache: str | None = None) -> Trained:
     """Run a plan (a ref, or a spec .toml compiled first) in a sandboxed child; commit adapter,
-    checkpoints and a receipt. `progress(dict)` gets step, steps, loss, tokens_per_s."""
+    checkpoints and a receipt. `progress(dict)` gets step, steps, loss, tokens_per_s.
+    `compile_cache` names a compile cache to use (refused if built for another shape, device or
+    library version); without it the cache of the plan's shape is looked up by itself."""
     s = open_store(store)
     ref = plan_ref(plan, store=s, say=say)
-    res = trainlib.train(s, ref, resume=resume, unsandboxed=unsandboxed, progress=progress)
+    res = trainlib.train(s, ref, resume=resume, unsandboxed=unsandboxed, progress=progress,
+                         compile_cache=compile_cache)
     return Trained(result=res, warnings=take_warnings(s))
 
 
@@ -105,8 +109,7 @@ def import_base(path: str | os.PathLike, *, name: str | None = None, store: Stor
     with s.transaction("import-base") as tx:
         oid = modellib.import_base(tx, s, Path(path), progress)
         tx.outputs.append(oid)
-        tx.payload["base"] = oid
         if name:
             tx.refs[f"name/{name}"] = oid
-            tx.payload["name"] = name
+        records.write(tx, records.ImportBase(base=oid, **({"name": name} if name else {})))
     return ImportedBase(oid, name, warnings=take_warnings(s))

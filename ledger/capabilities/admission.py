@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import generations
+from ledger import generations, records
 from ledger.capabilities import cache, registry, runtime
 from ledger.capabilities import compile as compile_mod
 from ledger.capabilities import grants as grants_mod
@@ -184,14 +184,15 @@ def admit(store, source: str | Path, manifest_path: str | Path, *, grants=None, 
             "grants": grants_mod.to_json(proposed),
             "admitted_in": n,
         }
-        tx.payload.update({"capability": m.name, "action": "replace" if replace else "add", "module": module_id,
-                           "manifest": manifest_id, "grants": grants_mod.to_json(proposed)})
-        if regrant is not None:
-            tx.payload["regrant"] = regrant  # the operator's explicit record of why it holds more again
         gen = generations.new_generation(tx, store, capabilities=caps,
                                          note=note or f"capability {m.name} {'replaced' if replace else 'admitted'}")
         if gen.n != n:
             raise InternalError(f"generation number moved under the lock ({n} != {gen.n})")
+        records.write(tx, records.Capability(
+            capability=m.name, action="replace" if replace else "add", module=module_id, manifest=manifest_id,
+            grants=grants_mod.to_json(proposed), generation=gen.n,
+            # the operator's explicit record of why the module holds more again
+            **({"regrant": regrant} if regrant is not None else {})))
     # Committed. The compiled artefact is a cache: write it now so the first call is warm.
 
     cache.put(store, module_id, module)

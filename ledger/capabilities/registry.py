@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ledger import generations
+from ledger import generations, records
 from ledger.capabilities import cache, runtime
 from ledger.capabilities import grants as grants_mod
 from ledger.capabilities import manifest as manifest_mod
@@ -120,12 +120,12 @@ def grant(store, name: str, handles, *, note: str = "", actor: str | None = None
                                     against=f"what {head.name} grants it")
         entry["grants"] = grants_mod.to_json(proposed)
         caps[name] = entry
-        tx.payload.update({"capability": name, "action": "grant", "grants": entry["grants"],
-                           "previous": grants_mod.to_json(current)})
         gen = generations.new_generation(
             tx, store, capabilities=caps,
             note=note or f"capability {name}: grants {', '.join(map(str, proposed)) or 'none'} "
                          f"(were {', '.join(map(str, current)) or 'none'})")
+        records.write(tx, records.CapabilityGrant(capability=name, action="grant", grants=entry["grants"],
+                                                  previous=grants_mod.to_json(current), generation=gen.n))
     return gen, current, proposed
 
 

@@ -67,8 +67,8 @@ def build(
                   f"{b.nvrtc_version})  record {res.record_id}")
         con.print(f"  cubin {b.cubin_id} ({len(b.cubin):,} B)  ptx {b.ptx_id} ({len(b.ptx):,} B)")
         con.print(f"  options {' '.join(b.options)}; {len(b.entry_points)} entry points")
-        if res.journal and res.journal["payload"].get("gate_dropped"):
-            con.print(f"  [yellow]the cubin changed: gate {short(res.journal['payload']['gate_dropped'])} no longer applies[/]")
+        if res.gate_dropped:
+            con.print(f"  [yellow]the cubin changed: gate {short(res.gate_dropped)} no longer applies[/]")
 
     finish(json_, out, render)
 

@@ -102,7 +102,7 @@ def write(tx, ctx: Context) -> Context:
     oid = tx.put_json(new.to_json())
     tx.outputs.append(oid)
     tx.refs[CONTEXT_REF] = oid
-    tx.payload["context"] = oid
+    records.write_field(tx, "context", oid)  # the record (an `image` or a turns batch) names it too
     return replace(new, id=oid)
 
 

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ledger import experience, generations
+from ledger import experience, generations, records
 from ledger.errors import BadInput
 from ledger.image import context as ctxlib
 from ledger.image import spool
@@ -101,8 +101,8 @@ class Fold:
             def extra(tx, first, batch=batch):
                 ctx = self.ctx.after(batch, first, self._generation)
                 new["ctx"] = ctxlib.write(tx, ctx)
-                tx.payload["requests"] = [e.turn.get("request") for e in batch]
-                tx.payload["image"] = {"session": session, "from": batch[0].n, "upto": batch[-1].n}
+                records.write_field(tx, "requests", [e.turn.get("request") for e in batch])
+                records.write_field(tx, "image", {"session": session, "from": batch[0].n, "upto": batch[-1].n})
 
             res = experience.record(self.store, turns, actor="image", wait=LOCK_WAIT, extra=extra)
             self.ctx = new["ctx"]
@@ -131,5 +131,6 @@ class Fold:
                 head = generations.head(self.store)
                 ctx = ctx.serving(head).bump(sessions=1, starts=int(event == "start"))
             self.ctx = ctxlib.write(tx, ctx)
-            tx.payload.update({"event": event, "generation": self.ctx.generation, "gen": self.ctx.gen,
-                               "restored": ctx.id if event == "start" else None, **payload})
+            records.write(tx, records.Image(event=event, generation=self.ctx.generation, gen=self.ctx.gen,
+                                            restored=ctx.id if event == "start" else None, context=self.ctx.id,
+                                            extra=payload))

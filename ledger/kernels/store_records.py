@@ -26,6 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ledger import records
 from ledger.errors import BadInput, CorruptObject, InternalError, UnknownRef
 from ledger.kernels import devices as T
 from ledger.kernels import harness
@@ -57,6 +58,7 @@ class Recorded:
     record: object       # BuildRecord | TestRecord | BenchRecord | GateDecision
     journal: dict | None  # the journal record appended; None when nothing new was written
     refs: dict
+    gate_dropped: str | None = None  # a build whose cubin changed: the gate that no longer applies
 
     def to_json(self) -> dict:
         body = self.record.body()
@@ -204,15 +206,14 @@ def record_build(store, kernel: str, target: str, *, defines: tuple[str, ...] = 
         assert got == rid
         tx.outputs.append(rid)
         tx.refs[ref] = rid
-        tx.payload.update({"record": rid, "kernel": kernel, "target": key, "arch": rec.arch, "cubin": rec.cubin_id,
-                           "target_profile": tgt.body()})
-        old_gate = refs_now.get(gref)
-        if old_gate is not None:
-            # A gate admits one code object: a build with another cubin is not admitted by it.
-            if load_test(store, load_gate(store, old_gate).test).code_object != rec.cubin_id:
-                tx.refs[gref] = None
-                tx.payload["gate_dropped"] = old_gate
-    return Recorded("build", kernel, key, rid, rec, tx.record, dict(tx.refs))
+        old_gate, dropped = refs_now.get(gref), None
+        # A gate admits one code object: a build with another cubin is not admitted by it.
+        if old_gate is not None and load_test(store, load_gate(store, old_gate).test).code_object != rec.cubin_id:
+            tx.refs[gref], dropped = None, old_gate
+        records.write(tx, records.KernelBuild(record=rid, kernel=kernel, target=key, arch=rec.arch, cubin=rec.cubin_id,
+                                              target_profile=tgt.body(),
+                                              **({"gate_dropped": dropped} if dropped else {})))
+    return Recorded("build", kernel, key, rid, rec, tx.record, dict(tx.refs), dropped)
 
 
 def record_test(store, kernel: str, target: str | None, *, shapes=None, seed: int = 0) -> Recorded:
@@ -228,8 +229,9 @@ def record_test(store, kernel: str, target: str | None, *, shapes=None, seed: in
         tx.inputs.append(bid)
         tx.outputs.append(rid)
         tx.refs[ref] = rid
-        tx.payload.update({"record": rid, "kernel": kernel, "target": key, "build": bid,
-                           "worst_rel_l2": rec.worst_rel_l2, "tolerance": rec.tolerance, "unwritten": rec.unwritten})
+        records.write(tx, records.KernelTest(record=rid, kernel=kernel, target=key, build=bid,
+                                             worst_rel_l2=rec.worst_rel_l2, tolerance=rec.tolerance,
+                                             unwritten=rec.unwritten))
     return Recorded("test", kernel, key, rid, rec, tx.record, dict(tx.refs))
 
 
@@ -269,9 +271,9 @@ def record_bench(store, kernel: str, target: str | None, *, shape: str | None = 
         tx.inputs.append(bid)
         tx.outputs.extend([rid, base])
         tx.refs[ref] = rid
-        tx.payload.update({"record": rid, "kernel": kernel, "target": key, "build": bid, "shape": str(sh),
-                           "candidate_median_s": _finite(rec.candidate.median_s),
-                           "baseline_median_s": _finite(rec.baseline.median_s)})
+        records.write(tx, records.KernelBench(record=rid, kernel=kernel, target=key, build=bid, shape=str(sh),
+                                              candidate_median_s=_finite(rec.candidate.median_s),
+                                              baseline_median_s=_finite(rec.baseline.median_s)))
     return Recorded("bench", kernel, key, rid, rec, tx.record, dict(tx.refs))
 
 
@@ -315,8 +317,8 @@ def record_gate(store, kernel: str, target: str | None, *, test: str | None = No
             tx.refs[gref] = did
         elif refs.get(gref) is not None:
             tx.refs[gref] = None
-        tx.payload.update({"record": did, "kernel": kernel, "target": key, "build": bid, "code_object": build_cubin,
-                           "verdict": d.verdict, "code": d.code})
+        records.write(tx, records.KernelGate(record=did, kernel=kernel, target=key, build=bid, code_object=build_cubin,
+                                             verdict=d.verdict, code=d.code))
     return Recorded("gate", kernel, key, did, d, tx.record, dict(tx.refs))
 
 

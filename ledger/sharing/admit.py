@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import records
 from ledger.errors import BadInput, CorruptObject, StoreCorrupt
 from ledger.sharing import durable, keys, signing
 from ledger.sharing import manifest as mf
@@ -240,12 +241,10 @@ def admit(store, source: Source, offer: Offer, *, namespace: str, names=None, pr
         # Every absent id was proven above (check_closed) to be named by an object this import
         # carries, so listing it adds no reference the store did not already have: an import
         # never adds a reference that only the sender's word backs.
-        tx.payload.update({"source": source.label, "namespace": namespace, "manifest": mid,
-                           "segment": man.segment, "signers": [c.to_json() for c in checks],
-                           "objects_new": len(todo) - len(arrivals.repaired), "bytes_new": nbytes,
-                           "absent": list(absent)})
-        if arrivals.repaired:
-            tx.payload["repaired"] = sorted(arrivals.repaired)
+        records.write(tx, records.Import(
+            source=source.label, namespace=namespace, manifest=mid, segment=man.segment,
+            signers=[c.to_json() for c in checks], objects_new=len(todo) - len(arrivals.repaired), bytes_new=nbytes,
+            absent=list(absent), **({"repaired": sorted(arrivals.repaired)} if arrivals.repaired else {})))
     repaired = tuple(sorted(arrivals.repaired))
     return ImportResult(source=source.label, namespace=namespace, refs=refs, manifest=mid, objects_total=len(sizes),
                         bytes_total=man.total_bytes, objects_new=len(todo) - len(repaired), bytes_new=nbytes,

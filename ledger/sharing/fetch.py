@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import records
 from ledger.errors import BadInput, Refused, UnknownRef
 from ledger.sharing import keys
 from ledger.sharing import remote as rm
@@ -141,10 +142,9 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
             # "absent": each is named by a walked object) so `verify` on this store reports
             # exactly what the sender's would.
             tx.outputs.extend(sorted(set(ids)))
-            tx.payload.update({"source": src.label, "namespace": ns, "walked": len(walked), "bytes_new": nbytes,
-                               "signers": [], "absent": sorted(still)})
-            if fixed:
-                tx.payload["repaired"] = sorted(fixed)
+            records.write(tx, records.Import(source=src.label, namespace=ns, walked=len(walked), bytes_new=nbytes,
+                                             signers=[], absent=sorted(still),
+                                             **({"repaired": sorted(fixed)} if fixed else {})))
         record = tx.record["id"]
     except _NoRecord:
         record = None

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import records
 from ledger.errors import BadInput, UnknownRef
 from ledger.store import canonical
 from ledger.store.ids import hash_bytes
@@ -106,7 +107,7 @@ def create(store, name: str) -> PublicKey:
         oid = tx.put_json(pub.to_json())
         tx.outputs.append(oid)
         tx.refs[f"key:{name}"] = oid
-        tx.payload["key"] = {"name": name, "fingerprint": pub.fingerprint}
+        records.write(tx, records.Key(key={"name": name, "fingerprint": pub.fingerprint}))
     return pub
 
 
@@ -190,7 +191,7 @@ def trust(store, pub: PublicKey) -> str:
         oid = tx.put_json(pub.to_json())
         tx.outputs.append(oid)
         tx.refs[ref] = oid
-        tx.payload["trust"] = {"name": pub.name, "fingerprint": pub.fingerprint}
+        records.write(tx, records.Trust(trust={"name": pub.name, "fingerprint": pub.fingerprint}))
     return oid
 
 
@@ -203,7 +204,7 @@ def untrust(store, fingerprint: str) -> None:
                          "see `ledger key list` for fingerprints")
     with store.transaction("trust") as tx:
         tx.refs[matches[0]] = None
-        tx.payload["untrust"] = {"fingerprint": matches[0][len("trust:"):]}
+        records.write(tx, records.Trust(untrust={"fingerprint": matches[0][len("trust:"):]}))
 
 
 def signatures_required(store) -> bool:
@@ -221,4 +222,4 @@ def set_signatures_required(store, on: bool) -> None:
             tx.refs[REQUIRE_REF] = oid
         else:
             tx.refs[REQUIRE_REF] = None
-        tx.payload["setting"] = {"require_signatures": on}
+        records.write(tx, records.Setting(setting={"require_signatures": on}))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ledger.errors import BadInput, StoreCorrupt, UnknownRef, UnsupportedFormat
 from ledger.sharing import keys, signing
-from ledger.store import canonical
+from ledger.store import canonical, schema
 from ledger.store.ids import hash_bytes, is_id
 from ledger.store.journal import FIELDS as RECORD_FIELDS
 from ledger.store.journal import parse_line
@@ -160,7 +160,7 @@ def segment_records(store, objects: set[str]) -> list[dict]:
     """The journal records whose outputs or ref targets touch `objects`, in journal order."""
     out = []
     for rec in store.journal.records():
-        refs = rec["payload"].get("refs") or {}
+        refs = schema.refs_of(rec)
         if any(o in objects for o in rec["outputs"]) or any(t in objects for t in refs.values() if t):
             out.append(rec)
     return out

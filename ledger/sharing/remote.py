@@ -33,6 +33,7 @@ from typing import Callable, Iterable, Protocol
 
 import blake3
 
+from ledger import records
 from ledger.errors import BadInput, CorruptObject, RemoteError, StoreCorrupt, UnknownRef, UnsupportedFormat
 from ledger.sharing import durable
 from ledger.store import canonical, faults, fsio
@@ -566,7 +567,7 @@ def add(store, name: str, url: str, options: dict | None = None) -> RemoteConfig
         oid = tx.put_json(cfg.to_json())
         tx.outputs.append(oid)
         tx.refs[f"remote:{name}"] = oid
-        tx.payload["remote"] = {"name": name, "action": "add"}
+        records.write(tx, records.Remote(remote={"name": name, "action": "add"}))
     return cfg
 
 
@@ -576,7 +577,7 @@ def remove(store, name: str) -> None:
         raise UnknownRef(f"no remote named {name!r}", "see `ledger remote list`")
     with store.transaction("remote") as tx:
         tx.refs[f"remote:{name}"] = None
-        tx.payload["remote"] = {"name": name, "action": "remove"}
+        records.write(tx, records.Remote(remote={"name": name, "action": "remove"}))
 
 
 def configured(store) -> dict[str, RemoteConfig]:

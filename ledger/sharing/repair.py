@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledger import records
 from ledger.errors import CorruptObject, StoreCorrupt
 from ledger.sharing.admit import Arrivals, held_state
 from ledger.sharing.pool import JOBS, NullProgress, Progress, run_all
 from ledger.sharing.sources import NotHeld, Source, loose_limit
-from ledger.store import faults
+from ledger.store import faults, schema
 from ledger.store.ids import is_id
 from ledger.store.verify import verify
 
@@ -54,7 +55,7 @@ def recorded_sizes(store) -> dict[str, int]:
     """Each object's size as the journal recorded it when it was written (or imported)."""
     sizes: dict[str, int] = {}
     for r in store.journal.scan().records:
-        for o in r["payload"].get("objects") or []:
+        for o in schema.objects_of(r):
             if isinstance(o, list) and len(o) == 3 and is_id(o[0]) and type(o[1]) is int and o[1] >= 0:
                 sizes[o[0]] = o[1]
     return sizes
@@ -114,7 +115,7 @@ def _round(store, source: Source, targets: list[str], sizes: dict, progress: Pro
                 raise _NothingReplaced
             for oid in replaced:
                 tx.record_object(oid, "repair")
-            tx.payload.update({"source": source.label, "repaired": replaced})
+            records.write(tx, records.Repair(source=source.label, repaired=replaced))
         record = tx.record["id"]
     except _NothingReplaced:
         pass

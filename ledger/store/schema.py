@@ -140,6 +140,20 @@ def envelope_problem(payload: object) -> str | None:
     return None
 
 
+def refs_of(rec: dict) -> dict:
+    """The ref changes in a record's envelope ({} when it names none): for code above the store
+    that reads the envelope of records whatever their kind (a bundle's segment), so it needs no
+    payload dataclass and no record kind this version defines."""
+    refs = rec["payload"].get("refs")
+    return refs if isinstance(refs, dict) else {}
+
+
+def objects_of(rec: dict) -> list:
+    """The [id, size, kind] entries in a record's envelope ([] when it names none); like refs_of."""
+    objects = rec["payload"].get("objects")
+    return objects if isinstance(objects, list) else []
+
+
 def record_problem(rec: dict) -> str | None:
     """The envelope problem of a parsed record, or its kind's schema problem; None when it means
     something. The record's own fields were checked by journal.parse_line."""
