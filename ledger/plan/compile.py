@@ -94,6 +94,8 @@ def fused_unmet(c: Config, arch) -> str | None:
     rows = c.data.micro_batch * c.data.seq_len
     if c.precision.dtype != "bf16":
         return f"kernel {FUSED_KERNEL} computes in bf16; precision.dtype is {c.precision.dtype}"
+    if c.precision.base_format != "none":
+        return f"kernel {FUSED_KERNEL} reads a bf16 base weight; the base is held in {c.precision.base_format}"
     if rows > KS.MAX_M:
         return (f"kernel {FUSED_KERNEL} is a decode kernel for at most {KS.MAX_M} rows per launch; each LoRA linear "
                 f"here sees micro_batch x seq_len = {rows} rows (torch's GEMM is the realization for that)")
@@ -192,8 +194,8 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
 # --- memory and fit -----------------------------------------------------------------------------
 def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True):
     kw = dict(r=c.lora.r, modules=c.lora.target_modules, dropout=c.lora.dropout,
-              dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len)
-    if loop == "compiled":  # memory per device: DDP replicates all but the data
+              dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len, base_quant=c.precision.base_format)
+    if loop in ("compiled", "fused"):  # memory per device: DDP replicates all but the data
         return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count, **kw)
     return memory.lines(arch, dataset_rows=rows, **kw)
 
@@ -360,6 +362,28 @@ def _init_adapter(store, c: Config) -> str:
     ref = c.lora.init_adapter
     try:
         oid = store.resolve(ref)
+def quant_check(spec: Spec, c: Config, arch) -> None:
+    """A quantized base needs every projection's in_features to be a multiple of the format's
+    block (q4b32: 32 weights share a scale), and the fused decode kernel to be out of the way
+    (it reads a bf16 W)."""
+    fmt = c.precision.base_format
+    if fmt == "none":
+        return
+    ln = line_of(spec.source, "precision.base_quant") if spec.source else None
+    where = f"spec field `precision.base_quant`{f' (line {ln})' if ln else ''}"
+    if fmt == "q4b32":
+        for m, f in model.MODULE_SHAPES.items():
+            k = f(arch)[0]
+            if k % memory.Q4_BLOCK:
+                raise CompileRejected(f"{where}: q4b32 quantizes blocks of {memory.Q4_BLOCK} weights along in_features; "
+                                      f"{m} has in_features {k}", "use base_quant = \"int8\", or a base whose "
+                                      f"hidden and intermediate sizes are multiples of {memory.Q4_BLOCK}",
+                                      requirement="precision.base_quant", module=m, in_features=k)
+    if c.compile.realization == "cupy-fused":
+        raise CompileRejected(f"{where}: realization cupy-fused reads a bf16 base weight; the base is {fmt}",
+                              "set compile.realization = \"auto\"", requirement="precision.base_quant")
+
+
         files = {e["path"]: e["id"] for e in store.get_json(oid)["entries"]}
         cfg = json.loads(store.get_bytes(files["adapter_config.json"]))
         files["adapter_model.safetensors"]
@@ -455,6 +479,7 @@ def explain(a: Plan, b: Plan) -> dict:
     config = [{"field": k, "old": ca.get(k), "new": cb.get(k)} for k in sorted(set(ca) | set(cb))
               if ca.get(k) != cb.get(k)]
     derived = []
+    quant_check(spec, c, arch)
 
     def cmp(part, x, y):
         if x != y:

@@ -20,6 +20,36 @@ from ledger.artefacts.model import MODULE_SHAPES, Arch
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 INDEX_BYTES = 8  # int64 token ids, masks and labels as torch builds them
+BASE_QUANTS = ("none", "q4b32", "int8")
+Q4_BLOCK = 32    # ledger.kernels.formats.Q4_BLOCK (plan/ imports no torch and no kernels)
+
+
+def quantized_linear_bytes(n: int, k: int, fmt: str) -> int:
+    """Bytes of one frozen [n, k] base linear held in `fmt` (ledger.kernels.qlinear.QuantLinear):
+    q4b32 packs two weights a byte plus one bf16 scale per 32; int8 one byte plus an fp32 scale a row."""
+    if fmt == "q4b32":
+        return n * k // 2 + n * (k // Q4_BLOCK) * 2
+    if fmt == "int8":
+        return n * k + n * 4
+    raise ValueError(f"unknown base format {fmt!r}")
+
+
+def weight_lines(arch: Arch, e: int, base_quant: str) -> list[Line]:
+    """The base's weights: dense in the dtype, or -- for a quantized base -- the seven projections
+    of every layer in their format (embeddings, norms and LM head stay dense), plus the dequantized
+    transient: the largest projection formed in the compute dtype, twice (forward's or backward's
+    Ŵ and a second one while the first is released; ledger.kernels.qlinear)."""
+    total_params = sum(arch.params().values())
+    if base_quant == "none":
+        return [Line("weights", total_params * e, f"{total_params} params x {e} B")]
+    shapes = [MODULE_SHAPES[m](arch) for m in MODULE_SHAPES]
+    linear_params = arch.layers * sum(i * o for i, o in shapes)
+    q = arch.layers * sum(quantized_linear_bytes(o, i, base_quant) for i, o in shapes)
+    dense = total_params - linear_params
+    largest = max(i * o for i, o in shapes)
+    return [Line("weights", dense * e + q, f"{linear_params} projection params in {base_quant} ({q} B) + "
+                                             f"{dense} other params x {e} B"),
+            Line("dequant", 2 * largest * e, f"2 x the largest projection ({largest} weights) dequantized to {e} B")]
 
 
 @dataclass(frozen=True)
@@ -35,10 +65,9 @@ class Line:
 
 
 def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
-          dataset_rows: int) -> list[Line]:
+          dataset_rows: int, base_quant: str = "none") -> list[Line]:
     a, B, T = arch, micro_batch, seq_len
     e = DTYPE_BYTES[dtype]
-    total_params = sum(a.params().values())
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
     H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads  # noqa: E741 - the docstring's notation
@@ -68,7 +97,7 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
     # earlier layers' activations are still held.
     work = 2 * BT * V * 4 + 2 * BT * I * e
     return [
-        Line("weights", total_params * e, f"{total_params} params x {e} B"),
+        *weight_lines(a, e, base_quant),
         Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),
         Line("gradients", lora * 4, f"{lora} LoRA grads x 4 B"),
         Line("optimizer_state", lora * 8 + n_lora_tensors * 4,
@@ -86,7 +115,7 @@ CUBLAS_WORKSPACE = 8 * 4096 * 1024
 
 
 def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
-                   padded: bool = True, devices: int = 1) -> list[Line]:
+                   padded: bool = True, devices: int = 1, base_quant: str = "none") -> list[Line]:
     """The memory plan of the `torch-compiled` CUDA realization (ledger.train.child): each decoder
     layer compiled with torch.compile, bf16 autocast when the base is bf16, fused AdamW, the
     encoded dataset kept on the host and one micro-batch at a time moved to the device.
@@ -99,7 +128,6 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     """
     a, B, T = arch, micro_batch, seq_len
     e = DTYPE_BYTES[dtype]
-    total_params = sum(a.params().values())
     lora = a.lora_params(r, modules)
     n_lora_tensors = 2 * a.layers * len(modules)
     H, I, V, L, nh = a.hidden, a.intermediate, a.vocab, a.layers, a.heads  # noqa: E741 - the docstring's notation
@@ -130,7 +158,7 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     # and its recomputed product, 3I + 2H). Whichever is larger, plus cuBLAS's workspaces.
     work = max(2 * BT * V * 4, BT * (3 * I + 2 * H) * e) + CUBLAS_WORKSPACE
     return [
-        Line("weights", total_params * e, f"{total_params} params x {e} B"),
+        *weight_lines(a, e, base_quant),
         Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),
         Line("gradients", lora * 4, f"{lora} LoRA grads x 4 B" + (" (DDP bucket views)" if devices > 1 else "")),
         Line("optimizer_state", lora * 8 + n_lora_tensors * 4,

@@ -202,6 +202,12 @@ class SeedsConfig(_View):
 @dataclass(frozen=True)
 class PrecisionConfig(_View):
     dtype: str
+    base_quant: str | None = optional()
+
+    @property
+    def base_format(self) -> str:
+        """How the frozen base's projections are held: "none" (dense in dtype), "q4b32", "int8"."""
+        return self.base_quant or "none"   # plans from before quantized bases: dense
 
 
 @dataclass(frozen=True)

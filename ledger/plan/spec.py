@@ -22,6 +22,7 @@ from ledger.store.ids import hash_bytes
 
 LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
 DTYPES = ("fp32", "bf16", "fp16")
+BASE_QUANTS = ("none", "q4b32", "int8")   # ledger.plan.memory.BASE_QUANTS
 MAX_WORLD = 1024   # ranks of one data-parallel run (nodes x devices): gloo's and torchrun's tested scale
 REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused")
 
@@ -93,7 +94,9 @@ SCHEMA: dict[str, dict[str, F]] = {
         "micro_batch": F("int", 16, _pos), "grad_accum": F("int", 1, _pos), "steps": F("int", 100, _pos),
     },
     "seeds": {"lora_init": F("int", 0, _nonneg), "data": F("int", 0, _nonneg), "dropout": F("int", 0, _nonneg)},
-    "precision": {"dtype": F("str", "fp32", choices=DTYPES)},
+    # base_quant: the frozen base's seven projections held in ledger's q4b32 or int8 format
+    # (ledger.kernels.qlinear), dequantized per matmul; LoRA trains on top (QLoRA's recipe).
+    "precision": {"dtype": F("str", "fp32", choices=DTYPES), "base_quant": F("str", "none", choices=BASE_QUANTS)},
     "compile": {
         "target": F("str", "cpu"), "realization": F("str", "auto", choices=REALIZATIONS),
     },

@@ -35,6 +35,7 @@ from ledger.artefacts import checkpoint as ck
 from ledger.artefacts import dataset as datalib
 from ledger.artefacts import template as templatelib
 from ledger.errors import BadInput, RealizationUnavailable
+from ledger.kernels import qlinear
 from ledger.plan.plan import Config, Plan
 from ledger.train import runtime
 
@@ -111,6 +112,8 @@ def build(c: Config, base_dir: Path):
     """The base model with a freshly seeded LoRA adapter; (model, sorted trainable parameters)."""
     model = LlamaForCausalLM.from_pretrained(str(base_dir), dtype=DTYPES[c.precision.dtype], local_files_only=True)
     torch.manual_seed(c.seeds.lora_init)
+    if c.precision.base_format != "none":   # QLoRA: the frozen projections held in q4b32 / int8
+        qlinear.quantize_model_(model, c.precision.base_format)
     lcfg = LoraConfig(r=c.lora.r, lora_alpha=c.lora.alpha, lora_dropout=c.lora.dropout,
                       target_modules=sorted(c.lora.target_modules), bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(model, lcfg)
