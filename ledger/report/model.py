@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 
 from ledger import records as recordlib
@@ -266,8 +267,9 @@ def _receipt(rec: dict, rid: str, r: dict, cycle: int | None, rerun_of: str | No
 
 
 def gather(store) -> Report:
-    """Fold the journal into the report's model (reads; takes no lock)."""
-    records = list(store.journal.records())
+    """Fold the journal into the report's model (reads; takes no lock). The journal is streamed
+    (one record at a time): what the model keeps grows with what the report shows (generations,
+    cycles, verdicts, receipts), not with the number of turns recorded."""
     gen_of_id: dict[str, int] = {}
     generations: list[Generation] = []
     head_moves: list[HeadMove] = []
@@ -279,14 +281,18 @@ def gather(store) -> Report:
     suites: list[Suite] = []
     counts: dict[str, int] = {}
     exported: dict[int, int] = {}
-    turn_batches: list[tuple[int, str]] = []
-    outcomes: dict[str, str] = {}  # turn id -> the latest attached outcome (`outcome` records)
+    # only the newest batches can hold the report's last RECENT_TURNS turns (a batch has one or more)
+    turn_batches: deque[tuple[int, str]] = deque(maxlen=RECENT_TURNS)
+    outcomes: dict[str, str] = {}  # turn id -> the latest attached outcome, for turns that may be shown
+    judge_reasons: dict[str, tuple] = {}  # verdict id -> its reason codes (a refusal shows them)
+    last: dict | None = None
     turns_total = 0
     head_id: str | None = None
     open_cycle: int | None = None  # train/judge records between a cycle's export and its end belong to it
     names: set[str] = set()
 
-    for rec in records:
+    for rec in store.journal.stream():
+        last = rec
         # typed (ledger/records.py): an ill-formed record is JournalCorrupt naming it, as verify says
         kind, p = rec["kind"], recordlib.read(rec)
         counts[kind] = counts.get(kind, 0) + 1
@@ -296,8 +302,13 @@ def gather(store) -> Report:
         elif kind == "record":
             turn_batches.append((p.first, p.turns))
             turns_total += p.count
+            if len(outcomes) > 4 * RECENT_TURNS:
+                low = turn_batches[0][0]
+                outcomes = {t: o for t, o in outcomes.items() if int(t[1:]) >= low}
         elif kind == "outcome":
-            outcomes[p.turn] = p.outcome
+            # an outcome of a turn older than every batch kept can never be shown
+            if len(turn_batches) < RECENT_TURNS or int(p.turn[1:]) >= turn_batches[0][0]:
+                outcomes[p.turn] = p.outcome
         elif kind == "seal":
             suites.append(Suite(rec["seq"], rec["time"], p.suite_hash, p.scored, p.canaries, p.repin, _s(p.reason)))
         elif kind in ("train", "reproduce") and p.receipt:
@@ -313,6 +324,7 @@ def gather(store) -> Report:
             comparisons.setdefault(p.of, []).append((p.comparison, p.outcome))
         if kind == "judge":
             judges.append(_judge(rec, p.verdict, store.get_json(p.verdict), open_cycle))
+            judge_reasons.setdefault(p.verdict, tuple(code for code, _ in judges[-1].reasons))
 
         refs = given(p.refs, {})
         for name, target in sorted(refs.items()):
@@ -348,8 +360,7 @@ def gather(store) -> Report:
                 if not reasons and given(p.verdict):
                     # A gate refusal: its reasons are in the verdict object, not in the journal the
                     # learner side reads (ledger.cycle._refuse); the operator's report shows them.
-                    reasons = next((tuple(code for code, _ in j.reasons) for j in judges
-                                    if j.verdict_id == p.verdict), ())
+                    reasons = judge_reasons.get(p.verdict, ())
                 cycles.append(Cycle(c, rec["seq"], rec["time"], kind, p.verdict_name,
                                     reasons, gen_of_id.get(head_id),
                                     given(p.receipt), given(p.verdict), exported.get(c)))
@@ -364,7 +375,6 @@ def gather(store) -> Report:
             gens.append(g)
     rs = tuple(r if r.id not in comparisons else _with(r, comparisons=tuple(comparisons[r.id]))
                for r in receipts.values())
-    last = records[-1] if records else None
     return Report(
         store=str(store.root), seq=last["seq"] if last else 0, journal_head=last["id"] if last else None,
         as_of=last["time"] if last else "", head=gen_of_id.get(head_id) if head_id else None, counts=counts,

@@ -23,9 +23,7 @@ import stat
 from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
-from ledger.store import fsio
-from ledger.store.ids import is_id
-from ledger.store.state import fold
+from ledger.store import fsio, reach
 
 
 @dataclass(frozen=True)
@@ -84,17 +82,18 @@ def _scan_tmp(store) -> tuple[tuple, tuple, tuple]:
 
 def plan(store) -> GcPlan:
     """What `gc --prune` would remove; reads only (no lock)."""
-    scan = store.journal.scan()
-    if scan.broken_at is not None:
-        raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
-    fold(scan.records)  # a record the fold cannot apply is JournalCorrupt too, before anything is removed
-    reachable = store.closure(store.roots(scan.records))
+    # Streamed, in bounded memory (ledger/store/reach.py): the journal one record at a time, ids
+    # as 64-bit keys. A broken chain, or a record the fold cannot apply, is JournalCorrupt before
+    # anything is judged. A file not named like an object is left alone (verify reports it).
+    try:
+        keys, _ = reach.roots(store)
+    except JournalCorrupt as e:
+        raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
+    reachable = reach.closure(store, keys)
     unreachable = []
-    for oid, p in store.objects.iter_ids():
-        if oid in reachable or not is_id(oid):
-            continue  # a file that is not named like an object: verify reports it, gc leaves it
+    for oid, path in reach.unreachable(store, reachable):
         try:
-            st = os.lstat(p)
+            st = os.lstat(path)
         except FileNotFoundError:
             continue
         unreachable.append((oid, st.st_size if stat.S_ISREG(st.st_mode) else 0))
