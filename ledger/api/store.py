@@ -16,7 +16,7 @@ from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human
 from ledger.api._open import open_store
 from ledger.errors import BadInput, Locked, StoreCorrupt, UnknownRef
 from ledger.sharing import repair as repair_mod
-from ledger.store import Store, canonical, index
+from ledger.store import Store, canonical, index, retention
 from ledger.store import gc as gcmod
 from ledger.store.add import add_path
 from ledger.store.lock import Lock
@@ -188,10 +188,13 @@ class Collected(Wrapped):
     pruned: bool = False
 
 
-def gc(*, prune: bool = False, store: StoreLike = None) -> Collected:
-    """The objects no journal record reaches; with `prune`, delete them."""
+def gc(*, prune: bool = False, policy: str | None = None, store: StoreLike = None) -> Collected:
+    """The objects no journal record reaches, and the superseded training state the retention
+    `policy` removes (default superseded-training-state; ledger/store/retention.py); with
+    `prune`, delete them (the policy's removals recorded first, as a `prune` record)."""
     s = open_store(store)
-    p = gcmod.prune(s) if prune else gcmod.plan(s)
+    pol = retention.policy(policy)
+    p = gcmod.prune(s, pol) if prune else gcmod.plan(s, pol)
     return Collected(result=p, pruned=prune, warnings=take_warnings(s))
 
 

@@ -122,10 +122,14 @@ def verify(
 
 def gc(
     prune: Annotated[bool, typer.Option("--prune", help="Actually delete (default: dry run).")] = False,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="Retention policy for superseded training state: superseded-training-state (default), "
+                         "final-adapters, or none (only what no record reaches).")] = None,
     json_: JsonOpt = False,
 ):
-    """List (or with --prune delete) objects that no journal record reaches."""
-    res = api.gc(prune=prune, store=common.store_dir())
+    """List (or with --prune delete) objects that no journal record reaches, and the superseded
+    checkpoints and optimizer states the retention policy removes (recorded as a `prune` record)."""
+    res = api.gc(prune=prune, policy=policy, store=common.store_dir())
     p = res.result
 
     def render():
@@ -135,6 +139,11 @@ def gc(
             c.print(f"  {oid}  {human_bytes(size)}")
         if len(p.unreachable) > 50:
             c.print(f"  … and {len(p.unreachable) - 50} more")
+        if p.retained:
+            c.print(f"{verb} {len(p.retained)} superseded training object(s), {human_bytes(p.retained_bytes)} "
+                    f"(policy {p.policy}" + (f", prune record {p.record})" if p.record else ")"))
+        if p.packs:
+            c.print(f"{verb} {len(p.packs)} unused pack(s) of chunks, {human_bytes(p.pack_bytes)}")
         c.print(f"{verb} {len(p.unreachable)} unreachable object(s), {human_bytes(p.bytes)}; "
                 f"{len(p.tmp_files)} temporary file(s); kept {p.reachable} reachable"
                 + ("" if prune else "  [dim](dry run: pass --prune)[/]"))

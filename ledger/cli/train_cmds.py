@@ -200,8 +200,11 @@ def render_comparison(obj: dict, oid: str | None = None) -> None:
     if obj.get("overrides"):
         con.print("overrides: " + ", ".join(f"{k}={v!r}" for k, v in obj["overrides"].items()))
     if obj.get("missing"):
+        pruned = {p["id"]: p for p in obj.get("pruned") or []}
         for m in obj["missing"]:
-            con.print(f"  missing {m}")
+            p = pruned.get(m)
+            con.print(f"  missing {m}" + (f"  ({p['role']}: removed by retention policy {p['policy']}, "
+                                          f"prune record {p['seq']})" if p else ""))
     if obj.get("first_difference"):
         f = obj["first_difference"]
         con.print(f"first difference: step {f['step']}, field {f['field']}"

@@ -87,11 +87,12 @@ def policy(store, gens, buffer_dir: Path):
     objects: set[str] = set()
     for g in gens:
         objects |= serving_objects(store, g)
-    paths = [store.object_path(o) for o in sorted(objects)]
-    missing = [o for o, p in zip(sorted(objects), paths) if not p.is_file()]
+    missing = [o for o in sorted(objects) if not store.objects.has(o)]
     if missing:
         raise MissingObject(missing[0], f"object {missing[0]} that a generation serves from is missing "
                                         f"({len(missing)} missing in all)")
+    # a chunked object is its index and the packs holding its chunks (ledger/store/chunks.py)
+    paths = list(dict.fromkeys(p for o in sorted(objects) for p in store.objects.files(o)))
     read = [str(store.journal.path), *map(str, paths)]
     wasm = store.root / "cache" / "wasm"
     if wasm.is_dir():

@@ -76,11 +76,13 @@ def held_state(store, oid: str) -> str:
     """"intact", "missing" or "damaged" (present but a special file, a link, or wrong bytes)."""
     if store.objects.intact(oid):
         return "intact"
-    try:
-        os.lstat(store.object_path(oid))
-    except FileNotFoundError:
-        return "missing"
-    return "damaged"
+    for p in (store.object_path(oid), store.objects.index_path(oid)):
+        try:
+            os.lstat(p)
+            return "damaged"
+        except FileNotFoundError:
+            pass
+    return "missing"
 
 
 class Arrivals:
@@ -126,9 +128,18 @@ class Arrivals:
         with self.lock:
             pending = sorted(self.pending.items())
             self.pending.clear()
-        new = [(tmp, self.store.object_path(oid)) for oid, tmp in pending if oid not in self.damaged]
+        objects = self.store.objects
+        # a large arrival is stored as chunks (ledger/store/chunks.py): only the chunks this
+        # store lacks are written, the rest are shared with what it holds
+        big = [(oid, tmp) for oid, tmp in pending
+               if oid not in self.damaged and tmp.stat().st_size >= objects.chunked_min]
+        new = [(tmp, self.store.object_path(oid)) for oid, tmp in pending
+               if oid not in self.damaged and (oid, tmp) not in big]
         fix = [(oid, tmp) for oid, tmp in pending if oid in self.damaged]
         try:
+            for oid, tmp in big:
+                if not objects.has(oid):
+                    objects.put_file(tmp, expect=oid)   # re-verified while chunked
             durable.install(self.store.root, new, point)
             for oid, tmp in fix:
                 if self.store.objects.replace_damaged(oid, tmp):   # copies tmp: ours is removed below
@@ -136,7 +147,7 @@ class Arrivals:
         except OSError as e:
             raise fsio.io_error(e, "installing received objects") from e
         finally:   # what was installed was renamed away; nothing else of ours may stay in tmp/
-            for tmp in [t for t, _ in new] + [t for _, t in fix]:
+            for tmp in [t for t, _ in new] + [t for _, t in fix] + [t for _, t in big]:
                 tmp.unlink(missing_ok=True)
 
     def discard(self) -> None:

@@ -140,15 +140,13 @@ def _copy_verified(store, oid: str, size: int, f, progress) -> None:
     """Copy an object into the bundle, hashing as we go: nothing corrupt is ever shared."""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     n = 0
-    fd, _ = store.objects.open(oid)   # never a link or a special file (typed errors)
-    with open(fd, "rb", buffering=0) as fi:
-        buf = bytearray(min(CHUNK, os.fstat(fi.fileno()).st_size + 1))  # small objects: small buffers
-        while k := fi.readinto(buf):
-            view = memoryview(buf)[:k]
-            h.update(view)
-            f.write(view)
-            n += k
-            progress.advance(nbytes=k)
+    # whole or chunked alike (ledger/store/chunks.py); every chunk is verified as it is read,
+    # and the stream itself raises CorruptObject at its end if the whole does not hash to oid
+    for view in store.objects.stream(oid, CHUNK):
+        h.update(view)
+        f.write(view)
+        n += len(view)
+        progress.advance(nbytes=len(view))
     if PREFIX + h.hexdigest() != oid or n != size:
         raise CorruptObject(oid)
 

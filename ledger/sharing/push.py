@@ -127,7 +127,17 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
             else:
                 # Stream from the store's file (the backend hashes what it sends and refuses a
                 # mismatch, so a corrupt local object can never be published under its id).
-                backend.put_object(oid, store.object_path(oid), on_bytes)
+                if store.objects.chunked(oid):
+                    # remotes hold whole objects: a chunked one is assembled (verified) first, in a
+                    # work folder (flocked, so a gc meanwhile leaves it alone: Store.work_folder)
+                    work = store.work_folder("push")
+                    try:
+                        store.objects.export_file(oid, work / "object")
+                        backend.put_object(oid, work / "object", on_bytes)
+                    finally:
+                        store.discard_work_folder(work)
+                else:
+                    backend.put_object(oid, store.object_path(oid), on_bytes)
             faults.point("push.object")
             progress.advance(objects=1)
             return oid

@@ -111,6 +111,18 @@ def read_bounded(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
+def read_bounded_at(fd: int, size: int, offset: int) -> bytes:
+    """Read `size` bytes at `offset` (fewer if the file ends first: the caller checks)."""
+    parts, got = [], 0
+    while got < size:
+        b = os.pread(fd, min(size - got, 64 << 20), offset + got)
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def write_all(fd: int, data, what: str = "write") -> None:
     """Write all of `data` to fd (through the fault-injection hook)."""
     faults.io_check(what)

@@ -23,7 +23,9 @@ import stat
 from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
-from ledger.store import fsio, reach
+from ledger.store import fsio, retention
+from ledger.store.ids import is_id
+from ledger.store.state import fold
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,31 @@ class GcPlan:
     work_live: tuple = ()         # work folders in tmp/ a live run holds (kept)
     reachable: int = 0
     pruned: bool = False
+    policy: str = retention.DEFAULT.name
+    retained: tuple = ()          # (id, size, role, of): superseded training state the policy removes
+    packs: tuple = ()             # (pack path, size): packs no remaining chunked object uses
+    record: int | None = None     # seq of the `prune` record (pruned, and the policy removed something)
 
     @property
     def bytes(self) -> int:
         return sum(s for _, s in self.unreachable)
 
+    @property
+    def retained_bytes(self) -> int:
+        return sum(s for _, s, _, _ in self.retained)
+
+    @property
+    def pack_bytes(self) -> int:
+        return sum(s for _, s in self.packs)
+
     def to_json(self) -> dict:
         return {"pruned": self.pruned, "reachable": self.reachable, "unreachable": [list(x) for x in self.unreachable],
                 "unreachable_bytes": self.bytes, "tmp_files": list(self.tmp_files),
                 "work_folders_removed" if self.pruned else "work_folders_dead": list(self.work_dead),
-                "work_folders_live": list(self.work_live)}
+                "work_folders_live": list(self.work_live),
+                "policy": self.policy, "superseded": [list(x) for x in self.retained],
+                "superseded_bytes": self.retained_bytes, "packs": [p for p, _ in self.packs],
+                "pack_bytes": self.pack_bytes, "prune_record": self.record}
 
 
 def _folder_is_live(path) -> bool:
@@ -80,25 +97,56 @@ def _scan_tmp(store) -> tuple[tuple, tuple, tuple]:
     return tuple(files), tuple(dead), tuple(live)
 
 
-def plan(store) -> GcPlan:
-    """What `gc --prune` would remove; reads only (no lock)."""
-    # Streamed, in bounded memory (ledger/store/reach.py): the journal one record at a time, ids
-    # as 64-bit keys. A broken chain, or a record the fold cannot apply, is JournalCorrupt before
-    # anything is judged. A file not named like an object is left alone (verify reports it).
-    try:
-        keys, _ = reach.roots(store)
-    except JournalCorrupt as e:
-        raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
-    reachable = reach.closure(store, keys)
-    unreachable = []
-    for oid, path in reach.unreachable(store, reachable):
+def _dead_packs(store, going: set[str]) -> tuple:
+    """Packs (ledger/store/chunks.py) that no chunked object staying in the store (present, not
+    in `going`) uses: (path, size)."""
+    live: set[bytes] = set()
+    for oid, p in store.objects.iter_ids():
+        if oid in going or not p.name.endswith(".c"):
+            continue
         try:
-            st = os.lstat(path)
+            live |= store.objects.packs_of(oid)
+        except Exception:  # noqa: BLE001 - a damaged index: keep every pack (verify reports the object)
+            return ()
+    dead = []
+    for name, path in store.objects.packs.iter_packs():
+        if name not in live:
+            try:
+                dead.append((str(path), os.lstat(path).st_size))
+            except FileNotFoundError:
+                continue
+    return tuple(dead)
+
+
+def plan(store, policy: retention.Policy | None = None) -> GcPlan:
+    """What `gc --prune` would remove under `policy` (default: superseded-training-state,
+    ledger/store/retention.py); reads only (no lock)."""
+    pol = policy or retention.DEFAULT
+    scan = store.journal.scan()
+    if scan.broken_at is not None:
+        raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
+    fold(scan.records)  # a record the fold cannot apply is JournalCorrupt too, before anything is removed
+    reachable = store.closure(store.roots(scan.records))
+    unreachable = []
+    for oid, p in store.objects.iter_ids():
+        if oid in reachable or not is_id(oid):
+            continue  # a file that is not named like an object: verify reports it, gc leaves it
+        try:
+            st = os.lstat(p)
         except FileNotFoundError:
             continue
-        unreachable.append((oid, st.st_size if stat.S_ISREG(st.st_mode) else 0))
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if p.name.endswith(".c") and size:
+            try:
+                size = store.objects.size(oid)  # a chunk index: the object's size is in it
+            except Exception:  # noqa: BLE001 - a damaged index is removed all the same
+                pass
+        unreachable.append((oid, size))
+    retained = retention.plan(store, scan.records, pol).remove
+    going = {o for o, _ in unreachable} | {o for o, *_ in retained}
     files, dead, live = _scan_tmp(store)
-    return GcPlan(tuple(unreachable), files, dead, live, len(reachable))
+    return GcPlan(tuple(unreachable), files, dead, live, len(reachable), policy=pol.name, retained=retained,
+                  packs=_dead_packs(store, going))
 
 
 def _remove_dead_folder(path) -> bool:
@@ -129,22 +177,38 @@ def _remove_object_file(p) -> None:
         os.unlink(p)
 
 
-def prune(store) -> GcPlan:
-    """Remove what plan() finds, under the lock, and record it as one `gc` record."""
+def prune(store, policy: retention.Policy | None = None) -> GcPlan:
+    """Remove what plan() finds, under the lock. Superseded training state is recorded first
+    (one `prune` record naming the policy and every object it removes: rule P1), then
+    removed; what no record reaches is removed, then recorded as one `gc` record."""
     with store.locked():
-        p = plan(store)
+        p = plan(store, policy)
+        seq = None
+        if p.retained:
+            with store.transaction_held(retention.PRUNE_KIND) as tx:
+                tx.payload.update(retention.Pruning(policy or retention.DEFAULT, p.retained).payload())
+            seq = tx.record["seq"]
         try:
+            for oid, *_ in p.retained:
+                store.objects.remove(oid)
             for oid, _ in p.unreachable:
-                _remove_object_file(store.objects.path(oid))
+                for path in (store.objects.path(oid), store.objects.index_path(oid)):
+                    if os.path.lexists(path):
+                        _remove_object_file(path)
+            for path, _ in p.packs:
+                os.unlink(path)
             for name in p.tmp_files:
                 (store.tmp / name).unlink(missing_ok=True)
             removed = tuple(name for name in p.work_dead if _remove_dead_folder(store.tmp / name))
         except OSError as e:
             raise fsio.io_error(e, "removing unreachable files") from e
         live = p.work_live + tuple(n for n in p.work_dead if n not in removed)
-        done = GcPlan(p.unreachable, p.tmp_files, removed, live, p.reachable, pruned=True)
-        if p.unreachable or p.tmp_files or removed:
+        done = GcPlan(p.unreachable, p.tmp_files, removed, live, p.reachable, pruned=True, policy=p.policy,
+                      retained=p.retained, packs=p.packs, record=seq)
+        if p.unreachable or p.tmp_files or removed or p.packs:
             with store.transaction_held("gc") as tx:
                 tx.payload.update({"objects_removed": len(p.unreachable), "bytes_removed": done.bytes,
                                    "tmp_files_removed": len(p.tmp_files), "work_folders_removed": list(removed)})
+                if p.packs:
+                    tx.payload.update({"packs_removed": len(p.packs), "pack_bytes_removed": done.pack_bytes})
         return done

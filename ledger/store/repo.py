@@ -30,7 +30,7 @@ from ledger.errors import (
     UnknownRef,
     UnsupportedFormat,
 )
-from ledger.store import canonical, faults, fsio, index, schema, trees
+from ledger.store import canonical, faults, fsio, index, retention, schema, trees
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import Journal, default_actor, make_record
 from ledger.store.lock import Lock
@@ -135,6 +135,7 @@ class Store:
         self._index_deferred = 0  # > 0 inside index_deferred(): commits leave the index behind
         self._config: dict | None = None
         self._work_locks: dict[Path, int] = {}  # work folder -> the fd holding its flock
+        self._pruned: dict | None = None  # ids `prune` records removed (pruned())
 
     # --- opening ------------------------------------------------------------------------
     @classmethod
@@ -291,6 +292,11 @@ class Store:
             self.objects.size(oid)  # raises CorruptObject for a directory, link or FIFO in its place
         except MissingObject:
             pass
+        if oid in self.pruned():
+            p = self.pruned()[oid]
+            raise MissingObject(oid, f"object {oid} ({p['role']}) was removed by retention policy {p['policy']} "
+                                     f"(prune record {p['seq']})",
+                                "it was superseded training state; `ledger gc` says what each policy keeps")
         if oid in self.closure(self.roots()):
             raise MissingObject(oid)
         raise UnknownRef(f"{oid} is not in this store (not found)", "check the id; `ledger log` lists what was stored")
@@ -633,6 +639,14 @@ class Store:
             find_ids(r["payload"], out)
         return out
 
+    def pruned(self) -> dict[str, dict]:
+        """Ids a retention policy removed ({id: {"seq", "policy", "role"}}, from the journal's
+        `prune` records; ledger/store/retention.py). Read once per Store object, and only
+        where an object is found missing."""
+        if self._pruned is None:
+            self._pruned = retention.pruned_ids(self.journal.scan().records)
+        return self._pruned
+
     def closure(self, roots, missing: set | None = None, damaged: set | None = None) -> set[str]:
         """Every object reachable from `roots`, following ids inside structured objects."""
         seen: set[str] = set()
@@ -645,8 +659,10 @@ class Store:
             try:
                 fd, st = self.objects.open(oid)
             except MissingObject:
-                if missing is not None:
-                    missing.add(oid)
+                if self.objects.chunked(oid):
+                    continue  # stored as chunks: a large blob, never structure (ledger/store/chunks.py)
+                if missing is not None and oid not in self.pruned():
+                    missing.add(oid)  # (one a `prune` record removed is not missing: retention.py)
                 continue
             except (CorruptObject, fsio.StorageIOError):
                 if damaged is not None:

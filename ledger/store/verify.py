@@ -16,8 +16,9 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ledger.errors import BadInput, LedgerError, StoreCorrupt
+from ledger.errors import BadInput, CorruptObject, LedgerError, StoreCorrupt
 from ledger.store import fsio, index, schema
+from ledger.store.chunks import SUFFIX
 from ledger.store.fsio import StorageIOError
 from ledger.store.ids import PREFIX
 from ledger.store.state import State
@@ -208,6 +209,13 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
                                "message": f"object {oid} is a {fsio.file_kind(fst.st_mode)}, not a stored file"})
             continue
         size = fst.st_size
+        if path.name.endswith(SUFFIX):  # a chunk index: the object's size is in it, its bytes in packs
+            try:
+                size = store.objects.size(oid)
+                store.objects.check_chunked(oid)  # pages read and checked, packs present (~60 B per chunk)
+            except (CorruptObject, StorageIOError) as e:
+                rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
+                continue
         total += size
         if oid in sizes and sizes[oid] != size:
             rep.errors.append({"what": "corrupt", "id": oid,

@@ -7,7 +7,8 @@ The answer is a comparison object of its own, stored with the re-run's receipt i
   WithinTolerance  not bit-exact, but every loss and adapter weight is within tolerance;
                    names the largest deviation
   Diverged         names the first step and field that differ beyond tolerance
-  MissingInputs    some pinned input is not in the store (names the ids); nothing was run
+  MissingInputs    some pinned input is not in the store (names the ids, and for each one a
+                   retention policy removed, the policy and its `prune` record); nothing was run
 
 `overrides` deliberately change the re-run (e.g. `train.threads`, `seeds.data`) to probe how
 sensitive a result is; the re-run is then compiled as its own plan and the comparison records
@@ -47,7 +48,7 @@ class ReproduceResult:
         return {"comparison": self.comparison_id, "outcome": self.outcome, "receipt": self.comparison["receipt"],
                 "rerun_receipt": self.rerun_receipt, "first_difference": self.comparison.get("first_difference"),
                 "largest_deviation": self.comparison.get("largest_deviation"),
-                "missing": self.comparison.get("missing", [])}
+                "missing": self.comparison.get("missing", []), "pruned": self.comparison.get("pruned", [])}
 
 
 def pinned_inputs(store, r: dict) -> list[str]:
@@ -156,7 +157,11 @@ def reproduce(store, receipt_ref: str, *, overrides: dict | None = None, toleran
             "versions": {"original": orig["versions"]}}
     missing = [oid for oid in pinned_inputs(store, orig) if not store.has(oid)]
     if missing:
-        body = {**base, "outcome": "MissingInputs", "missing": missing, "rerun_receipt": None}
+        # what a retention policy removed says so (`gc --prune`: ledger/store/retention.py),
+        # so the answer names the policy and the record, not just an absent id
+        pruned = store.pruned()
+        body = {**base, "outcome": "MissingInputs", "missing": missing, "rerun_receipt": None,
+                "pruned": [{"id": oid, **pruned[oid]} for oid in missing if oid in pruned]}
         with store.transaction("reproduce", wait=60) as tx:
             cid = tx.put_json(body)
             tx.inputs.append(rid)

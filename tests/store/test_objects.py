@@ -29,12 +29,13 @@ def test_write_once_existing_object_not_rewritten(store):
 
 
 def test_put_file_streams_and_matches_hash(store, tmp_path):
+    store.objects.chunked_min = 1 << 62  # the whole-file path (chunked objects: test_chunks.py)
     f = tmp_path / "big.bin"
     data = os.urandom(40 << 20) + b"tail"  # spans several 16 MiB chunks
     f.write_bytes(data)
     with store.transaction("t") as tx:
         oid = tx.put_file(f)
-    assert oid == hash_bytes(data) == hash_file(store.object_path(oid))
+    assert oid == hash_bytes(data) == hash_file(store.object_path(oid))  # whole below chunked_min
     assert store.objects.size(oid) == len(data)
     assert not list(store.tmp.iterdir())
 
