@@ -120,12 +120,62 @@ def gated_kernel(store, target: Target) -> dict | None:
     return sr.gated(store, FUSED_KERNEL, target.name)
 
 
+FUSED_LORA = "fused-lora"
+
+
+def fused_lora_unmet(c: Config, target: Target) -> tuple[str, str] | None:
+    """(requirement, why) of the first requirement of the fused-lora training realization
+    (ledger.train.fused) the plan does not meet, or None. Checked again where it runs, with the
+    base's config (a Llama with SiLU and no projection biases)."""
+    if target.device != "cuda":
+        return "device", f"target {target.name} is {target.device}"
+    if target.cc is None or target.cc < (8, 0):
+        return "compute_capability", f"compute capability {target.compute_capability or 'none'} < 8.0 (cuDNN attention)"
+    if c.precision.dtype != "bf16":
+        return "dtype", f"fused-lora runs bf16; precision.dtype is {c.precision.dtype}"
+    if c.precision.base_format != "none":
+        return "base_format", f"fused-lora reads a bf16 base weight; the base is held in {c.precision.base_format}"
+    if c.lora.dropout > 0:
+        return "dropout", f"the fused LoRA linear has no dropout on its input; lora.dropout is {c.lora.dropout}"
+    return None
+
+
+def fused_lora_realizations(c: Config, not_selected: dict | None = None) -> dict:
+    """The operators of the fused-lora realization (ledger.train.fused, ledger.kernels.train_ops);
+    what each one is, for the plan and the receipt."""
+    req = {"device": "cuda", "torch_cuda": True, "triton": True, "dtype": "bf16", "lora_dropout": 0}
+    def r(name, how):
+        return {"name": name, "device": "cuda", "requires": req, "how": how}
+    graph = "one Inductor graph for every decoder layer (the layer is a pure function: traced once)"
+    ce = ("lm_head + cross-entropy in chunks of 4096 rows: logits, loss and the gradient of h per chunk, "
+          "never the [rows, vocab] logits")
+    out = {
+        "embedding": r("torch-eager", "embedding lookup, bf16"),
+        "rmsnorm": r("torch-compiled", graph), "rope": r("torch-compiled", graph),
+        "mlp_act": r("torch-compiled", graph),
+        "attention": r("cudnn-sdpa", "causal SDPA on cuDNN's fused attention only, grouped-query heads in the "
+                                     "kernel, no mask (rows are right-padded)"),
+        "linear_lora": r(FUSED_LORA, "ledger::lora_linear per group (q,k,v | o | gate,up | down): stacked base "
+                                     "weights, x A^T once per group, the B term added into the base GEMM's "
+                                     "output (cuBLAS beta = 1); bf16, fp32 adapter masters"),
+        "lm_head": r("chunked-linear-ce", ce), "cross_entropy": r("chunked-linear-ce", ce),
+        "adamw": r("torch-fused-adamw", "torch.optim.AdamW(fused=True) over the fp32 adapter"),
+    }
+    if not_selected:
+        out["linear_lora"]["not_selected"] = not_selected
+    return out
+
+
 def training_loop(c: Config, target: Target, realizations: dict | None = None) -> str:
-    """Which training loop (and so which memory model) runs the plan: "compiled" for the
-    torch-compiled CUDA realization, "eager" otherwise (CPU, torch-eager, cupy-fused)."""
+    """Which training loop (and so which memory model) runs the plan: "fused" for fused-lora,
+    "compiled" for the torch-compiled CUDA realization, "eager" otherwise (CPU, torch-eager,
+    cupy-fused)."""
     if realizations is not None:
-        return "compiled" if any(r["name"] == "torch-compiled" for r in realizations.values()) else "eager"
+        names = {r["name"] for r in realizations.values()}
+        return "fused" if FUSED_LORA in names else "compiled" if "torch-compiled" in names else "eager"
     want = c.compile.realization
+    if target.device == "cuda" and want in ("auto", FUSED_LORA) and fused_lora_unmet(c, target) is None:
+        return "fused"
     return "compiled" if target.device == "cuda" and want in ("auto", "torch-compiled") else "eager"
 
 
@@ -183,10 +233,18 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
                  "requires": {"device": "cuda", "cupy": True, "compute_capability": ">=8.0",
                               "kernel_gate": f"kernel/{FUSED_KERNEL}/{target.name}"}}
         return {op: (fused if op == "linear_lora" else eager) for op in OPERATORS}
+    lora_why = fused_lora_unmet(c, target)
+    if want == FUSED_LORA and lora_why is not None:
+        raise CompileRejected(f"realization fused-lora cannot be selected: {lora_why[1]}",
+                              "set compile.realization = \"auto\" (ledger never falls back by itself)",
+                              requirement=f"realization.fused-lora.{lora_why[0]}", reason=lora_why[1])
+    if want in ("auto", FUSED_LORA) and lora_why is None:
+        return fused_lora_realizations(c, {"cupy-fused": fused_why} if want == "auto" else None)
     if dev == "cuda" and want in ("auto", "torch-compiled"):
         out = {op: compiled for op in OPERATORS}
         if want == "auto":
-            out["linear_lora"] = {**compiled, "not_selected": {"cupy-fused": fused_why}}
+            out["linear_lora"] = {**compiled, "not_selected": {"cupy-fused": fused_why,
+                                                               FUSED_LORA: lora_why[1] if lora_why else None}}
         return out
     return {op: eager for op in OPERATORS}
 
@@ -304,6 +362,28 @@ def _padded(store, dataset_id: str, seq_len: int, chat) -> bool:
     return min(len(chat.encode_turn(s, a).ids) for s, a in datalib.read_turns(store.get_bytes(dataset_id))) < seq_len
 
 
+def quant_check(spec: Spec, c: Config, arch) -> None:
+    """A quantized base needs every projection's in_features to be a multiple of the format's
+    block (q4b32: 32 weights share a scale), and the fused decode kernel to be out of the way
+    (it reads a bf16 W)."""
+    fmt = c.precision.base_format
+    if fmt == "none":
+        return
+    ln = line_of(spec.source, "precision.base_quant") if spec.source else None
+    where = f"spec field `precision.base_quant`{f' (line {ln})' if ln else ''}"
+    if fmt == "q4b32":
+        for m, f in model.MODULE_SHAPES.items():
+            k = f(arch)[0]
+            if k % memory.Q4_BLOCK:
+                raise CompileRejected(f"{where}: q4b32 quantizes blocks of {memory.Q4_BLOCK} weights along in_features; "
+                                      f"{m} has in_features {k}", "use base_quant = \"int8\", or a base whose "
+                                      f"hidden and intermediate sizes are multiples of {memory.Q4_BLOCK}",
+                                      requirement="precision.base_quant", module=m, in_features=k)
+    if c.compile.realization == "cupy-fused":
+        raise CompileRejected(f"{where}: realization cupy-fused reads a bf16 base weight; the base is {fmt}",
+                              "set compile.realization = \"auto\"", requirement="precision.base_quant")
+
+
 def world_check(spec: Spec, c: Config, rows: int) -> None:
     """Every rank of a step reads distinct rows: nodes x devices x micro_batch (one global
     micro-batch) must not exceed the dataset, or ranks would train on the same row in one step."""
@@ -362,28 +442,6 @@ def _init_adapter(store, c: Config) -> str:
     ref = c.lora.init_adapter
     try:
         oid = store.resolve(ref)
-def quant_check(spec: Spec, c: Config, arch) -> None:
-    """A quantized base needs every projection's in_features to be a multiple of the format's
-    block (q4b32: 32 weights share a scale), and the fused decode kernel to be out of the way
-    (it reads a bf16 W)."""
-    fmt = c.precision.base_format
-    if fmt == "none":
-        return
-    ln = line_of(spec.source, "precision.base_quant") if spec.source else None
-    where = f"spec field `precision.base_quant`{f' (line {ln})' if ln else ''}"
-    if fmt == "q4b32":
-        for m, f in model.MODULE_SHAPES.items():
-            k = f(arch)[0]
-            if k % memory.Q4_BLOCK:
-                raise CompileRejected(f"{where}: q4b32 quantizes blocks of {memory.Q4_BLOCK} weights along in_features; "
-                                      f"{m} has in_features {k}", "use base_quant = \"int8\", or a base whose "
-                                      f"hidden and intermediate sizes are multiples of {memory.Q4_BLOCK}",
-                                      requirement="precision.base_quant", module=m, in_features=k)
-    if c.compile.realization == "cupy-fused":
-        raise CompileRejected(f"{where}: realization cupy-fused reads a bf16 base weight; the base is {fmt}",
-                              "set compile.realization = \"auto\"", requirement="precision.base_quant")
-
-
         files = {e["path"]: e["id"] for e in store.get_json(oid)["entries"]}
         cfg = json.loads(store.get_bytes(files["adapter_config.json"]))
         files["adapter_model.safetensors"]
@@ -421,6 +479,7 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
     padded = True if data_id is None else _padded(store, data_id, c.data.seq_len, chat)
     real = select_realizations(spec, target, store, arch)   # reject before writing anything
     world_check(spec, c, rows)
+    quant_check(spec, c, arch)
     fit_check(arch, c, target, rows, training_loop(c, target, real), padded)
     plan = None
     try:
@@ -479,7 +538,6 @@ def explain(a: Plan, b: Plan) -> dict:
     config = [{"field": k, "old": ca.get(k), "new": cb.get(k)} for k in sorted(set(ca) | set(cb))
               if ca.get(k) != cb.get(k)]
     derived = []
-    quant_check(spec, c, arch)
 
     def cmp(part, x, y):
         if x != y:

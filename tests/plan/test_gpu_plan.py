@@ -55,15 +55,41 @@ def test_cpu_target_selects_torch_eager_and_refuses_gpu_realizations(store):
         assert e.value.exit_code == 3 and e.value.details["requirement"] == f"realization.{want}.device"
 
 
-def test_cuda_auto_is_torch_compiled_and_says_why_not_fused(store, monkeypatch):
+def test_cuda_auto_is_fused_lora_in_bf16_and_says_why_not_cupy_fused(store, monkeypatch):
     monkeypatch.setattr(comp, "_cupy_here", lambda: "cupy is not installed")
     real = comp.select_realizations(spec.parse(DECODE), H200, store)
-    assert {r["name"] for r in real.values()} == {"torch-compiled"}
+    assert real["linear_lora"]["name"] == "fused-lora" and real["attention"]["name"] == "cudnn-sdpa"
+    assert real["cross_entropy"]["name"] == real["lm_head"]["name"] == "chunked-linear-ce"
+    assert {real[op]["name"] for op in ("rmsnorm", "rope", "mlp_act")} == {"torch-compiled"}
     assert real["linear_lora"]["not_selected"]["cupy-fused"] == "cupy is not installed"
     monkeypatch.setattr(comp, "_cupy_here", lambda: None)   # GPU present, but nothing gated here
     real = comp.select_realizations(spec.parse(DECODE), H200, store)
-    assert real["linear_lora"]["name"] == "torch-compiled"
+    assert real["linear_lora"]["name"] == "fused-lora"
     assert "not built and gated for target h200" in real["linear_lora"]["not_selected"]["cupy-fused"]
+
+
+@pytest.mark.parametrize("extra, why", [
+    ('[precision]\ndtype = "fp32"\n', "runs bf16"),
+    ('[precision]\ndtype = "bf16"\n[lora]\ndropout = 0.1\n', "no dropout"),
+])
+def test_cuda_auto_is_torch_compiled_where_fused_lora_cannot_run_and_says_why(store, extra, why):
+    real = comp.select_realizations(spec.parse(extra), H200, store)
+    assert {r["name"] for r in real.values()} == {"torch-compiled"}
+    assert why in real["linear_lora"]["not_selected"]["fused-lora"]
+    with pytest.raises(CompileRejected) as e:   # asked for explicitly: a rejection, never a fallback
+        comp.select_realizations(spec.parse(extra + '[compile]\nrealization = "fused-lora"\n'), H200, store)
+    assert e.value.exit_code == 3 and e.value.details["requirement"].startswith("realization.fused-lora.")
+    assert why in e.value.message
+
+
+def test_fused_lora_is_refused_on_a_cpu_target_and_runs_the_fused_loop_on_cuda(store):
+    with pytest.raises(CompileRejected) as e:
+        comp.select_realizations(spec.parse('[compile]\nrealization = "fused-lora"\n'), CPU, store)
+    assert e.value.details["requirement"] == "realization.fused-lora.device"
+    s = spec.parse('[precision]\ndtype = "bf16"\n[data]\nsteps = 2\n')
+    plan = comp.compile_spec(store, s, H200).plan
+    assert plan.view.runtime.loop_kind == "fused" and plan.view.runtime.autocast is None
+    assert plan.body["fit"]["memory_model"] == "fused"
 
 
 def test_auto_selects_cupy_fused_only_when_gated_here_and_decode_shaped(store, monkeypatch, gpu_here):
@@ -76,16 +102,16 @@ def test_auto_selects_cupy_fused_only_when_gated_here_and_decode_shaped(store, m
     assert all(r["name"] == "torch-eager" for op, r in real.items() if op != "linear_lora")
     # training shapes (16 x 96 rows per linear): torch's GEMM, and the plan says why
     real = comp.select_realizations(spec.parse('[precision]\ndtype = "bf16"\n'), H200, store)
-    assert real["linear_lora"]["name"] == "torch-compiled"
+    assert real["linear_lora"]["name"] == "fused-lora"
     assert "at most 8 rows" in real["linear_lora"]["not_selected"]["cupy-fused"]
     # fp32, or a gate for another target, does not count
     fp32 = comp.select_realizations(spec.parse(DECODE.replace("bf16", "fp32")), H200, store)
     assert fp32["linear_lora"]["name"] == "torch-compiled"
     a100 = comp.select_realizations(spec.parse(DECODE), targets.get("a100-40gb"), store)
-    assert a100["linear_lora"]["name"] == "torch-compiled"
+    assert a100["linear_lora"]["name"] == "fused-lora"
     # without the probe (no GPU where compiling) it is never selected
     monkeypatch.setattr(comp, "_cupy_here", lambda: "no CUDA device is visible")
-    assert comp.select_realizations(spec.parse(DECODE), H200, store)["linear_lora"]["name"] == "torch-compiled"
+    assert comp.select_realizations(spec.parse(DECODE), H200, store)["linear_lora"]["name"] == "fused-lora"
 
 
 def test_explicit_cupy_fused_names_the_unmet_requirement(store, monkeypatch):
@@ -167,7 +193,7 @@ def test_compiled_memory_model_is_per_device_and_scales(store):
     assert padded["activations"] - four["activations"] == 4 * 64 * 64 * (1 + arch.layers * 2)
     eager = {x.name: x.bytes for x in memory.lines(arch, micro_batch=4, dataset_rows=0, **kw)}
     assert four["activations"] < eager["activations"]   # compiled layers keep less than eager autograd
-    s1 = spec.parse('[precision]\ndtype = "bf16"\n')
+    s1 = spec.parse('[precision]\ndtype = "bf16"\n[compile]\nrealization = "torch-compiled"\n')
     s2 = s1.with_overrides({"train.devices": 2})
     p1 = comp.body_for(s1, H200, arch, {}, 100, None, store, True)
     p2 = comp.body_for(s2, H200, arch, {}, 100, None, store, True)
