@@ -23,9 +23,7 @@ import stat
 from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
-from ledger.store import fsio, retention
-from ledger.store.ids import is_id
-from ledger.store.state import fold
+from ledger.store import fsio, reach, retention
 
 
 @dataclass(frozen=True)
@@ -122,27 +120,28 @@ def plan(store, policy: retention.Policy | None = None) -> GcPlan:
     """What `gc --prune` would remove under `policy` (default: superseded-training-state,
     ledger/store/retention.py); reads only (no lock)."""
     pol = policy or retention.DEFAULT
-    scan = store.journal.scan()
-    if scan.broken_at is not None:
-        raise JournalCorrupt(f"journal is damaged at {scan.problem}; gc refuses to judge reachability")
-    fold(scan.records)  # a record the fold cannot apply is JournalCorrupt too, before anything is removed
-    reachable = store.closure(store.roots(scan.records))
+    # Streamed, in bounded memory (ledger/store/reach.py): the journal one record at a time, ids
+    # as 64-bit keys. A broken chain, or a record the fold cannot apply, is JournalCorrupt before
+    # anything is judged. A file not named like an object is left alone (verify reports it).
+    try:
+        keys, _ = reach.roots(store)
+    except JournalCorrupt as e:
+        raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
+    reachable = reach.closure(store, keys)
     unreachable = []
-    for oid, p in store.objects.iter_ids():
-        if oid in reachable or not is_id(oid):
-            continue  # a file that is not named like an object: verify reports it, gc leaves it
+    for oid, path in reach.unreachable(store, reachable):
         try:
-            st = os.lstat(p)
+            st = os.lstat(path)
         except FileNotFoundError:
             continue
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if p.name.endswith(".c") and size:
+        if path.name.endswith(".c") and size:
             try:
                 size = store.objects.size(oid)  # a chunk index: the object's size is in it
             except Exception:  # noqa: BLE001 - a damaged index is removed all the same
                 pass
         unreachable.append((oid, size))
-    retained = retention.plan(store, scan.records, pol).remove
+    retained = retention.plan(store, store.journal.stream(), pol).remove
     going = {o for o, _ in unreachable} | {o for o, *_ in retained}
     files, dead, live = _scan_tmp(store)
     return GcPlan(tuple(unreachable), files, dead, live, len(reachable), policy=pol.name, retained=retained,
