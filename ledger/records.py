@@ -299,6 +299,8 @@ class Add(Payload):
     kind: str = opt(STR)
     size: int = opt(COUNT)
     name: str = opt(TEXT)
+    run: str = opt(RUN)                 # an artifact of a tracked run (ledger.track: run.artifact)
+    tracked_artifact: str = opt(TEXT)   # the artifact's key in that run's receipt
 
 
 @dataclass(frozen=True, kw_only=True)

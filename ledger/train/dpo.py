@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ledger import records
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.artefacts.dataset import read_parquet
@@ -46,7 +47,7 @@ from ledger.errors import BadInput
 from ledger.store import trees
 from ledger.store.ids import hash_bytes
 from ledger.train import job, recipe, runtime
-from ledger.train.receipt import learned_evidence, source_identity
+from ledger.train.receipt import rung_of, source_identity
 
 RECEIPT_KIND = "dpo-receipt"
 RECEIPT_VERSION = 1
@@ -223,23 +224,6 @@ RESULT_TYPES = {"steps_done": int, "losses": list, "stopped": (type(None), dict)
                 "counters": dict, "timings": dict, "versions": dict, "device": dict, "determinism": dict}
 
 
-def _rung(result: dict, adapter: str | None) -> tuple[str, dict]:
-
-    ev: dict = {}
-    rung = "Checked"
-    if adapter or result["stopped"]:
-        ev["Emitted"] = {"adapter": adapter}
-        rung = "Emitted"
-    if result["steps_done"] >= 1:
-        ev["Ran"] = {"optimizer_steps": result["steps_done"], "all_losses_finite": result["stopped"] is None}
-        rung = "Ran"
-    le = learned_evidence(result["losses"])
-    if rung == "Ran" and result["stopped"] is None and le and le["fell"]:
-        ev["Learned"] = le
-        rung = "Learned"
-    return rung, ev
-
-
 def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, unsandboxed: bool = False,
               progress: Callable[[dict], None] | None = None) -> DpoResult:
     """Train a DPO adapter on `pairs` on top of the SFT adapter `sft` (its policy is the reference)."""
@@ -275,7 +259,11 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
             pid = tx.put_bytes(pairs_data, "dataset")
             assert pid == pairs_id
             adapter = job.put_tree_bytes(tx, fin.collected) if fin.collected is not None else None
-            rung, evidence = _rung(result, adapter)
+            # A finished run always has its adapter (_collect refuses one without); a stopped run has
+            # none, and its receipt (adapter null, `stopped` set) is what it emitted: Ran when it took
+            # a step, Emitted when it stopped on the first (as an SFT run stopped by a non-finite loss).
+            rung, evidence = rung_of(result, {"adapter": adapter} if adapter or result["stopped"] else None,
+                                     result["steps_done"])
             body = {"kind": RECEIPT_KIND, "version": RECEIPT_VERSION, "trainer": "dpo", "rung": rung,
                     "evidence": evidence, "base": sft_model.base, "tokenizer": man["tokenizer"],
                     "template": chat.template_id,
@@ -287,9 +275,9 @@ def train_dpo(store, pairs: str, sft: str, *, config: DpoConfig | None = None, u
             rid = tx.put_json(body)
             tx.inputs.extend(x for x in (sft_model.base, sft_model.adapter, pid, sft_receipt) if x)
             tx.outputs.extend([rid] + ([adapter] if adapter else []))
-            tx.payload.update({"receipt": rid, "adapter": adapter, "rung": rung, "trainer": "dpo",
-                               "sft_adapter": sft_model.adapter, "dataset": pid, "unsandboxed": unsandboxed,
-                               "wall_s": round(time.time() - t0, 3)})
+            records.write(tx, records.Train(receipt=rid, adapter=adapter, rung=rung, trainer="dpo",
+                                            sft_adapter=sft_model.adapter, dataset=pid, unsandboxed=unsandboxed,
+                                            wall_s=round(time.time() - t0, 3)))
     finally:
         store.discard_work_folder(work)
     return DpoResult(rid, body, tx.record)

@@ -57,16 +57,18 @@ def learned_evidence(losses: list[float]) -> dict | None:
     return {"window": k, "first_mean": first, "last_mean": last, "fell": last < first}
 
 
-def rung_of(result: dict, final_checkpoint: str | None) -> tuple[str, dict]:
+def rung_of(result: dict, emitted: dict | None, steps: int, **ran) -> tuple[str, dict]:
+    """The highest rung a run's evidence supports past Checked, with that evidence (SFT and DPO):
+    Emitted with `emitted` (what the run left: {"final_checkpoint": id}, {"adapter": id}), Ran when
+    it also took `steps` >= 1 optimizer steps (`ran`: more evidence for it), Learned when it was
+    not stopped and its loss fell (learned_evidence). A rung is never claimed without the one below."""
     evidence: dict = {}
     rung = "Checked"
-    if final_checkpoint:
-        evidence["Emitted"] = {"final_checkpoint": final_checkpoint}
+    if emitted:
+        evidence["Emitted"] = emitted
         rung = "Emitted"
-    steps = result["counters"]["optimizer_steps"]
     if rung == "Emitted" and steps >= 1:
-        evidence["Ran"] = {"optimizer_steps": steps, "steps_done": result["steps_done"],
-                           "all_losses_finite": result["stopped"] is None}
+        evidence["Ran"] = {"optimizer_steps": steps, **ran, "all_losses_finite": result["stopped"] is None}
         rung = "Ran"
     le = learned_evidence(result["losses"])
     if rung == "Ran" and result["stopped"] is None and le and le["fell"]:
@@ -79,7 +81,8 @@ def build(*, plan_id: str, plan: Plan, result: dict, final_checkpoint: str, fina
           adapter: str | None, checkpoints: list[str], resumed_from: str | None, sandbox: dict) -> dict:
     """The receipt of one run of `plan` (its typed view) from what the child reported (`result`,
     checked by ledger.train.job) and what the parent committed."""
-    rung, evidence = rung_of(result, final_checkpoint)
+    rung, evidence = rung_of(result, {"final_checkpoint": final_checkpoint} if final_checkpoint else None,
+                             result["counters"]["optimizer_steps"], steps_done=result["steps_done"])
     evidence = {"Checked": {"plan": plan_id, "fits": plan.fit.fits}, **evidence}
     inputs = plan.inputs
     return {

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledger import records
 from ledger.errors import BadInput, Locked
 from ledger.runs import live_marker, run_id
 from ledger.store import Store
@@ -174,10 +175,10 @@ class Run:
                 data_ids[str(key)] = tx.put_tree(p, kind="dataset") if p.is_dir() else tx.put_file(p, kind="dataset")
             src = self._source(tx)
             tx.inputs.extend(sorted(set(data_ids.values())))
-            tx.payload.update({"run": self.name, "version": TRACKER_VERSION, "params": self.params,
-                               "seeds": self.seeds, "data": data_ids, "loss": self.loss, "source": src,
-                               "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
-                               "argv": [str(a)[:500] for a in sys.argv[:50]]})
+            records.write(tx, records.TrackStart(
+                run=self.name, version=TRACKER_VERSION, params=self.params, seeds=self.seeds, data=data_ids,
+                loss=self.loss, source=src, started=time.time(), pid=os.getpid(), host=socket.gethostname(),
+                argv=[str(a)[:500] for a in sys.argv[:50]]))
         self.id = run_id(tx.record["id"])
         self._bound = {"source": src, "data": data_ids}
         self._hold_live_lock()
@@ -227,7 +228,7 @@ class Run:
         with self._store.transaction("add", actor=self.actor, wait=60) as tx:
             oid = tx.put_tree(p) if p.is_dir() else tx.put_file(p, kind="artifact")
             tx.outputs.append(oid)  # the run is named by its start record's id, which is no object
-            tx.payload.update({"name": f"{self.name}/{key}", "run": self.id, "tracked_artifact": key})
+            records.write(tx, records.Add(name=f"{self.name}/{key}", run=self.id, tracked_artifact=key))
         self._artifacts[key] = oid
         return oid
 
@@ -242,8 +243,8 @@ class Run:
             with self._store.transaction("track-metrics", actor=self.actor, wait=wait) as tx:
                 oid = tx.put_json({"kind": "metrics", "run": self.id, "rows": [list(r) for r in rows]})
                 tx.outputs.append(oid)
-                tx.payload.update({"run": self.id, "metrics": oid, "rows": len(rows),
-                                   "first_step": rows[0][0], "last_step": rows[-1][0]})
+                records.write(tx, records.TrackMetrics(run=self.id, metrics=oid, rows=len(rows),
+                                                       first_step=rows[0][0], last_step=rows[-1][0]))
         except Locked:
             if wait:  # asked to wait, and the lock stayed held: say so (the rows stay buffered)
                 with self._mutex:
@@ -321,7 +322,7 @@ class Run:
             rid = tx.put_json(body)
             tx.inputs.extend([*self._chunks, *sorted(set(self._bound["data"].values()))])
             tx.outputs.extend([rid, *self._artifacts.values()])
-            tx.payload.update({"run": self.id, "receipt": rid, "status": status, "rung": rung, "name": self.name})
+            records.write(tx, records.Track(run=self.id, receipt=rid, status=status, rung=rung, name=self.name))
         self.receipt = TrackedReceipt(self.id, rid, status, rung)
 
 
