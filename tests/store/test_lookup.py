@@ -141,7 +141,7 @@ def test_judge_lookups_by_candidate_suite_and_incumbent_read_no_history(history,
     prev = cycle._find(s, "judge", {"candidate": ids["adapter"], "suite_ref": ids["suite"], "incumbent": ids["g0"]})
     assert prev["payload"]["verdict"] == ids["verdict_budget:k2"]     # the latest of two
     assert cycle._check_export(s, "unused", ids["p2"], lambda *a: None) == ids["verdict_before"]
-    assert cycle._find(s, "judge", {"candidate": ids["p1"]}, lambda p: p.get("before_training")) is None
+    assert lookup.latest(s, "judge", {"candidate": ids["p1"]}, lambda p: p.get("before_training")) is None
     assert set(reads) <= {s.state.seq} and s.warnings == []  # only the index's head record
 
 
