@@ -172,12 +172,126 @@ def bench_cli(records: int) -> dict:
     return r
 
 
+def _store_bytes(s) -> int:
+    """Bytes the objects take on disk: object files (a chunk index counts as its size on disk)
+    plus packs of chunks."""
+    total = sum(p.stat().st_size for _, p in s.objects.iter_ids() if p.is_file())
+    return total + sum(p.stat().st_size for _, p in s.objects.packs.iter_packs())
+
+
+def _base_and_adapters(s) -> tuple[int, int, int]:
+    """(base bytes, distinct adapter bytes, adapters): the base's files, and every adapter tree
+    some train record names, each distinct file once."""
+    base = adapters = 0
+    seen: set[str] = set()
+    n = 0
+    for r in s.journal.records():
+        p = r["payload"]
+        trees = []
+        if r["kind"] == "train" and p.get("adapter"):
+            trees.append(p["adapter"])
+            n += 1
+        for t in trees:
+            for e in s.get_json(t)["entries"]:
+                if e["id"] not in seen:
+                    seen.add(e["id"])
+                    adapters += e["size"]
+    gen = s.get_json(s.state.refs["gen-1"])
+    man = s.get_json(gen["base"])
+    for e in s.get_json(man["files"])["entries"]:
+        base += e["size"]
+    return base, adapters, n
+
+
+def bench_retention(cycles: int) -> dict:
+    """Storage after `cycles` real learn cycles of the tiny demo (the cycle's own code: train with
+    checkpoints, judge, commit), before and after `gc --prune` under the default retention policy;
+    the per-cycle growth after pruning projects 100 cycles."""
+    import json as _json
+
+    from ledger import experience
+    from ledger.cycle import ensure_genesis, load_spec, run_cycle
+    from ledger.demo.story import GOOD_TURNS, good_turns
+    from ledger.gate import seal as seallib
+    from ledger.options import LearnOptions
+    from ledger.store import Store, gc
+
+    work = WORK / "retention"
+    drop_tree(work)
+    work.mkdir(parents=True)
+    s = Store.init(work)
+    ensure_genesis(s, load_spec(None))
+    seallib.seal(s, seallib.write_demo_suite(work / "suite"))
+    rows = []
+    t0 = time.perf_counter()
+    for k in range(1, cycles + 1):
+        experience.record(s, experience.parse_turns("\n".join(_json.dumps(t) for t in good_turns(GOOD_TURNS, k))))
+        res = run_cycle(s, LearnOptions(min_turns=1, min_hours=0))
+        before = _store_bytes(s)
+        base, adapters, n = _base_and_adapters(s)
+        keep = Store.open(work)
+        plan = gc.plan(keep)
+        rows.append({"cycle": k, "verdict": res.verdict, "bytes_kept_all": before, "base": base,
+                     "adapters": adapters, "trained": n, "superseded_bytes": plan.retained_bytes})
+        print(f"  cycle {k}: {res.verdict}; objects {before / 1e6:.2f} MB = "
+              f"{before / (base + adapters):.2f}x base+adapters ({(base + adapters) / 1e6:.2f} MB); "
+              f"prunable {plan.retained_bytes / 1e6:.2f} MB", flush=True)
+    wall = time.perf_counter() - t0
+    # the store as it would be if `gc --prune` had run after every cycle: prune once at the end
+    # (the policy's outcome does not depend on when it runs), then measure
+    done = gc.prune(s)
+    after = _store_bytes(s)
+    base, adapters, n = _base_and_adapters(s)
+    r = {"cycles": cycles, "wall_s": round(wall, 1), "rows": rows, "after_prune_bytes": after,
+         "base_bytes": base, "adapter_bytes": adapters, "removed": len(done.retained),
+         "removed_bytes": done.retained_bytes, "prune_record": done.record}
+    r["ratio_kept_all"] = rows[-1]["bytes_kept_all"] / (base + adapters)
+    r["ratio_after_prune"] = after / (base + adapters)
+    # what is neither base nor an adapter grows per cycle: project it to 100 cycles
+    other = after - base - adapters
+    per_cycle_adapter = adapters / max(n, 1)
+    per_cycle_other = other / cycles
+    r["projected_100"] = (base + 100 * (per_cycle_adapter + per_cycle_other)) / (base + 100 * per_cycle_adapter)
+    r["per_cycle_adapter_bytes"], r["per_cycle_other_bytes"] = per_cycle_adapter, per_cycle_other
+    unpruned_growth = (rows[-1]["bytes_kept_all"] - base) / cycles
+    r["projected_100_kept_all"] = (base + 100 * unpruned_growth) / (base + 100 * per_cycle_adapter)
+    drop_tree(work)
+    return r
+
+
+def bench_chunk_edit(size: int) -> dict:
+    """Bytes a 4 KiB edit adds to a chunked object of `size` bytes (real `ledger add` of both
+    versions), and what it would add stored whole."""
+    src = WORK / "edit.bin"
+    make_file(src, size)
+    store = WORK / "edit-store"
+    drop_tree(store)
+    store.mkdir()
+    subprocess.run(LEDGER + ["init"], cwd=store, check=True, stdout=subprocess.DEVNULL)
+    t1, _ = timed(LEDGER + ["add", str(src)], cwd=store)
+    from ledger.store import Store
+
+    b1 = _store_bytes(Store.open(store))
+    with open(src, "r+b") as f:
+        f.seek(size // 2 + 12345)
+        f.write(os.urandom(4096))
+    t2, _ = timed(LEDGER + ["add", str(src)], cwd=store)
+    s = Store.open(store)
+    b2 = _store_bytes(s)
+    r = {"bytes": size, "first_add_s": t1, "edit_add_s": t2, "store_after_first": b1, "added_by_edit": b2 - b1,
+         "packs": sum(1 for _ in s.objects.packs.iter_packs())}
+    drop_tree(store)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-gib", type=float, default=2.0)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--skip-ingest", action="store_true")
     ap.add_argument("--skip-cli", action="store_true")
+    ap.add_argument("--retention-cycles", type=int, default=0, help="run N real demo cycles and measure retention")
+    ap.add_argument("--edit-gib", type=float, default=0, help="a 4 KiB edit of a file this large: bytes added")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     dvc = os.environ.get("DVC") or shutil.which("dvc")
@@ -202,6 +316,18 @@ def main():
         if "b3sum_s" in i:
             print(f"    = {i['b3sum_s'] / i['ledger_verify_read_data_s']:.2f}x b3sum throughput (target >= 0.9), "
                   f"{i['sha256sum_s'] / i['ledger_verify_read_data_s']:.1f}x sha256sum (target >= 3)")
+    if a.edit_gib:
+        out["edit"] = e = bench_chunk_edit(int(a.edit_gib * (1 << 30)))
+        print(f"4 KiB edit of a {e['bytes'] / (1 << 30):.2f} GiB file: adds {e['added_by_edit'] / (1 << 20):.3f} MiB "
+              f"(target <= 1 MiB; stored whole it would add {e['bytes'] / (1 << 20):.0f} MiB); "
+              f"first add {e['first_add_s']:.2f} s, edited add {e['edit_add_s']:.2f} s")
+    if a.retention_cycles:
+        print(f"retention: {a.retention_cycles} real demo cycles")
+        out["retention"] = r = bench_retention(a.retention_cycles)
+        print(f"  kept all: {r['ratio_kept_all']:.2f}x base+adapters; after gc --prune (default policy): "
+              f"{r['ratio_after_prune']:.3f}x ({r['removed']} objects, {r['removed_bytes'] / 1e6:.2f} MB removed)")
+        print(f"  projected to 100 cycles: {r['projected_100']:.3f}x with the default policy (target <= 1.05), "
+              f"{r['projected_100_kept_all']:.2f}x keeping everything")
     if not a.skip_cli:
         out["cli"] = c = bench_cli(a.records)
         print(f"CLI on a journal of {c['records']:,} records ({c['journal_bytes'] / (1 << 20):.0f} MiB)")
