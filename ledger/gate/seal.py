@@ -14,7 +14,7 @@ a `NAME.jsonl` file holds one document per line, each with an "id". Ids match
 
 Sealing (`seal`) writes ONE `seal` transaction:
   - every document as a canonical-JSON object, and a suite manifest naming them, the base and
-    tokenizer it is pinned against, the scorer version, the settings, the suite hash and the
+    tokenizer and chat template it is pinned against, the scorer version, the settings, the suite hash and the
     suite's canary string (a random GUID, written into every canary document as its "canary"
     field, so a copy of those documents anywhere carries it);
   - a plain copy of the documents under `.ledger/sealed/<manifest hex>/{eval,canary}/ID.json`
@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ledger import generations
 from ledger.artefacts import model as modellib
+from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.artefacts.builtin_task import turns
 from ledger.errors import BadInput, Refused, StoreCorrupt
@@ -330,9 +331,16 @@ def new_canary_string() -> str:
     return f"{CANARY_PREFIX} {uuid.uuid4()}"
 
 
-def _hash_payload(scored: Mapping[str, str], canaries: Mapping[str, str], tokenizer: str, base: str) -> dict:
+def template_of(store, base: str) -> str:
+    """The id of the chat template a base's turns are rendered with (the scorer's `for_base`): its
+    manifest's pin, or the plain format's for a manifest from before templates."""
+    return modellib.load_manifest(store, base).get("template") or templatelib.template_id(templatelib.PLAIN)
+
+
+def _hash_payload(scored: Mapping[str, str], canaries: Mapping[str, str], tokenizer: str, template: str,
+                  base: str) -> dict:
     return suite_hash_payload(scored, canaries, scorer_version=scorelib.SCORER_VERSION,
-                              tokenizer_id=tokenizer, base_weights_id=base)
+                              tokenizer_id=tokenizer, template_id=template, base_weights_id=base)
 
 
 def _materialise(store, manifest_id: str, docs: Iterable[SuiteDoc]) -> Path:
@@ -386,7 +394,7 @@ def _changes(old: dict | None, new: dict) -> dict:
               "changed": sorted(k for k in a.keys() & b.keys() if a[k] != b[k])}
         if any(ch.values()):
             out[key] = ch
-    for key in ("scorer_version", "tokenizer_id", "base_weights_id"):
+    for key in ("scorer_version", "tokenizer_id", "template_id", "base_weights_id"):
         if old.get(key) != new.get(key):
             out[key] = {"pinned": old.get(key), "now": new.get(key)}
     return out
@@ -413,6 +421,7 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
     src = read_suite_dir(suite_dir)
     base_id = _default_base(store, base)
     tokenizer = modellib.load_manifest(store, base_id)["tokenizer"]
+    template = template_of(store, base_id)
     if reason is not None and not reason.strip():
         raise BadInput("the re-pin reason is empty", "say why the suite changes: --reason \"...\"")
     current = pinned(store)
@@ -430,15 +439,17 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
     scored = list(src.scored)
     canaries = [SuiteDoc(**{**d.__dict__, "canary": canary}) for d in src.canaries]
     payload = _hash_payload({d.id: d.content_id for d in scored}, {d.id: d.content_id for d in canaries},
-                            tokenizer, base_id)
+                            tokenizer, template, base_id)
     h = suite_hash(payload["scored"], payload["canaries"], scorer_version=payload["scorer_version"],
-                   tokenizer_id=tokenizer, base_weights_id=base_id)
+                   tokenizer_id=tokenizer, template_id=template, base_weights_id=base_id)
     settings = src.settings
     changes = _changes(current.hash_payload if current else None, payload)
     with store.transaction("seal") as tx:
         if tokenizer == toklib.ByteTokenizer().id:
             # The pin names the tokenizer; make sure what it names is in the store.
             tx.put_json(toklib.ByteTokenizer().definition())
+        if template == templatelib.template_id(templatelib.PLAIN):
+            tx.put_json(dict(templatelib.PLAIN))  # likewise the template it names
         ids = {}
         for d in scored + canaries:
             ids[d.id] = tx.put_bytes(d.data(), "suite-doc")
@@ -447,8 +458,8 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
                     "scored": {d.id: ids[d.id] for d in scored}, "canaries": {d.id: ids[d.id] for d in canaries},
                     "canary_string": canary, "settings": settings.to_json(),
                     "settings_overrides": dict(sorted(src.settings_overrides.items())),
-                    "scorer_version": scorelib.SCORER_VERSION, "tokenizer": tokenizer, "base": base_id,
-                    "source_hash": src.source_hash}
+                    "scorer_version": scorelib.SCORER_VERSION, "tokenizer": tokenizer, "template": template,
+                    "base": base_id, "source_hash": src.source_hash}
         mid = tx.put_json(manifest)
         _materialise(store, mid, scored + canaries)
         tx.inputs.append(base_id)
@@ -470,8 +481,8 @@ class OnDisk:
     hashes: dict  # split -> {doc id: content hash}
     docs: dict  # doc id -> SuiteDoc
 
-    def payload(self, tokenizer: str, base: str) -> dict:
-        return _hash_payload(self.hashes["eval"], self.hashes["canary"], tokenizer, base)
+    def payload(self, tokenizer: str, template: str, base: str) -> dict:
+        return _hash_payload(self.hashes["eval"], self.hashes["canary"], tokenizer, template, base)
 
 
 def read_sealed(store, suite: SealedSuite) -> OnDisk:
@@ -499,18 +510,22 @@ def read_sealed(store, suite: SealedSuite) -> OnDisk:
     return OnDisk(hashes, docs)
 
 
-def recompute(store, suite: SealedSuite, *, base: str, tokenizer: str) -> tuple[str, dict, OnDisk]:
-    """The suite hash of what is on disk now, scored by this scorer with this base and tokenizer,
-    plus what changed against the pin (empty when nothing did)."""
+def recompute(store, suite: SealedSuite, *, base: str, tokenizer: str,
+              template: str | None = None) -> tuple[str, dict, OnDisk]:
+    """The suite hash of what is on disk now, scored by this scorer with this base, tokenizer and
+    chat template (default: the one `base` pins, which the scorer renders with), plus what changed
+    against the pin (empty when nothing did)."""
+    template = template or template_of(store, base)
     disk = read_sealed(store, suite)
     raw = {"format": suite.hash_payload.get("format"),
            "scored": sorted(map(list, disk.hashes["eval"].items())),
            "canaries": sorted(map(list, disk.hashes["canary"].items())),
-           "scorer_version": scorelib.SCORER_VERSION, "tokenizer_id": tokenizer, "base_weights_id": base}
+           "scorer_version": scorelib.SCORER_VERSION, "tokenizer_id": tokenizer, "template_id": template,
+           "base_weights_id": base}
     try:
-        payload = disk.payload(tokenizer, base)
+        payload = disk.payload(tokenizer, template, base)
         h = suite_hash(payload["scored"], payload["canaries"], scorer_version=payload["scorer_version"],
-                       tokenizer_id=tokenizer, base_weights_id=base)
+                       tokenizer_id=tokenizer, template_id=template, base_weights_id=base)
     except BadInput:
         # An emptied eval/ or an id in both splits is not a valid suite: it is a changed one.
         # Its hash is still well defined (and cannot equal a valid suite's pinned hash).

@@ -2,8 +2,10 @@
 
 It covers everything that could change a document's score without the candidate changing: which
 documents are scored (S) and which are canaries (K), each document's content, the scorer version
-(e.g. how the action span is cut out), the tokenizer and the base weights. If any of them differs
-from the pinned hash the gate answers SuiteChanged before scoring anything.
+(e.g. how the action span is cut out), the tokenizer, the chat template and the base weights. If
+any of them differs from the pinned hash the gate answers SuiteChanged before scoring anything.
+The template is named directly, not only through the base manifest that pins it: a suite's hash
+says by itself which rendering its documents were scored under.
 
 The hashed form is canonical JSON (sorted keys, no insignificant whitespace, UTF-8, no NaN; the
 same rules as the store's structured objects) of sorted (doc id, content hash) pairs, so the hash
@@ -20,7 +22,7 @@ import blake3
 from ledger.errors import BadInput
 
 # Part of the hashed object: a future change to what the hash covers must change every hash.
-SUITE_HASH_FORMAT = "ledger.suite-hash/1"
+SUITE_HASH_FORMAT = "ledger.suite-hash/2"  # /2: the chat template's id is covered
 
 
 def canonical_json(obj: object) -> bytes:
@@ -66,7 +68,7 @@ def _pairs(name: str, docs: Mapping[str, str] | Iterable[tuple[str, str]]) -> li
 
 def suite_hash_payload(scored: Mapping[str, str] | Iterable[tuple[str, str]],
                        canaries: Mapping[str, str] | Iterable[tuple[str, str]], *,
-                       scorer_version: str, tokenizer_id: str, base_weights_id: str) -> dict:
+                       scorer_version: str, tokenizer_id: str, template_id: str, base_weights_id: str) -> dict:
     """The object that is hashed (exposed so a re-pin record can show what changed)."""
     s = _pairs("scored documents", scored)
     k = _pairs("canary documents", canaries)
@@ -76,19 +78,19 @@ def suite_hash_payload(scored: Mapping[str, str] | Iterable[tuple[str, str]],
     if not s:
         raise BadInput("a suite needs at least one scored document")
     for name, v in (("scorer_version", scorer_version), ("tokenizer_id", tokenizer_id),
-                    ("base_weights_id", base_weights_id)):
+                    ("template_id", template_id), ("base_weights_id", base_weights_id)):
         if not isinstance(v, str) or not v:
             raise BadInput(f"{name} must be a non-empty string, got {v!r}")
     return {"format": SUITE_HASH_FORMAT, "scored": s, "canaries": k,
-            "scorer_version": scorer_version, "tokenizer_id": tokenizer_id,
+            "scorer_version": scorer_version, "tokenizer_id": tokenizer_id, "template_id": template_id,
             "base_weights_id": base_weights_id}
 
 
 def suite_hash(scored: Mapping[str, str] | Iterable[tuple[str, str]],
                canaries: Mapping[str, str] | Iterable[tuple[str, str]], *,
-               scorer_version: str, tokenizer_id: str, base_weights_id: str) -> str:
+               scorer_version: str, tokenizer_id: str, template_id: str, base_weights_id: str) -> str:
     """`b3:<hex>` over the canonical JSON of `suite_hash_payload`. Doc ids map to content hashes
     (use `content_hash(text)` or the store's object id of the document)."""
     return b3(canonical_json(suite_hash_payload(
-        scored, canaries, scorer_version=scorer_version, tokenizer_id=tokenizer_id,
+        scored, canaries, scorer_version=scorer_version, tokenizer_id=tokenizer_id, template_id=template_id,
         base_weights_id=base_weights_id)))

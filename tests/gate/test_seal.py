@@ -9,11 +9,14 @@ import stat
 
 import pytest
 
+from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
 from ledger.errors import BadInput, Refused, StoreCorrupt
 from ledger.gate import score as scorelib
 from ledger.gate import seal
 from ledger.verdicts import GateSettings, suite_hash
+
+PLAIN_ID = templatelib.template_id(templatelib.PLAIN)
 
 
 def _base(store, name: str = "b") -> str:
@@ -125,8 +128,10 @@ def test_suite_hash_is_the_gate_hash_of_ids_contents_scorer_tokenizer_base(seale
     store, base, d, res = sealed
     m = res.suite.manifest
     expected = suite_hash(m["scored"], m["canaries"], scorer_version=scorelib.SCORER_VERSION,
-                          tokenizer_id=toklib.ByteTokenizer().id, base_weights_id=base)
+                          tokenizer_id=toklib.ByteTokenizer().id, template_id=PLAIN_ID, base_weights_id=base)
     assert res.suite.suite_hash == expected
+    # the template is named in the hash itself (not only through the base manifest that pins it)
+    assert m["hash_payload"]["template_id"] == m["template"] == PLAIN_ID and store.has(PLAIN_ID)
     # Content hashes are the ids of document objects that are in the store.
     for oid in list(m["scored"].values()) + list(m["canaries"].values()):
         assert store.has(oid) and store.get_json(oid)["kind"] == "suite-doc"
@@ -236,8 +241,13 @@ def test_any_edit_of_the_sealed_copy_changes_the_hash(sealed, edit, part, kind):
 
 def test_emptied_suite_and_other_scorer_or_base(sealed, monkeypatch):
     store, base, d, res = sealed
-    h, changes, _ = seal.recompute(store, res.suite, base="b3:" + "0" * 64, tokenizer=res.suite.tokenizer)
+    h, changes, _ = seal.recompute(store, res.suite, base="b3:" + "0" * 64, tokenizer=res.suite.tokenizer,
+                                   template=PLAIN_ID)
     assert h != res.suite.suite_hash and "base_weights_id" in changes
+    # scored under another chat template with the same base and tokenizer: another suite
+    other = templatelib.template_id(templatelib.jinja_definition("{{ messages[0]['content'] }}"))
+    h, changes, _ = seal.recompute(store, res.suite, base=base, tokenizer=res.suite.tokenizer, template=other)
+    assert h != res.suite.suite_hash and set(changes) == {"template_id"}
     monkeypatch.setattr(scorelib, "SCORER_VERSION", "ledger.score/2: something else")
     h, changes, _ = _recompute(store, res, base)
     assert h != res.suite.suite_hash and "scorer_version" in changes

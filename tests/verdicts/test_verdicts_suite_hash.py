@@ -9,13 +9,13 @@ from ledger.verdicts.suite_hash import content_hash, suite_hash, suite_hash_payl
 
 S = {"s1": "b3:11", "s2": "b3:22"}
 K = {"k1": "b3:33"}
-IDS = dict(scorer_version="scorer/1", tokenizer_id="b3:tok", base_weights_id="b3:base")
+IDS = dict(scorer_version="scorer/1", tokenizer_id="b3:tok", template_id="b3:tpl", base_weights_id="b3:base")
 
 # Pinned by hand: BLAKE3 of exactly these canonical bytes (sorted keys, no spaces, pairs sorted).
 CANONICAL = (b'{"base_weights_id":"b3:base","canaries":[["k1","b3:33"]],'
-             b'"format":"ledger.suite-hash/1","scored":[["s1","b3:11"],["s2","b3:22"]],'
-             b'"scorer_version":"scorer/1","tokenizer_id":"b3:tok"}')
-GOLDEN = "b3:820a4f18f4af494623264b927bfd64fe3b372a3cc8ee4ede36d577278f1736ea"
+             b'"format":"ledger.suite-hash/2","scored":[["s1","b3:11"],["s2","b3:22"]],'
+             b'"scorer_version":"scorer/1","template_id":"b3:tpl","tokenizer_id":"b3:tok"}')
+GOLDEN = "b3:3540ea3bace1199f6ea40068c1661c681d3c83583e1e455ea72bfad8e4ee224d"
 
 
 def test_golden_value_and_canonical_form():
@@ -45,6 +45,7 @@ def test_order_independent():
     lambda: suite_hash(S, {}, **IDS),  # canary removed
     lambda: suite_hash(S, K, **{**IDS, "scorer_version": "scorer/2"}),
     lambda: suite_hash(S, K, **{**IDS, "tokenizer_id": "b3:tok2"}),
+    lambda: suite_hash(S, K, **{**IDS, "template_id": "b3:tpl2"}),  # the chat template, named directly
     lambda: suite_hash(S, K, **{**IDS, "base_weights_id": "b3:base2"}),
     lambda: suite_hash({"s1 ": "b3:11", "s2": "b3:22"}, K, **IDS),  # doc id spelling
 ])
