@@ -186,15 +186,31 @@ class PackWriter:
         # share (a chunk it would reuse may be the damaged one): every chunk is written afresh.
         self.known = packs.known() if share else {}
         self.size = 0
+        self.queue: list = []         # chunks located here but not yet written (views of the caller's buffer)
+
+    def flush(self) -> None:
+        """Write the queued chunks (the caller flushes before it reuses the buffer they are in)."""
+        if not self.queue:
+            return
+        if self.fd is None:
+            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        faults.io_check("writing a pack")
+        views = [memoryview(v) for v in self.queue]
+        self.queue = []
+        while views:
+            n = os.writev(self.fd, views[:1024])
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if n:
+                views[0] = views[0][n:]
 
     def locate(self, digest: bytes, data) -> Location:
         """Where this chunk is: an existing copy's location, or appended to this pack."""
         loc = self.mine.get(digest) or self.known.get(digest)
         if loc is not None and loc[2] == len(data):
             return loc
-        if self.fd is None:
-            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-        fsio.write_all(self.fd, data, "writing a pack")
+        self.queue.append(data)   # written by flush(), many chunks to one writev
         loc = (self.name, self.size, len(data))
         self.entries.append((digest, self.size, len(data)))
         self.mine[digest] = loc
@@ -204,6 +220,7 @@ class PackWriter:
 
     def close(self) -> None:
         """Trailer, fsync, rename into packs/, fsync the directory; nothing if nothing was new."""
+        self.flush()
         if self.fd is None:
             return
         try:

@@ -55,6 +55,17 @@ def _hash_window(h, fd: int, off: int, n: int) -> None:
             h.update(view[off - start:])
 
 
+def _reader(data):
+    """read_into(view, offset) over bytes in memory (ObjectStore._put_chunked)."""
+    src = memoryview(data)
+
+    def read_into(view, off):
+        n = min(len(view), len(src) - off)
+        view[:n] = src[off:off + n]
+        return n
+    return read_into
+
+
 class ObjectStore:
     """The objects/ directory: write-once files named by their hash, every read verified."""
     def __init__(self, root: Path):
@@ -420,7 +431,7 @@ class ObjectStore:
             if self.intact(oid):
                 return False
             if len(data) >= self.chunked_min:
-                return self._put_chunked(iter([memoryview(data)]), len(data), lambda _: None, oid, share=False)[0]
+                return self._put_chunked(_reader(data), len(data), lambda _: None, oid, share=False)[0]
             return self._write_new(data, oid)[1]
         if self.intact(oid):
             return False
@@ -431,40 +442,63 @@ class ObjectStore:
         if self.intact(oid):  # an existing copy is checked, so a re-put repairs a damaged one
             return oid, False
         if len(data) >= self.chunked_min:
-            return oid, self._put_chunked(iter([memoryview(data)]), len(data), lambda _: None, oid)[0]
+            return oid, self._put_chunked(_reader(data), len(data), lambda _: None, oid)[0]
         return self._write_new(data, oid)
 
-    def _put_chunked(self, blocks, size: int, on_block, oid: str | None = None, check=None,
+    def _put_chunked(self, read_into, size: int, on_fresh, oid: str | None = None, check=None,
                      share: bool = True) -> tuple[bool, str]:
-        """Store an object as chunks (ledger/store/chunks.py) from `blocks`, buffers that are its
-        bytes in order. `on_block(view)` sees each block (the caller's whole-content hash, which
-        runs beside the chunking); `oid`, if known, is the id, else `check()` returns it after
-        the last block (and may refuse). Order: new chunks and pages into one pack in tmp/,
-        fsynced and renamed into packs/; then the index fsynced and renamed into objects/ (the
-        object's commit point). Returns (newly stored, id)."""
+        """Store an object of `size` bytes as chunks (ledger/store/chunks.py). `read_into(view,
+        offset)` fills `view` with the bytes at `offset` and returns how many it read;
+        `on_fresh(view)` sees each block as it is read (the caller's whole-content hash, on a
+        worker beside the chunking) and may return a future that must finish before the block's
+        buffer is reused. `oid`, if known, is the id, else `check()` returns it after the last
+        block (and may refuse). Order: new chunks and pages into one pack in tmp/, fsynced and
+        renamed into packs/; then the index fsynced and renamed into objects/ (the object's
+        commit point). Returns (newly stored, id)."""
         pack = chunks.PackWriter(self.packs, share)
+        # two buffers, each a block plus room for the chunk the previous block ended in (a
+        # cut forced by the block's end is re-cut with the next block's bytes after it): no
+        # block is ever copied, only that one chunk
+        bufs = [bytearray(CHUNK + chunks.MAX_SIZE), bytearray(CHUNK + chunks.MAX_SIZE)]
+        pending: list = []
         try:
             entries: list[tuple[bytes, tuple]] = []
-            carry = b""
-            total = 0
-            for block in blocks:
-                on_block(block)
-                total += len(block)
-                buf = memoryview(carry + bytes(block)) if carry else block
-                cuts = chunks.cut(buf)
-                carry = b""
-                for i, (off, n) in enumerate(cuts):
-                    if i == len(cuts) - 1 and total < size:
-                        carry = bytes(buf[off:off + n])  # cut only because the block ended: re-cut with more bytes
+            carry, done, k, prev = 0, 0, 0, None
+            while done < size:
+                if len(pending) > 1:
+                    pending.pop(0).result()    # the buffer about to be refilled is hashed
+                buf = memoryview(bufs[k % 2])
+                if carry:
+                    buf[:carry] = prev[-carry:]
+                n = read_into(buf[carry:carry + min(CHUNK, size - done)], done)
+                if n == 0:
+                    break  # the source shrank: check() refuses it
+                done += n
+                k += 1
+                fut = on_fresh(buf[carry:carry + n])
+                if fut is not None:
+                    pending.append(fut)
+                window = buf[:carry + n]
+                cuts = chunks.cut(window)
+                carry = 0
+                for i, (off, m) in enumerate(cuts):
+                    if i == len(cuts) - 1 and done < size:
+                        carry = m
                         break
-                    view = buf[off:off + n]
+                    view = window[off:off + m]
                     d = blake3.blake3(view).digest()
                     entries.append((d, pack.locate(d, view)))
-            if carry:
-                d = blake3.blake3(carry).digest()
-                entries.append((d, pack.locate(d, carry)))
+                pack.flush()                   # before this buffer is refilled
+                prev = window
+            for f in pending:
+                f.result()
+            if carry:  # the source shrank mid-read: stored anyway only to be refused by check()
+                view = prev[-carry:]
+                d = blake3.blake3(view).digest()
+                entries.append((d, pack.locate(d, view)))
             oid = oid or check()
             pages = [(d, cov, k, pack.locate(d, body)) for d, body, cov, k in chunks.build_pages(entries)]
+            pack.flush()
             faults.point("chunks.written")
             pack.close()
         except OSError as e:
@@ -473,6 +507,7 @@ class ObjectStore:
         except BaseException:
             pack.abort()
             raise
+        total = sum(loc[2] for _, loc in entries)
         tmp = fsio.tmp_path(self.tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -588,31 +623,20 @@ class ObjectStore:
 
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
         size = st0.st_size
-        bufs = [bytearray(CHUNK), bytearray(CHUNK)]
-        pending = []
+        got = [0]
 
-        def blocks():
-            done, k = 0, 0
-            while done < size:
-                faults.io_check("copying a file into the store")
-                if len(pending) > 1:
-                    pending.pop(0).result()  # the buffer about to be refilled is hashed
-                buf = bufs[k % 2]
-                try:
-                    n = os.preadv(fd_in, [memoryview(buf)[:min(CHUNK, size - done)]], done)
-                except OSError as e:
-                    raise BadInput(f"cannot read {src}: {e.strerror}", "check the file and retry") from None
-                if n == 0:
-                    break  # it shrank: refused below
-                done += n
-                k += 1
-                yield memoryview(buf)[:n]
-                if progress:
-                    progress(n)
+        def read_into(view, off):
+            faults.io_check("copying a file into the store")
+            try:
+                n = os.preadv(fd_in, [view], off)
+            except OSError as e:
+                raise BadInput(f"cannot read {src}: {e.strerror}", "check the file and retry") from None
+            got[0] += n
+            if progress and n:
+                progress(n)
+            return n
 
         def check():
-            for f in pending:
-                f.result()
             st1 = os.fstat(fd_in)
             if (st0.st_size, st0.st_mtime_ns) != (st1.st_size, st1.st_mtime_ns) or got[0] != size:
                 raise BadInput(f"{src} changed while it was being added", "retry when nothing is writing to it")
@@ -622,15 +646,10 @@ class ObjectStore:
                                     "find an intact copy")
             return oid
 
-        got = [0]
-
-        def on_block(view):
-            got[0] += len(view)
-            pending.append(pool.submit(h.update, view))
-
         try:
             with ThreadPoolExecutor(1) as pool:  # one worker: blocks are hashed in order
-                new, oid = self._put_chunked(blocks(), size, on_block, None, check, share)
+                new, oid = self._put_chunked(read_into, size, lambda view: pool.submit(h.update, view), None, check,
+                                             share)
         except OSError as e:
             raise fsio.io_error(e, f"adding {src}") from e
         return oid, size, new
