@@ -241,6 +241,14 @@ class RealizationUnavailable(Refused):
     default_hint = "compile for a target that can run here; ledger never falls back silently"
 
 
+class CompileCacheRefused(Refused):
+    """A compile cache (ledger/train/compile_cache.py) built for another plan shape, device or
+    torch/triton/CUDA version was handed to a run: refused before anything is compiled, never
+    used; details name each field that differs."""
+    default_hint = ("train without it (a matching cache is looked up by itself), or build one on this machine "
+                    "with these library versions")
+
+
 class CapabilityTrapped(Refused):
     """A wasm capability trapped or hit a limit (fuel, time, memory, stack); details name the trap."""
     default_hint = "the capability ran out of a limit or trapped; see its manifest's [limits] and tests"

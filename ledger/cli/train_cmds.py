@@ -117,12 +117,13 @@ def train(
     plan: Annotated[str, typer.Argument(help="Plan id/prefix/name, or a spec .toml (compiled first).")],
     resume: Annotated[Optional[str], typer.Option("--resume", help="Checkpoint id to resume from.")] = None,
     unsandboxed: Annotated[bool, typer.Option("--unsandboxed", help="Run the child without Landlock (recorded in the receipt).")] = False,
+    compile_cache: Annotated[Optional[str], typer.Option("--compile-cache", help="Compile cache id to use (refused if built for another shape, device or library version).")] = None,
     json_: JsonOpt = False,
 ):
     """Run a plan in a sandboxed child; commit adapter, checkpoints and a receipt."""
     with common.TrainingBar(not json_) as prog:
         res = api.train(plan, resume=resume, unsandboxed=unsandboxed, progress=prog, store=common.store_dir(),
-                        say=common.err_console().print)
+                        say=common.err_console().print, compile_cache=compile_cache)
     finish(json_, res, lambda: render_receipt(res.result.receipt, res.result.receipt_id))
 
 

@@ -235,6 +235,47 @@ class ChildOutputs:
         finally:
             os.close(fd)
 
+    def read_tree(self, rel: str, max_bytes: int, max_files: int, max_depth: int) -> dict[str, tuple[bytes, int]] | None:
+        """{relative path: (bytes, mode)} of every file under out/<rel>, for an output whose
+        names the parent cannot list in advance (a compile cache): walked by descriptor, each
+        file checked like any other (regular, one name, no links), and refused past `max_files`
+        files, `max_bytes` bytes in all or `max_depth` folders deep; None if absent."""
+        fd = self._walk(rel)
+        if fd is None:
+            return None
+        out: dict[str, tuple[bytes, int]] = {}
+        left = [max_bytes]
+
+        def visit(dfd: int, prefix: str, depth: int) -> None:
+            if depth > max_depth:
+                raise Refusal(Violation(f"{rel}/{prefix}", f"more than {max_depth} folders deep"))
+            for name in _names(dfd, f"{rel}/{prefix}".rstrip("/"), max_files):
+                path = f"{prefix}{name}"
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    sub = self._dir_at(dfd, name, f"{rel}/{path}")
+                    try:
+                        visit(sub, path + "/", depth + 1)
+                    finally:
+                        os.close(sub)
+                    continue
+                if len(out) >= max_files:
+                    raise Refusal(Violation(f"{rel}/{path}", f"more than the {max_files} files this run may write there"))
+                if st.st_size > left[0]:
+                    raise Refusal(Violation(f"{rel}/{path}", f"more than the {max_bytes} bytes in all this run may "
+                                                             "write there"))
+                got = self._file_at(dfd, name, f"{rel}/{path}", left[0])
+                if got is None:
+                    raise Refusal(Violation(f"{rel}/{path}", "vanished while being read"))
+                left[0] -= len(got[0])
+                out[path] = got
+
+        try:
+            visit(fd, "", 0)
+        finally:
+            os.close(fd)
+        return out
+
     def list_folder(self, rel: str, pattern: re.Pattern, skip: re.Pattern | None = None) -> list[str]:
         """Names in out/<rel> matching `pattern` (sorted); names matching `skip` are passed over
         unread (work in progress); any other name is a violation. [] if the folder is absent."""

@@ -33,6 +33,7 @@ from ledger.errors import BadInput, InternalError
 from ledger.plan import compile as comp
 from ledger.plan.plan import Plan as PlanView
 from ledger.store import canonical, trees
+from ledger.train import compile_cache as ccache
 from ledger.train import job
 from ledger.train import receipt as rcpt
 
@@ -54,6 +55,7 @@ class RunOutput:
     stderr: str = ""
     final: tuple[dict, dict] | None = None     # ({file: bytes}, state) of out/final, read safely
     adapter: dict | None = None                # {file: (bytes, mode)} of out/adapter, or None
+    compile_cache: dict | None = None          # the handed cache (key, env, shape, id) + "files" read on a miss
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,10 @@ def check_runnable_here(plan: PlanView) -> None:
                 "run it on a machine with that many GPUs, or compile with train.devices = 1")
 
 
-def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path) -> None:
-    """Fill work/inputs/ with what the plan declares (the child reads nothing else)."""
+def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path,
+            compile_cache: str | None = None) -> None:
+    """Fill work/inputs/ with what the plan declares (the child reads nothing else), and the
+    compile cache of the plan's shape when there is one (ledger.train.compile_cache)."""
     inputs = work / "inputs"
     view = plan.view
     man = modellib.load_manifest(store, view.inputs.base)
@@ -134,16 +138,28 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path)
                            "resume with the plan the checkpoint was made by")
         ck.materialise(store, cman, inputs / "checkpoint")
         spec["resume"] = "inputs/checkpoint"
+    if ccache.uses_cache(view):
+        shape, env = ccache.shape_of(plan.body), ccache.environment()
+        key, cid = ccache.lookup(store, shape, env, compile_cache)   # a mismatched cache is refused here
+        if cid is not None:
+            ccache.materialise(store, cid, work / ccache.INPUT_DIR)
+        spec["compile_cache"] = {"key": key, "env": env, "shape": shape, "id": cid,
+                                 "dir": ccache.INPUT_DIR if cid else None}
+    elif compile_cache:
+        raise BadInput("--compile-cache names a compile cache, but this plan compiles nothing",
+                       "it applies to CUDA plans with a torch-compiled or fused-lora realization")
     (inputs / "job.json").write_text(json.dumps(spec, sort_keys=True))
 
 
 def child_env(work: Path, plan: PlanView) -> dict:
     env = job.child_env(work, plan.runtime.threads, _PASS_ENV)
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    if plan.runtime.loop_kind == "compiled":
+    if plan.runtime.loop_kind in ("compiled", "fused"):
         # Inductor compiles in a pool of worker processes by default; a confined child grants
         # /proc/self to itself only, so its workers cannot run there: compile in-process.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        # the child's private, writable Inductor/Triton cache, seeded from the compile cache
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(work / ccache.SCRATCH_DIR)
     if plan.world > 1:
         # Collective settings of this machine travel to the DDP processes (NCCL_*, ...); NVLink
         # multicast stays off unless asked for: a LoRA's gradients are small, and on shared
@@ -290,7 +306,7 @@ def read_checkpoint(outputs: job.ChildOutputs, rel: str, plan_id: str, step: int
 
 
 def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: bool = False,
-            progress=None) -> RunOutput:
+            progress=None, compile_cache: str | None = None) -> RunOutput:
     """Materialise, run the child, commit its checkpoints as they appear. The caller removes
     run.work (`store.discard_work_folder`)."""
     check_runnable_here(plan.view)
@@ -300,7 +316,7 @@ def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: b
         resumed = ck.load_manifest(store, resume)
     work = job.new_work(store, "train")
     try:
-        prepare(store, plan, resumed, work)
+        prepare(store, plan, resumed, work, compile_cache)
         return _execute(store, plan, work, unsandboxed, progress)
     except BaseException:
         store.discard_work_folder(work)
@@ -338,12 +354,20 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
         job.check_result(result, RESULT_TYPES)
         if not isinstance(result["counters"].get("optimizer_steps"), int):
             raise job.Refusal(job.Violation("result.json", "field 'counters' lacks an integer optimizer_steps"))
-        return final, adapter
+        cache = None
+        if handed is not None:
+            cache = dict(handed)
+            if handed["id"] is None:   # a miss: the child's new cache, read as hostile as the rest
+                cache["files"] = outputs.read_tree(ccache.OUTPUT_DIR, ccache.MAX_BYTES, ccache.MAX_FILES,
+                                                   ccache.MAX_DEPTH)
+        return final, adapter, cache
 
+    handed = json.loads((work / "inputs" / "job.json").read_text()).get("compile_cache")
     fin = job.run_job(store, cj, progress=progress, poll=poll, collect=collect, describe_failure=_crashed)
-    final, adapter = fin.collected
+    final, adapter, cache = fin.collected
     return RunOutput(work=work, result=fin.result, checkpoints=fin.checkpoints, sandbox=fin.sandbox,
-                     returncode=fin.returncode, stderr=fin.stderr, final=final, adapter=adapter)
+                     returncode=fin.returncode, stderr=fin.stderr, final=final, adapter=adapter,
+                     compile_cache=cache)
 
 
 def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tuple[str, dict]:
@@ -354,6 +378,17 @@ def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tup
     body = rcpt.build(plan_id=plan.id, plan=plan.view, result=run.result, final_checkpoint=final_id,
                       final_manifest=final_manifest, adapter=adapter, checkpoints=list(run.checkpoints),
                       resumed_from=resumed_from, sandbox=run.sandbox)
+    cc = run.compile_cache
+    if cc is not None:
+        built = None
+        if cc["id"] is None and cc.get("files"):
+            built = ccache.put(tx, cc["files"], cc["shape"], cc["env"], cc["key"], plan.id)
+            tx.outputs.append(built)
+        elif cc["id"] is not None:
+            tx.inputs.append(cc["id"])
+        # which compiled artefacts the run used (a hit) or left for the next run of its shape
+        body["compile_cache"] = {"key": cc["key"], "id": cc["id"] or built, "hit": cc["id"] is not None,
+                                 "built": built is not None, "env": cc["env"]}
     rid = tx.put_json(body)
     b = plan.view.inputs
     tx.inputs.extend([plan.id, b.base, b.dataset, b.tokenizer] + ([resumed_from] if resumed_from else []))
@@ -361,11 +396,13 @@ def commit(tx, plan: comp.Plan, run: RunOutput, resumed_from: str | None) -> tup
     return rid, body
 
 
-def train(store, plan_ref: str, *, resume: str | None = None, unsandboxed: bool = False, progress=None) -> TrainResult:
+def train(store, plan_ref: str, *, resume: str | None = None, unsandboxed: bool = False, progress=None,
+          compile_cache: str | None = None) -> TrainResult:
     plan = comp.load(store, plan_ref)
     resume_id = store.resolve(resume) if resume else None
     t0 = time.time()
-    run = execute(store, plan, resume=resume_id, unsandboxed=unsandboxed, progress=progress)
+    run = execute(store, plan, resume=resume_id, unsandboxed=unsandboxed, progress=progress,
+                  compile_cache=compile_cache)
     try:
         with store.transaction("train", wait=60) as tx:
             rid, body = commit(tx, plan, run, resume_id)

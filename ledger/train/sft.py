@@ -37,6 +37,7 @@ from ledger.artefacts import template as templatelib
 from ledger.errors import BadInput, RealizationUnavailable
 from ledger.kernels import qlinear
 from ledger.plan.plan import Config, Plan
+from ledger.train import compile_cache as ccache
 from ledger.train import runtime
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -64,7 +65,7 @@ def check_realizations(plan: Plan) -> None:
                 f"the plan selected {r.name} on cuda for operator {op} (target {plan.target.name}), "
                 "but no CUDA device is available here; nothing was trained",
                 "run it on a machine with the target's GPU, or compile for --target cpu")
-        if r.name == "torch-compiled" and importlib.util.find_spec("triton") is None:
+        if r.name in ("torch-compiled", "fused-lora") and importlib.util.find_spec("triton") is None:
             raise RealizationUnavailable(f"the plan selected torch-compiled for operator {op}, which needs triton; "
                                          "it is not installed here", "install torch's triton, or compile with "
                                          "compile.realization = \"torch-eager\"")
@@ -111,9 +112,9 @@ def batch_indices(m: int, B: int, n: int, data_seed: int, cache: dict):
 def build(c: Config, base_dir: Path):
     """The base model with a freshly seeded LoRA adapter; (model, sorted trainable parameters)."""
     model = LlamaForCausalLM.from_pretrained(str(base_dir), dtype=DTYPES[c.precision.dtype], local_files_only=True)
-    torch.manual_seed(c.seeds.lora_init)
     if c.precision.base_format != "none":   # QLoRA: the frozen projections held in q4b32 / int8
         qlinear.quantize_model_(model, c.precision.base_format)
+    torch.manual_seed(c.seeds.lora_init)
     lcfg = LoraConfig(r=c.lora.r, lora_alpha=c.lora.alpha, lora_dropout=c.lora.dropout,
                       target_modules=sorted(c.lora.target_modules), bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(model, lcfg)
@@ -238,6 +239,12 @@ def compile_layers(layers) -> None:
         layer.compile()
 
 
+def fusedlib_groups():
+    from ledger.train import fused as fusedlib  # loaded already where a fused plan runs
+
+    return fusedlib.GROUPS
+
+
 def _cpu(tensors: dict) -> dict:
     return {k: v.detach().cpu() for k, v in tensors.items()}
 
@@ -247,6 +254,19 @@ def _optimizer_to(opt, fused: bool) -> None:
     for p, st in opt.state.items():
         for k, v in list(st.items()):
             st[k] = v.to(p.device) if (k != "step" or fused) else v.cpu()
+
+
+class _FusedLoss(torch.nn.Module):
+    """The fused-lora forward as a module that owns the peft model's parameters, so DDP can wrap
+    it like the model itself (its forward is what DDP's reducer hooks)."""
+
+    def __init__(self, peft_model, fused):
+        super().__init__()
+        self.peft_model = peft_model
+        self.fused = fused
+
+    def forward(self, input_ids, labels):
+        return self.fused.loss(input_ids, labels)
 
 
 class _null:
@@ -314,8 +334,18 @@ class SftRecipe:
                 raise RealizationUnavailable(f"the kernel build handed to this run is {self.kernel_op.code_object}, "
                                              f"the plan names {want}")
             lora_train.install(model, self.kernel_op)
+        # compile once: the handed Inductor cache seeds the private cache folder before anything
+        # compiles (a cache for another device or library version is refused here)
+        self.cache_spec = job.get("compile_cache")
+        self.cache_dir = ccache.enter(work, self.cache_spec) if self.cache_spec is not None else None
+        self.fused = None
         if self.loop_kind == "compiled":
             compile_layers(model.base_model.model.model.layers)
+        elif self.loop_kind == "fused":
+            from ledger.train import fused as fusedlib  # the fused realization: CUDA plans only
+
+            self.fused = fusedlib.FusedLlama(model, c.lora.dropout, attention=plan.realizations["attention"].name)
+            model = _FusedLoss(model, self.fused)
         model.train()
         if dist.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -323,7 +353,7 @@ class SftRecipe:
             model = DDP(model, device_ids=[dist.local] if self.cuda else None, gradient_as_bucket_view=True)
         self.model = model
         o = c.optimizer
-        self.fused_adam = self.loop_kind == "compiled"
+        self.fused_adam = self.loop_kind in ("compiled", "fused")
         self.opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                      weight_decay=o.weight_decay,
                                      **({"fused": True} if self.fused_adam else {"foreach": False}))
@@ -396,8 +426,11 @@ class SftRecipe:
                     x, m, y = (t.to(dist.device, non_blocking=True) for t in (x, m, y))
                 sync_off = dist.world > 1 and k < accum - 1  # all-reduce gradients once per step
                 with model.no_sync() if sync_off else _null():
-                    with torch.autocast("cuda", dtype=torch.bfloat16) if autocast == "bf16" else _null():
-                        loss = model(input_ids=x, attention_mask=m, labels=y).loss
+                    if self.fused is not None:   # no mask: rows are right-padded (ledger.train.fused)
+                        loss = model(x, y)
+                    else:
+                        with torch.autocast("cuda", dtype=torch.bfloat16) if autocast == "bf16" else _null():
+                            loss = model(input_ids=x, attention_mask=m, labels=y).loss
                     if self.cuda:
                         self.fwd_peak = max(self.fwd_peak, torch.cuda.memory_allocated())
                     (loss / accum).backward()
@@ -484,6 +517,9 @@ class SftRecipe:
             result["device"]["distributed"].update({
                 "nodes": self.plan.nodes, "ranks": self.ranks,
                 "rendezvous": json.loads(os.environ.get("LEDGER_RENDEZVOUS", "null"))})
+        if self.fused is not None:
+            result["device"]["fused_lora"] = {"attention": self.fused.attention, "groups": [list(g[1]) for g in
+                                                                                            fusedlib_groups()]}
         if self.kernel_op is not None:
             result["device"]["fused_kernel"] = {"code_object": self.kernel_op.code_object,
                                                 "fused_calls": self.kernel_op.calls}
@@ -496,6 +532,8 @@ class SftRecipe:
                 (self.out / "adapter" / "adapter_config.json").write_text(
                     json.dumps(adapter_config(self.peft_model, plan.inputs.base), sort_keys=True, indent=2) + "\n")
             self._checkpoint(self.out / "final", done)
+            if self.cache_spec is not None and self.cache_spec.get("id") is None:
+                ccache.leave(self.cache_dir, self.out)   # a new cache for the next run of this shape
             (self.out / "result.json").write_text(json.dumps(result, sort_keys=True))
         dist.close()
         return result
