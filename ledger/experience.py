@@ -23,8 +23,11 @@ FIELDS = {"situation": str, "action": str, "outcome": (str, type(None)), "refusa
           # Written by the image (ledger/image): the client's idempotency key, and whether the
           # action came from the model or was given by the client. Kept only when present, so
           # turns recorded without them keep their exact bytes (and object ids).
-          "request": (str, type(None)), "source": (str, type(None))}
-OPTIONAL = ("request", "source")
+          "request": (str, type(None)), "source": (str, type(None)),
+          # The situation's system part (rendered as the chat template's system message; docs/real-models.md).
+          # Kept only when present, like the two above.
+          "system": (str, type(None))}
+OPTIONAL = ("request", "source", "system")
 REQUIRED = ("situation", "action")
 MAX_TEXT = 1 << 16
 
@@ -161,6 +164,8 @@ def export(store, cycle: int | None = None, wait: float | None = None, policy: d
         table = pa.table({"situation": [t["situation"] for t in rows], "action": [t["action"] for t in rows],
                           "outcome": [t.get("outcome") or "" for t in rows], "refusal": [bool(t["refusal"]) for t in rows],
                           "turn": [t["id"] for t in rows]})
+        if any(t.get("system") for t in rows):  # only then: exports without one keep their bytes
+            table = table.append_column("system", pa.array([t.get("system") for t in rows], pa.string()))
         oid = tx.put_bytes(parquet_bytes(table), "dataset")
         tx.outputs.append(oid)
         records.write(tx, records.Export(dataset=oid, first=first, last=last, counters={"exported": last - first + 1},

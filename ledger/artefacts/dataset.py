@@ -62,8 +62,10 @@ def read_parquet(source):
     return pq.ParquetFile(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else str(source)).read()
 
 
-def read_turns(source) -> list[tuple[str, str]]:
-    """(situation, action) rows of a Parquet file path or bytes; BadInput if it is not one."""
+def read_turns(source) -> list[tuple[str | dict, str]]:
+    """(situation, action) rows of a Parquet file path or bytes; BadInput if it is not one. An
+    optional string column `system` gives a row's situation a system part: that row's situation
+    is then {"system": ..., "user": ...} (template.situation), rendered as the system message."""
     import pyarrow as pa
 
     try:
@@ -78,6 +80,10 @@ def read_turns(source) -> list[tuple[str, str]]:
         raise BadInput("dataset has null situations or actions")
     if not sit:
         raise BadInput("dataset has no rows")
+    if "system" in tbl.column_names:
+        if not pa.types.is_string(tbl.schema.field("system").type):
+            raise BadInput("dataset column 'system' is not a string column", "the system part of a situation is text")
+        sit = [{"system": p, "user": s} if p else s for s, p in zip(sit, tbl.column("system").to_pylist())]
     return list(zip(sit, act))
 
 

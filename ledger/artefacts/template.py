@@ -8,8 +8,9 @@ it, so a suite scored under one template is never silently scored under another.
 
 `Chat(tokenizer, template)` is the one encoder every stage uses (trainer, scorer, DPO, image):
 
-* **jinja**: the turn is rendered as messages -- the situation as the user message (the
-  template adds its own system message, if it has one), the action as the assistant message --
+* **jinja**: the turn is rendered as messages -- the situation as the user message, preceded by
+  a system message when the situation has a system part (else the template adds its own system
+  message, if it has one), the action as the assistant message --
   in a sandboxed Jinja environment set up like transformers' `apply_chat_template` (trim_blocks,
   lstrip_blocks, loop controls, `raise_exception`, the special tokens as variables; no clock, so
   a render is deterministic). The text is tokenized once; the action span is cut in TOKEN space
@@ -18,6 +19,10 @@ it, so a suite scored under one template is never silently scored under another.
   The prompt (`render(messages, add_generation_prompt=True)`) must be a prefix of the full text
   and its ids the ids before the span, so what the image feeds a model equals what it trained on.
 * **plain**: `[<bos>] situation <sep> action <eos>` (tokenizer.encode_turn); span = action + <eos>.
+  A system part is written before the user part, one line break between them.
+
+A situation is a str (the user message) or a mapping {"system": str, "user": str} (`situation`
+checks it): datasets carry the system part in an optional `system` column (ledger.artefacts.dataset).
 
 Anything that breaks these rules -- a template that fails to render, that does not reproduce the
 action verbatim, that merges prompt and action into one token, or that puts no special token
@@ -69,6 +74,31 @@ def check_definition(d) -> dict:
     raise BadInput("not a chat-template definition this ledger knows", "known: plain (v1) and jinja (v1)")
 
 
+def situation(value) -> dict:
+    """A situation as {"user": str} or {"system": str, "user": str}: a str is the user message;
+    an empty or missing system part is no system part. BadInput for anything else."""
+    if isinstance(value, str):
+        return {"user": value}
+    if not isinstance(value, dict) or not {"user"} <= set(value) <= {"system", "user"} \
+            or not all(isinstance(v, str) for v in value.values()):
+        raise BadInput(f"a situation is text or {{\"system\": text, \"user\": text}}, got {str(value)[:60]!r}")
+    return {"user": value["user"], **({"system": value["system"]} if value.get("system") else {})}
+
+
+def situation_text(value) -> str:
+    """The situation as one text (the plain format's, and what messages quote): system part, a line
+    break, user part."""
+    s = situation(value)
+    return f"{s['system']}\n{s['user']}" if "system" in s else s["user"]
+
+
+def messages(value, action: str | None = None) -> list[dict]:
+    """The chat messages of a turn: [system,] user[, assistant]."""
+    s = situation(value)
+    msgs = ([{"role": "system", "content": s["system"]}] if "system" in s else []) + [{"role": "user", "content": s["user"]}]
+    return msgs + ([{"role": "assistant", "content": action}] if action is not None else [])
+
+
 def _environment():
     import jinja2
     from jinja2.ext import loopcontrols
@@ -115,13 +145,12 @@ class Chat:
         return self.template["format"] == "plain"
 
     # --- rendering --------------------------------------------------------------------------------
-    def render(self, situation: str, action: str | None = None) -> str:
-        """The template's text for a turn; without an action, the prompt a model continues."""
+    def render(self, situation, action: str | None = None) -> str:
+        """The template's text for a turn (`situation`: text, or {"system", "user"}); without an
+        action, the prompt a model continues."""
         import jinja2
 
-        msgs = [{"role": "user", "content": situation}]
-        if action is not None:
-            msgs.append({"role": "assistant", "content": action})
+        msgs = messages(situation, action)
         sp = getattr(self.tokenizer, "specials", {})
         try:
             return self._compiled.render(messages=msgs, add_generation_prompt=action is None,
@@ -130,7 +159,7 @@ class Chat:
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
             raise TemplateError(f"the chat template failed to render a turn: {e}") from None
 
-    def _cut(self, situation: str, action: str) -> tuple[list[int], int, int, int]:
+    def _cut(self, situation, action: str) -> tuple[list[int], int, int, int]:
         """(ids, span start, span end, end-of-turn id) of a rendered turn, cut by offsets."""
         prompt, full = self.render(situation), self.render(situation, action)
         if not full.startswith(prompt):
@@ -161,9 +190,9 @@ class Chat:
         return self._cut("a", "b")[3]
 
     # --- what the stages use -------------------------------------------------------------------------
-    def encode_turn(self, situation: str, action: str, max_len: int | None = None) -> toklib.EncodedTurn:
+    def encode_turn(self, situation, action: str, max_len: int | None = None) -> toklib.EncodedTurn:
         if self.plain:
-            return toklib.encode_turn(self.tokenizer, situation, action, max_len)
+            return toklib.encode_turn(self.tokenizer, situation_text(situation), action, max_len)
         ids, k0, k1, eot = self._cut(situation, action)
         if eot != self._stop:
             raise TemplateError(f"a turn ends with token {eot}, not the template's end-of-turn token {self._stop}")
@@ -173,9 +202,9 @@ class Chat:
         toklib.check_len(len(ids), max_len)
         return toklib.EncodedTurn(ids=tuple(ids), action_start=k0, action_end=k1)
 
-    def prompt_ids(self, situation: str) -> list[int]:
+    def prompt_ids(self, situation) -> list[int]:
         if self.plain:
-            return toklib.plain_prompt(self.tokenizer, situation)
+            return toklib.plain_prompt(self.tokenizer, situation_text(situation))
         return self.tokenizer.encode(self.render(situation))
 
     @property
