@@ -174,10 +174,12 @@ class Verified(Wrapped):
         return StoreCorrupt(f"verify found {len(rep.errors)} fault(s); first: {rep.errors[0]['message']}", hint)
 
 
-def verify(*, read_data: bool = False, progress=None, store: StoreLike = None) -> Verified:
-    """Check the journal chain, the caches and every object (`read_data`: rehash every byte)."""
+def verify(*, read_data: bool = False, full: bool = False, progress=None, store: StoreLike = None) -> Verified:
+    """Check the journal chain, the caches and the objects: from the last clean verify's
+    watermark on (docs/store-format.md, rule 20), or every record with `full`; `read_data`
+    (which implies full) rehashes every byte."""
     s = open_store(store)
-    rep = run_verify(s, read_data=read_data, **({"progress": progress} if progress else {}))
+    rep = run_verify(s, read_data=read_data, full=full, **({"progress": progress} if progress else {}))
     return Verified(result=rep, read_data=read_data, warnings=take_warnings(s))
 
 

@@ -98,11 +98,13 @@ def log(
 
 
 def verify(
-    read_data: Annotated[bool, typer.Option("--read-data", help="Also rehash every object's bytes.")] = False,
+    read_data: Annotated[bool, typer.Option("--read-data", help="Also rehash every object's bytes (implies --full).")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Check every record, not only those after the last clean verify.")] = False,
     json_: JsonOpt = False,
 ):
-    """Check the journal chain, the caches and every object (exit 4 on faults)."""
-    res = api.verify(read_data=read_data, store=common.store_dir())
+    """Check the journal chain, the caches and the objects (exit 4 on faults): the records after
+    the last clean verify, or all of them with --full."""
+    res = api.verify(read_data=read_data, full=full, store=common.store_dir())
     rep = res.result
 
     def render():
@@ -115,6 +117,11 @@ def verify(
         for i in rep.info:
             c.print(f"[dim]info[/]     {i['message']}")
         verdict = "[green]clean[/]" if rep.ok else f"[red]{len(rep.errors)} fault(s)[/]"
+        if st.get("mode") == "incremental":
+            c.print(f"{verdict}: records {st.get('from_seq', 0) + 1}..{st.get('records', 0)} checked after the "
+                    f"watermark of the last verify ({st.get('checked', 0)} new), {st.get('objects', 0)} objects they "
+                    f"reach, {human_bytes(st.get('bytes', 0))} (incremental; --full checks every record)")
+            return
         c.print(f"{verdict}: {st.get('records', 0)} records, {st.get('objects', 0)} objects, "
                 f"{human_bytes(st.get('bytes', 0))}" + (" (data rehashed)" if read_data else " (structure; --read-data rehashes)"))
     finish(json_, res, render)

@@ -18,11 +18,9 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import blake3
-
 from ledger.errors import BadInput, JournalConflict, JournalCorrupt
 from ledger.store import canonical, faults, fsio
-from ledger.store.ids import PREFIX, hash_bytes, is_id
+from ledger.store.ids import hash_bytes, is_id
 from ledger.store.lock import ofd_lock_wait
 
 FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload")
@@ -31,6 +29,11 @@ FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload"
 def record_id(body: dict) -> str:
     """The id of a record: the hash of the canonical form of its fields other than `id`."""
     return hash_bytes(canonical.dumps({k: body[k] for k in FIELDS}))
+
+
+def stat_identity(st: os.stat_result) -> list:
+    """[dev, inode, size, mtime_ns, ctime_ns]: equal only if nothing wrote the file in between."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def now() -> str:
@@ -73,7 +76,13 @@ def parse_line(line: bytes) -> dict:
             and isinstance(rec["outputs"], list)
             and all(is_id(x) for x in rec["inputs"] + rec["outputs"])):
         raise BadInput("journal record has ill-typed fields")
-    if record_id(rec) != rec["id"]:
+    # The line is canonical (checked above), so the canonical form of the fields other than `id`
+    # is the line without its `,"id":"…"` member: hash that rather than encode the record again.
+    # "actor" is the only key that sorts before "id", and a JSON string holds no bare quote, so
+    # the first `,"id":"` of the line is the record's own id member.
+    member = b',"id":"' + rec["id"].encode() + b'"'
+    at = line.find(member)
+    if at < 0 or hash_bytes(line[:at] + line[at + len(member):]) != rec["id"]:
         raise BadInput("journal record does not hash to its id")
     return rec
 
@@ -86,6 +95,12 @@ class Scan:
     torn: bytes = b""            # bytes after the last good record that are not a whole record
     broken_at: int | None = None  # seq position (1-based) of the first record that breaks the chain
     problem: str | None = None
+    last_seq: int = 0            # seq and id of the last good record (those the scan started after
+    last_id: str | None = None   # when it read none)
+
+
+SCAN_BLOCK = 8 << 20  # a scan reads this much at a time: its memory does not grow with the journal
+TORN_MAX = 256 << 20  # damaged bytes a scan keeps to report (a whole journal of garbage is not kept)
 
 
 class Journal:
@@ -93,6 +108,7 @@ class Journal:
     def __init__(self, root: Path):
         self.path = root / "journal"
         self.tmp = root / "tmp"
+        self.appended: os.stat_result | None = None  # the file's stat right after this object's last append
 
     def open(self):
         """The journal file for reading, as a binary file object: never through a link, never
@@ -105,48 +121,106 @@ class Journal:
                                  "restore .ledger/journal from a bundle or backup") from None
         return os.fdopen(fd, "rb")
 
-    def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
-             keep: bool = True) -> Scan:
-        """Read and check records from `start_offset`. Damage in the middle is a broken chain;
-        damage only at the end is a torn tail."""
-        out = Scan(end=start_offset)
+    def identity(self) -> list | None:
+        """What says the journal file is the one a cache saw: [dev, inode, size, mtime_ns,
+        ctime_ns] of the regular file (None if there is none). Any write, truncation, rename over
+        it or utime changes ctime, which no process can set back (docs/store-format.md, rule 19)."""
         try:
-            with self.open() as f:
-                f.seek(start_offset)
-                data = f.read()
+            fd, st = fsio.open_regular(self.path)
         except FileNotFoundError:
-            return out
-        pos = 0
-        seq, prev = expect_seq, expect_prev
-        n = len(data)
-        while pos < n:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                out.torn = data[pos:]
-                break
-            line = data[pos:nl]
-            try:
-                rec = parse_line(line)
-                if rec["seq"] != seq:
-                    raise BadInput(f"expected seq {seq}, found {rec['seq']}")
-                if rec["prev"] != prev:
-                    raise BadInput("prev does not name the previous record")
-            except BadInput as e:
-                # A bad final line with nothing after it is a torn tail; otherwise tampering.
-                if data[nl + 1:].strip() == b"":
-                    out.torn = data[pos:]
-                else:
-                    out.broken_at = seq
-                    out.problem = f"record {seq}: {e.message}"
-                    out.torn = data[pos:]
-                break
+            return None
+        except fsio.NotRegular as e:
+            raise JournalCorrupt(f"{self.path} is a {e.kind}, not the journal file",
+                                 "restore .ledger/journal from a bundle or backup") from None
+        os.close(fd)
+        return stat_identity(st)
+
+    def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
+             keep: bool = True, each=None) -> Scan:
+        """Read and check records from `start_offset`. Damage in the middle is a broken chain;
+        damage only at the end is a torn tail.
+
+        The file is read a block at a time; `each(rec)` is called for every good record in order
+        and `keep=False` keeps no list of them, so a scan of any length runs in bounded memory."""
+        out = Scan(end=start_offset, last_seq=expect_seq - 1, last_id=expect_prev)
+        for rec in self._walk(out, start_offset, expect_seq, expect_prev):
             if keep:
                 out.records.append(rec)
-            seq, prev = seq + 1, rec["id"]
-            pos = nl + 1
-            out.end = start_offset + pos
-        out.last_seq, out.last_id = seq - 1, prev  # type: ignore[attr-defined]
+            if each is not None:
+                each(rec)
         return out
+
+    def stream(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None):
+        """Records oldest first, one at a time (bounded memory at any journal length), each checked
+        against its id and its predecessor; a broken chain raises JournalCorrupt where it is met
+        and a torn tail is skipped, as on open. For readers that walk history (gc, report, diff)."""
+        out = Scan(end=start_offset)
+        yield from self._walk(out, start_offset, expect_seq, expect_prev)
+        if out.broken_at is not None:
+            raise JournalCorrupt(f"journal chain is broken at {out.problem}", "run `ledger verify`")
+
+    def _walk(self, out: Scan, start_offset: int, expect_seq: int, expect_prev: str | None):
+        try:
+            f = self.open()
+        except FileNotFoundError:
+            return
+        seq, prev = expect_seq, expect_prev
+        with f:
+            f.seek(start_offset)
+            base, data, pos, eof = start_offset, b"", 0, False
+            while True:
+                nl = data.find(b"\n", pos)
+                if nl < 0:
+                    if eof:
+                        if pos < len(data):
+                            out.torn = data[pos:]
+                        break
+                    chunk = f.read(SCAN_BLOCK)
+                    base, data, pos = base + pos, data[pos:] + chunk, 0
+                    if not chunk:
+                        eof = True
+                    elif len(data) > TORN_MAX + SCAN_BLOCK and data.find(b"\n") < 0:
+                        # one "line" longer than any record could be: damage, not a record
+                        out.torn = data[:TORN_MAX]
+                        rest = f.read(1)
+                        if rest and not self._blank_after(f, rest):
+                            out.broken_at, out.problem = seq, f"record {seq}: a line of more than {TORN_MAX} bytes"
+                        break
+                    continue
+                line = data[pos:nl]
+                try:
+                    rec = parse_line(line)
+                    if rec["seq"] != seq:
+                        raise BadInput(f"expected seq {seq}, found {rec['seq']}")
+                    if rec["prev"] != prev:
+                        raise BadInput("prev does not name the previous record")
+                except BadInput as e:
+                    # A bad final line with nothing after it is a torn tail; otherwise tampering.
+                    after = data[nl + 1:]
+                    if after.strip() == b"" and self._blank_after(f, b""):
+                        out.torn = data[pos:]
+                    else:
+                        out.broken_at = seq
+                        out.problem = f"record {seq}: {e.message}"
+                        out.torn = data[pos:pos + TORN_MAX]
+                    break
+                seq, prev = seq + 1, rec["id"]
+                pos = nl + 1
+                out.end = base + pos
+                out.last_seq, out.last_id = seq - 1, prev
+                yield rec
+
+    @staticmethod
+    def _blank_after(f, first: bytes) -> bool:
+        """Whether `first` and the rest of file `f` hold only whitespace (read a block at a time)."""
+        if first.strip():
+            return False
+        while True:
+            chunk = f.read(SCAN_BLOCK)
+            if not chunk:
+                return True
+            if chunk.strip():
+                return False
 
     def records(self):
         s = self.scan()
@@ -209,18 +283,6 @@ class Journal:
             out.append(rec)
         return out[::-1]
 
-    def prefix_digest(self, length: int) -> str:
-        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        with self.open() as f:
-            remaining = length
-            while remaining:
-                chunk = f.read(min(remaining, 16 << 20))
-                if not chunk:
-                    break
-                h.update(chunk)
-                remaining -= len(chunk)
-        return PREFIX + h.hexdigest()
-
     def set_aside_tail(self, end: int) -> Path | None:
         """Move a torn tail out of the journal (kept beside it for forensics) so the next append
         starts on a record boundary. Caller holds the lock."""
@@ -239,6 +301,22 @@ class Journal:
         finally:
             os.close(fd)
         return aside
+
+    def record_before(self, end: int) -> dict | None:
+        """The whole record that ends at byte `end`, checked against its own id (None if there
+        is none there): what a cache keyed by (offset, record id) compares with."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+                return None
+            return parse_line(self.last_line_before(fd, end))
+        except BadInput:
+            return None
+        finally:
+            os.close(fd)
 
     def record_id_before(self, end: int) -> str | None:
         """The id of the whole record that ends at byte `end` (None if there is none there)."""
@@ -318,6 +396,10 @@ class Journal:
                 # Nothing half-written may stay visible: cut back to where we started.
                 os.ftruncate(fd, start)
                 raise
-            return os.fstat(fd).st_size
+            # Taken while this process still holds the journal's OFD lock: the cache written
+            # after this commit records it, and the next writer trusts the bytes before its offset
+            # only if the file still has exactly this identity (rule 19).
+            self.appended = os.fstat(fd)
+            return self.appended.st_size
         finally:
             os.close(fd)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ledger.errors import (
     CorruptObject,
     InternalError,
     JournalCorrupt,
+    LedgerError,
     MissingObject,
     StoreCorrupt,
     UnknownRef,
@@ -32,11 +34,11 @@ from ledger.errors import (
 )
 from ledger.store import canonical, faults, fsio, index, retention, schema, trees
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
-from ledger.store.journal import Journal, default_actor, make_record
+from ledger.store.journal import Journal, default_actor, make_record, stat_identity
 from ledger.store.lock import Lock
 from ledger.store.objects import ObjectStore
 from ledger.store.paths import DIRNAME, find_root
-from ledger.store.state import State, check_ref_changes, fold
+from ledger.store.state import Fold, State, check_ref_changes
 
 FORMAT_VERSION = 1
 @dataclass
@@ -114,6 +116,7 @@ class StatKey:
     identity: tuple | None     # (dev, ino, size, mtime_ns) of a single file: put_file checks it
 
 
+RACY_RETRIES = 50  # a tick is at most a few ms: then refs.json stays racy and the next writer re-checks
 TAIL_SYNC_MAX = 10_000  # index catch-up reads up to this many records from the journal's end
 PRELOAD_INDEX_BYTES = 64 << 20  # a copy this large waits on the disk long enough to hide DuckDB's import
 
@@ -193,39 +196,80 @@ class Store:
 
     # --- reading ------------------------------------------------------------------------
     def _load_cache(self) -> dict | None:
-        """refs.json if it is this store's (a copy from another store is ignored)."""
+        """refs.json if it is this store's (a copy from another store is ignored), with the
+        file's own mtime under "written_ns" (the racy rule of rule 19)."""
         try:
-            c = json.loads(fsio.read_small(self.root / "refs.json", REFS_MAX))
+            fd, fst = fsio.open_regular(self.root / "refs.json")
+            try:
+                if fst.st_size > REFS_MAX:
+                    return None
+                c = json.loads(fsio.read_bounded(fd, fst.st_size))
+            finally:
+                os.close(fd)
             State.from_json(c)
             int(c["offset"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
             return None
         if c.get("store", self.store_id) != self.store_id:  # no "store": written before store ids
             return None
+        c["written_ns"] = fst.st_mtime_ns
         return c
+
+    @staticmethod
+    def _cache_vouches(c: dict | None, ident: list | None) -> bool:
+        """refs.json vouches for the journal's bytes before its offset when the journal file is
+        still exactly the one its writer left (rule 19): same device, inode, size, mtime and
+        ctime, the size being the cache's offset, and that identity taken strictly before
+        refs.json itself was written (git's racy rule: a change within the same timestamp tick
+        could leave the stat unchanged)."""
+        j = c.get("journal") if c else None
+        return (isinstance(j, list) and len(j) == 5 and ident is not None and j == ident
+                and j[2] == c["offset"] and j[4] < c["written_ns"])
 
     @property
     def state(self) -> State:
-        """The fold of the journal, using refs.json as a starting point when it is current."""
+        """The fold of the journal, using refs.json as a starting point when it is current.
+
+        Readers fold only the records after refs.json's head. Where there is no usable refs.json
+        the reader folds the whole journal once and writes one (atomically, as a writer would:
+        rule 8), so the next read costs the records since, not the whole history again."""
         if self._state is None:
             c = self._load_cache()
+            ident = self.journal.identity()
             start, offset = State(), 0
-            if c and self.journal.path.exists() and self.journal.path.stat().st_size >= c["offset"] \
+            if c and ident is not None and ident[2] >= c["offset"] \
                     and self.journal.record_id_before(c["offset"]) == c["head"]:
                 # the cache is a starting point only if the journal's record at its offset is its head
                 start, offset = State.from_json(c), c["offset"]
-            scan = self.journal.scan(offset, start.seq + 1, start.head)
+            f = Fold(start)
+            scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=f.add)
             if scan.broken_at is not None and offset:
-                scan, start = self.journal.scan(), State()
+                f = Fold()
+                scan, start, offset = self.journal.scan(keep=False, each=f.add), State(), 0
             if scan.broken_at is not None:
                 self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it "
                                      "(run `ledger verify`)")
             elif scan.torn and self.tail_committed(scan) is not None:
                 self.warnings.append(f"committed record {scan.last_seq + 1} is damaged; showing state before it "
                                      "(run `ledger verify`)")
-            self._state = fold(scan.records, start)
+            elif offset == 0 and scan.end and not scan.torn and (c is None or c["seq"] <= f.seq):
+                # A whole, clean fold from record 1: what a writer's cache is. It vouches for the
+                # journal's bytes (rule 19) only if nothing was appended while it was read.
+                self._reader_write_cache(f.state(), scan.end, ident if ident and ident[2] == scan.end else None)
+            self._state = f.state()
             self._scan_end = scan.end
         return self._state
+
+    def _reader_write_cache(self, st: State, offset: int, ident: list | None) -> None:
+        """Write refs.json for a reader that folded the whole journal (no lock: the file is
+        renamed into place whole, so any reader sees an old or a new one; a writer that commits
+        meanwhile writes its own after). A store this process cannot write is left as it is."""
+        if not self.tmp.is_dir():
+            return
+        try:
+            self._write_cache(st, offset, ident)
+        except (OSError, LedgerError):
+            pass  # a cache: the next reader folds again
 
     def refresh(self) -> State:
         """Fold the journal again (another process may have committed since this Store
@@ -330,20 +374,37 @@ class Store:
                            "move the store to a local disk, or set LEDGER_ALLOW_NETFS=1 to accept the risk")
 
     def _writer_state(self) -> tuple[State, int]:
-        """The verified state a writer appends to. Refuses to append after tampering."""
+        """The verified state a writer appends to. Refuses to append after tampering.
+
+        O(record) when refs.json vouches for the journal (rule 19: the file is exactly the one
+        the last writer left): nothing before its offset is read. Otherwise (a writer died
+        between its commit and its cache, a cache of another store or from before a change, a
+        journal edited, truncated or replaced) the whole chain is re-checked, streaming, and
+        the next cache vouches again."""
         c = self._load_cache()
-        size = self.journal.path.stat().st_size if self.journal.path.exists() else 0
+        ident = self.journal.identity()
+        size = ident[2] if ident else 0
         start, offset = State(), 0
-        if c and size >= c["offset"] and c.get("digest") == self.journal.prefix_digest(c["offset"]):
+        if self._cache_vouches(c, ident) and self.journal.record_id_before(c["offset"]) == c["head"]:
             start, offset = State.from_json(c), c["offset"]
         elif c and c["offset"] and size >= c["offset"]:
-            self.warnings.append("refs.json did not match the journal; re-checked the whole chain")
-        scan = self.journal.scan(offset, start.seq + 1, start.head, keep=True)
+            self.warnings.append("refs.json did not vouch for the journal (changed since its last writer); "
+                                 "re-checked the whole chain")
+        want = c["seq"] if c and offset == 0 else None
+        seen: dict[str, str] = {}
+        f = Fold(start)
+
+        def each(rec):
+            f.add(rec)
+            if rec["seq"] == want:
+                seen["id"] = rec["id"]
+
+        scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
         if scan.broken_at is not None:
             raise JournalCorrupt(f"journal is tampered or damaged at {scan.problem}; appends are refused",
                                  "run `ledger verify`; restore the journal from a bundle or backup")
-        st = fold(scan.records, start)
-        if c and offset == 0 and c["seq"] >= 1 and c["seq"] <= st.seq and scan.records[c["seq"] - 1]["id"] != c["head"]:
+        st = f.state()
+        if want is not None and want >= 1 and want <= st.seq and seen.get("id") != c["head"]:
             raise JournalCorrupt(f"record {c['seq']} differs from the one committed earlier: history was rewritten",
                                  "restore the journal from a bundle or backup")
         if c and st.seq < c["seq"]:
@@ -385,9 +446,23 @@ class Store:
         return meta is not None and (meta["seq"], meta["head"]) == (st.seq, st.head) \
             and meta["store"] in (None, self.store_id)
 
-    def _write_cache(self, st: State, offset: int) -> None:
-        c = {**st.to_json(), "offset": offset, "digest": self.journal.prefix_digest(offset), "store": self.store_id}
-        fsio.atomic_write(self.root / "refs.json", canonical.dumps(c), self.tmp, durable=False)
+    def _write_cache(self, st: State, offset: int, ident: list | None) -> None:
+        """refs.json: the state at `offset`, and (when given) the journal identity that lets the
+        next writer trust the bytes before it without reading them (rule 19)."""
+        c = {**st.to_json(), "offset": offset, "store": self.store_id}
+        if ident is not None:
+            c["journal"] = ident
+        path = self.root / "refs.json"
+        fsio.atomic_write(path, canonical.dumps(c), self.tmp, durable=False)
+        # The racy rule: refs.json vouches only if it was written strictly after the journal's
+        # last change. Written within the same timestamp tick (coarse clocks give the journal's
+        # ctime and this file's mtime the same value about one commit in six here), it is
+        # touched again a tick later, so the next writer need not re-check the whole chain.
+        for _ in range(RACY_RETRIES if ident is not None else 0):
+            if os.stat(path).st_mtime_ns > ident[4]:
+                break
+            time.sleep(0.001)
+            os.utime(path)
 
     def sync_index(self, st: State | None = None) -> None:
         st = st or self.state
@@ -428,11 +503,22 @@ class Store:
 
     def rebuild_index(self) -> None:
         with self.locked():
-            scan = self.journal.scan()
-            st = fold(scan.records)
+            ident = self.journal.identity()
+            # streamed: the scan hands each record to the fold and the index's batches, so a
+            # rebuild holds one batch (index.BATCH_RECORDS), never the whole journal
+            f, done = Fold(), {}
+
+            def feed(add):
+                def each(rec):
+                    f.add(rec)
+                    add(rec)
+                done["scan"] = self.journal.scan(keep=False, each=each)
+
             try:
-                index.rebuild(self.root, scan.records, st, self.get_json, self.tmp, self.store_id)
-                self._write_cache(st, scan.end)
+                index.rebuild(self.root, feed, f.state, self.get_json, self.tmp, self.store_id)
+                scan, st = done["scan"], f.state()
+                if scan.broken_at is None:
+                    self._write_cache(st, scan.end, ident if ident and ident[2] == scan.end else None)
             except OSError as e:
                 raise fsio.io_error(e, "rebuilding the index") from e
 
@@ -499,7 +585,9 @@ class Store:
         try:
             for key, oid in tx.stat_pending:
                 self.stat_cache_put(key, oid)
-            self._write_cache(st, new_end)
+            appended = self.journal.appended
+            self._write_cache(st, new_end, stat_identity(appended) if appended and appended.st_size == new_end
+                              else None)
             faults.point("tx.cache-written")
             if not self._index_deferred:
                 self.sync_index(st)
@@ -644,7 +732,7 @@ class Store:
         `prune` records; ledger/store/retention.py). Read once per Store object, and only
         where an object is found missing."""
         if self._pruned is None:
-            self._pruned = retention.pruned_ids(self.journal.scan().records)
+            self._pruned = retention.pruned_ids(self.journal.stream())
         return self._pruned
 
     def closure(self, roots, missing: set | None = None, damaged: set | None = None) -> set[str]:

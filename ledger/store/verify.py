@@ -11,17 +11,19 @@ the record's seq.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ledger.errors import BadInput, CorruptObject, LedgerError, StoreCorrupt
-from ledger.store import fsio, index, schema
+from ledger.store import canonical, fsio, index, schema
 from ledger.store.chunks import SUFFIX
 from ledger.store.fsio import StorageIOError
-from ledger.store.ids import PREFIX
-from ledger.store.state import State
+from ledger.store.ids import PREFIX, find_ids, hash_bytes
+from ledger.store.journal import now
+from ledger.store.state import Fold, State
 
 
 @dataclass
@@ -40,15 +42,6 @@ class Report:
         return {"ok": self.ok, "errors": self.errors, "warnings": self.warnings, "info": self.info, "stats": self.stats}
 
 
-def _fold_well_formed(records) -> State:
-    """The fold over the records whose envelope can be folded (verify reports the others)."""
-    st = State()
-    for r in records:
-        if schema.envelope_problem(r["payload"]) is None:
-            st = st.apply(r)
-    return st
-
-
 def _object_kind(store, oid: str, cache: dict) -> str | None:
     """The "kind" of structured object `oid`; "" when it is present but not a JSON object with a
     kind; None when it cannot be read (missing or corrupt objects are reported on their own)."""
@@ -65,134 +58,194 @@ def _object_kind(store, oid: str, cache: dict) -> str | None:
     return cache[oid]
 
 
-def _check_records(store, records, rep: Report, read_data: bool = False) -> State:
+class _RecordChecks:
     """Each record against its kind's schema and the objects it names; HEAD against the
-    generations. Returns the fold of the well-formed records (docs/store-format.md, "Record schemas").
+    generations (docs/store-format.md, "Record schemas"). Fed one record at a time, so a
+    journal of any length is checked in memory that grows with its distinct objects, never
+    with its records.
 
-    The structural pass takes an object's kind from the record that wrote it (payload.objects
+    The structural pass takes an object's kind from a record that wrote it (payload.objects
     holds [id, size, kind], kind from the object's own "kind" field) when that is the kind
     wanted, like it takes sizes from there; anything else, and every object under read_data, is
-    opened and read."""
-    kinds: dict[str, str | None] = {}    # id -> kind, read from the object
-    recorded: dict[str, set] = {}         # id -> kinds the records that wrote it give it
-    if not read_data:
-        for r in records:
-            objs = r["payload"].get("objects")
-            if isinstance(objs, list) and schema.envelope_problem({"objects": objs}) is None:
-                for o in objs:
-                    recorded.setdefault(o[0], set()).add(o[2])
+    opened and read. `start` is the state the checked records follow (a watermark's)."""
 
-    def bad(rec, message):
-        rep.errors.append({"what": "record", "seq": rec["seq"], "id": rec["id"], "kind": rec["kind"][:64],
-                           "message": f"record {rec['seq']} ({rec['kind'][:64]}) is ill-formed: {message}"})
+    def __init__(self, store, rep: Report, read_data: bool, start: State | None = None):
+        self.store, self.rep, self.read_data = store, rep, read_data
+        self.kinds: dict[str, str | None] = {}   # id -> kind, read from the object
+        self.recorded: dict[str, object] = {}    # id -> kind (or set of kinds) the records that wrote it give it
+        self.sizes: dict[str, int] = {}          # id -> size as recorded when written
+        self.roots: set[str] = set()             # every id the checked records name
+        self.fold = Fold(start)
+        self.head_moved: dict | None = None      # the last checked record that moved HEAD
+        self.checked = 0
+        self.watch: dict[int, str] = {}          # seq -> id, for the seqs the caches name
+        self.state_at: dict[int, State] = {}
+        self.want: set[int] = set()
 
-    def wrong_kind(rec, where, oid, want):
-        if recorded.get(oid) == {want}:
+    def _bad(self, rec, message):
+        self.rep.errors.append({"what": "record", "seq": rec["seq"], "id": rec["id"], "kind": rec["kind"][:64],
+                                "message": f"record {rec['seq']} ({rec['kind'][:64]}) is ill-formed: {message}"})
+
+    def _wrong_kind(self, rec, where, oid, want):
+        if self.recorded.get(oid) == want:
             return
-        got = _object_kind(store, oid, kinds)
+        got = _object_kind(self.store, oid, self.kinds)
         if got is not None and got != want:
             what = f"a {got!r} object" if got else "not a structured object"
-            bad(rec, f"{where} names {oid}, which is {what}, not a {want!r} object")
+            self._bad(rec, f"{where} names {oid}, which is {what}, not a {want!r} object")
 
-    state = State()
-    for rec in records:
+    def add(self, rec: dict) -> None:
+        self.checked += 1
+        if rec["seq"] in self.want:
+            self.watch[rec["seq"]] = rec["id"]
+        self.roots.update(rec["inputs"])
+        self.roots.update(rec["outputs"])
+        find_ids(rec["payload"], self.roots)
+        objs = rec["payload"].get("objects")
+        if isinstance(objs, list):
+            for o in objs:
+                if isinstance(o, list) and len(o) == 3:
+                    self.sizes[o[0]] = o[1]
         problem = schema.envelope_problem(rec["payload"])
         if problem is not None:
-            bad(rec, problem)
-            continue  # cannot be folded: its refs are not refs
+            self._bad(rec, problem)
+            self._snapshot(rec["seq"])
+            return  # cannot be folded: its refs are not refs
+        if not self.read_data and objs:
+            for o in objs:
+                had = self.recorded.get(o[0])
+                if had is None:
+                    self.recorded[o[0]] = o[2]
+                elif had != o[2]:
+                    self.recorded[o[0]] = ()  # recorded with two kinds: read the object itself
         if not rec["kind"] or len(rec["kind"]) > schema.MAX_KIND_LEN:
-            bad(rec, f"the kind must be 1 to {schema.MAX_KIND_LEN} characters")
+            self._bad(rec, f"the kind must be 1 to {schema.MAX_KIND_LEN} characters")
         h = schema.hooks(rec["kind"])
         try:  # object_kinds checks the payload against its kind's schema first (one parse per record)
             named = h.object_kinds(rec["payload"]) if h else {}
         except BadInput as e:
-            bad(rec, e.message)
+            self._bad(rec, e.message)
             named = {}
         for key, (oid, want) in named.items():
-            wrong_kind(rec, f"payload.{key}", oid, want)
-        for name, target in (rec["payload"].get("refs") or {}).items():
+            self._wrong_kind(rec, f"payload.{key}", oid, want)
+        refs = rec["payload"].get("refs") or {}
+        for name, target in refs.items():
             want = schema.ref_object_kind(name)
             if want and target is not None:
-                wrong_kind(rec, f"ref {name}", target, want)
-        state = state.apply(rec)
-    head = state.refs.get("HEAD")
-    gens = {t for n, t in state.refs.items() if schema.GEN_REF_RE.match(n)}
-    if head is not None and head not in gens:
-        last = next((r for r in reversed(records) if schema.envelope_problem(r["payload"]) is None
-                     and "HEAD" in (r["payload"].get("refs") or {})), None)
-        rep.errors.append({"what": "head", "id": head, "seq": last["seq"] if last else None,
-                           "message": f"HEAD names {head}, which no gen-N ref names: HEAD is not a generation"
-                                      + (f" (moved there by record {last['seq']}, {last['kind'][:64]})"
-                                         if last else "")})
-    return state
+                self._wrong_kind(rec, f"ref {name}", target, want)
+        if "HEAD" in refs:
+            self.head_moved = {"seq": rec["seq"], "kind": rec["kind"]}
+        self.fold.add(rec)
+        self._snapshot(rec["seq"])
+
+    def _snapshot(self, seq: int) -> None:
+        if seq in self.want:
+            self.state_at[seq] = self.fold.state()
+
+    def finish(self) -> State:
+        """The fold of the well-formed records; reports HEAD if it is not a generation."""
+        state = self.fold.state()
+        head = state.refs.get("HEAD")
+        gens = {t for n, t in state.refs.items() if schema.GEN_REF_RE.match(n)}
+        if head is not None and head not in gens:
+            last = self.head_moved
+            self.rep.errors.append({"what": "head", "id": head, "seq": last["seq"] if last else None,
+                                    "message": f"HEAD names {head}, which no gen-N ref names: HEAD is not a generation"
+                                               + (f" (moved there by record {last['seq']}, {last['kind'][:64]})"
+                                                  if last else "")})
+        return state
 
 
-def verify(store, read_data: bool = False, progress=None) -> Report:
-    """Check the journal chain, record meaning, caches and objects (rehashing them with read_data)."""
+WATERMARK = ("cache", "verified.json")  # under the store root: the last clean verify (rule 20)
+WATERMARK_MAX = 256 << 20
+
+
+def _state_digest(st: State) -> str:
+    return hash_bytes(canonical.dumps(st.to_json()))
+
+
+def load_watermark(store) -> tuple[dict | None, str | None]:
+    """The watermark of the last clean verify and None, or None and why it cannot be used
+    (None, None when there is none). It is used only if it is this store's, its state hashes
+    to its digest, and the journal's record ending at its offset is its record (same id, same
+    seq): then every record up to it was checked by a verify and is still the record checked."""
+    path = store.root.joinpath(*WATERMARK)
+    try:
+        w = json.loads(fsio.read_small(path, WATERMARK_MAX))
+        st = State.from_json(w["state"])
+        offset, seq, rid = int(w["offset"]), int(w["seq"]), w["id"]
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
+        return None, "it is unreadable"
+    if w.get("store") != store.store_id:
+        return None, "it belongs to another store"
+    if _state_digest(st) != w.get("state_digest") or (st.seq, st.head) != (seq, rid):
+        return None, "its state does not match its digest"
+    rec = store.journal.record_before(offset)
+    if rec is None or rec["id"] != rid or rec["seq"] != seq:
+        return None, f"the journal no longer holds its record {seq} at byte {offset}"
+    w["_state"] = st
+    return w, None
+
+
+def _write_watermark(store, st: State, offset: int, rep: Report) -> None:
+    """Record the clean check up to `offset` (a cache: written whole or not at all)."""
+    w = {"store": store.store_id, "seq": st.seq, "id": st.head, "offset": offset, "state": st.to_json(),
+         "state_digest": _state_digest(st), "time": now()}
+    path = store.root.joinpath(*WATERMARK)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        fsio.atomic_write(path, canonical.dumps(w), store.tmp, durable=False)
+    except OSError as e:
+        rep.info.append({"what": "watermark", "message": f"could not record the verified watermark ({e.strerror}); "
+                                                         "the next verify checks everything again"})
+
+
+def verify(store, read_data: bool = False, progress=None, full: bool = False) -> Report:
+    """Check the journal chain, record meaning, caches and objects (rehashing them with read_data).
+
+    Incremental by default (rule 20): from the watermark the last clean verify recorded, only
+    the records after it are checked (and that the watermark's record is still at its offset);
+    `full` (and `read_data`, which rehashes every object) checks everything from record 1."""
     # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
     # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
     with ThreadPoolExecutor(1) as pool:
         indexed = pool.submit(index.indexed_meta, store.root)
-        return _verify(store, read_data, progress, indexed)
+        return _verify(store, read_data, progress, indexed, full or read_data)
 
 
-def _verify(store, read_data: bool, progress, indexed) -> Report:
-    rep = Report()
-    j = store.journal
-    scan = j.scan()
-    rep.stats["records"] = len(scan.records)
-    if scan.broken_at is not None:
-        rid = None
-        try:
-            rid = scan.records[-1]["id"] if scan.records else None
-        except (IndexError, KeyError):
-            pass
-        rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": rid,
-                           "message": f"journal chain broken at {scan.problem}"})
-    elif scan.torn and store.tail_committed(scan) is not None:
-        rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
-                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its "
-                                      "bytes in the journal are damaged"})
-    elif scan.torn:
-        rep.warnings.append({"what": "journal-tail", "seq": len(scan.records),
-                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record "
-                                        f"{len(scan.records)} (ignored; the next write moves it aside)"})
-    st = _check_records(store, scan.records, rep, read_data)
+def _start(store, rep: Report, full: bool):
+    """Where this verify starts: (watermark or None). Says why when a watermark is not used."""
+    if full:
+        rep.stats["mode"] = "full"
+        return None
+    w, why = load_watermark(store)
+    if w is not None:
+        # refs.json at the journal's end, yet the file is not the one its last writer left: the
+        # bytes were changed in place since (rule 19), so the records before the watermark are
+        # no longer known to be the ones checked.
+        c = store._load_cache()
+        ident = store.journal.identity()
+        if c and ident is not None and c.get("journal") and c["offset"] == ident[2] \
+                and not store._cache_vouches(c, ident):
+            w, why = None, "the journal file changed since its last commit, not by an append"
+    if w is None:
+        rep.stats["mode"] = "full"
+        if why:
+            rep.warnings.append({"what": "watermark", "message": f"the watermark of the last verify was not used "
+                                                                 f"({why}): checked every record"})
+        return None
+    rep.stats["mode"] = "incremental"
+    rep.stats["from_seq"] = w["seq"]
+    return w
 
-    cache = store._load_cache()
-    if cache:
-        by_seq = {r["seq"]: r["id"] for r in scan.records}
-        if cache["seq"] > st.seq and scan.broken_at is None:
-            rep.errors.append({"what": "journal", "seq": st.seq + 1,
-                               "message": f"journal ends at record {st.seq} but refs.json saw record {cache['seq']}: "
-                                          "records were removed"})
-        elif cache["seq"] in by_seq and by_seq[cache["seq"]] != cache["head"]:
-            rep.errors.append({"what": "journal", "seq": cache["seq"],
-                               "message": f"record {cache['seq']} differs from the one committed earlier: "
-                                          "history was rewritten"})
-        elif cache["seq"] <= st.seq and j.path.stat().st_size >= cache["offset"] and cache.get("digest") \
-                and j.prefix_digest(cache["offset"]) != cache["digest"] and scan.broken_at is None:
-            rep.errors.append({"what": "journal", "seq": cache["seq"],
-                               "message": "journal bytes before the last known head changed: history was rewritten"})
-        elif cache["seq"] <= st.seq and \
-                cache["refs"] != _fold_well_formed(r for r in scan.records if r["seq"] <= cache["seq"]).refs:
-            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold "
-                                                              "(it is rebuilt on the next write)"})
 
-    # Objects the journal reaches, and their sizes as recorded when they were written.
-    sizes = {}
-    for r in scan.records:
-        for o in r["payload"].get("objects") or []:
-            if isinstance(o, list) and len(o) == 3:
-                sizes[o[0]] = o[1]
-    roots = store.roots(scan.records)
-    missing: set[str] = set()
-    reachable = store.closure(roots, missing)
-    for oid in sorted(missing):
-        rep.errors.append({"what": "missing", "id": oid, "message": f"object {oid} is referenced but missing"})
-    # Objects that aren't regular files (a directory, link or FIFO in an object's place) are
-    # judged from lstat alone: nothing here opens what it cannot read safely.
-
+def _check_all_objects(store, reachable: set, sizes: dict, rep: Report, read_data: bool, progress) -> None:
+    """Every file in objects/: a stored file of its recorded size (rehashed with read_data);
+    those no record reaches are reported as dangling. Objects that aren't regular files (a
+    directory, link or FIFO in an object's place) are judged from lstat alone: nothing here
+    opens what it cannot read safely."""
     present = {}
     for oid, path in store.objects.iter_ids():
         present[oid] = path
@@ -203,13 +256,13 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
             rep.errors.append({"what": "foreign-file", "id": None, "message": f"unexpected file in objects/: {path}"})
             continue
-        fst = os.lstat(path)  # not `st`: that is the journal's fold, used below
+        fst = os.lstat(path)
         if not stat.S_ISREG(fst.st_mode):
             rep.errors.append({"what": "corrupt", "id": oid,
                                "message": f"object {oid} is a {fsio.file_kind(fst.st_mode)}, not a stored file"})
             continue
         size = fst.st_size
-        if path.name.endswith(SUFFIX):  # a chunk index: the object's size is in it, its bytes in packs
+        if path.name.endswith(SUFFIX):  # a chunked object's index: its size is the one the index gives
             try:
                 size = store.objects.size(oid)
                 store.objects.check_chunked(oid)  # pages read and checked, packs present (~60 B per chunk)
@@ -237,9 +290,98 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         rep.info.append({"what": "dangling", "count": len(dangling), "ids": dangling[:50],
                          "message": f"{len(dangling)} object(s) no record reaches (`ledger gc` removes them)"})
 
+
+def _check_named_objects(store, named: set, sizes: dict, rep: Report) -> None:
+    """An incremental verify's object pass: only the objects the checked records reach, each a
+    stored file of its recorded size. Dangling objects are counted by a full verify."""
+    total = 0
+    for oid in sorted(named):
+        path = store.objects.path(oid)
+        try:
+            fst = os.lstat(path)
+        except OSError:
+            if store.objects.chunked(oid):  # stored as chunks (ledger/store/chunks.py): check index, pages, packs
+                try:
+                    size = store.objects.size(oid)
+                    store.objects.check_chunked(oid)
+                except (CorruptObject, StorageIOError) as e:
+                    rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
+                    continue
+                total += size
+                if oid in sizes and sizes[oid] != size:
+                    rep.errors.append({"what": "corrupt", "id": oid,
+                                       "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+            continue
+        if not stat.S_ISREG(fst.st_mode):
+            rep.errors.append({"what": "corrupt", "id": oid,
+                               "message": f"object {oid} is a {fsio.file_kind(fst.st_mode)}, not a stored file"})
+            continue
+        total += fst.st_size
+        if oid in sizes and sizes[oid] != fst.st_size:
+            rep.errors.append({"what": "corrupt", "id": oid,
+                               "message": f"object {oid} has {fst.st_size} bytes, {sizes[oid]} were written"})
+    rep.stats["objects"] = len(named)
+    rep.stats["bytes"] = total
+
+
+def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
+    rep = Report()
+    j = store.journal
+    w = _start(store, rep, full)
+    cache = store._load_cache()
+    checks = _RecordChecks(store, rep, read_data, w["_state"] if w else None)
+    if cache:
+        checks.want.add(cache["seq"])
     meta = indexed.result()
+    if meta:
+        checks.want.add(meta["seq"])
+    if w:
+        checks.watch[w["seq"]] = w["id"]
+        checks.state_at[w["seq"]] = w["_state"]
+        scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add)
+    else:
+        scan = j.scan(keep=False, each=checks.add)
+    rep.stats["records"] = scan.last_seq
+    rep.stats["checked"] = checks.checked
+    if scan.broken_at is not None:
+        rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": scan.last_id,
+                           "message": f"journal chain broken at {scan.problem}"})
+    elif scan.torn and store.tail_committed(scan) is not None:
+        rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
+                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its "
+                                      "bytes in the journal are damaged"})
+    elif scan.torn:
+        rep.warnings.append({"what": "journal-tail", "seq": scan.last_seq,
+                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record "
+                                        f"{scan.last_seq} (ignored; the next write moves it aside)"})
+    st = checks.finish()
+
+    if cache:
+        cseq = cache["seq"]
+        if cseq > st.seq and scan.broken_at is None:
+            rep.errors.append({"what": "journal", "seq": st.seq + 1,
+                               "message": f"journal ends at record {st.seq} but refs.json saw record {cseq}: "
+                                          "records were removed"})
+        elif cseq in checks.watch and checks.watch[cseq] != cache["head"]:
+            rep.errors.append({"what": "journal", "seq": cseq,
+                               "message": f"record {cseq} differs from the one committed earlier: "
+                                          "history was rewritten"})
+        elif cseq in checks.state_at and cache["refs"] != checks.state_at[cseq].refs:
+            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold "
+                                                              "(it is rebuilt on the next write)"})
+
+    # Objects the journal reaches, and their sizes as recorded when they were written.
+    sizes = checks.sizes
+    missing: set[str] = set()
+    reachable = store.closure(checks.roots, missing)
+    for oid in sorted(missing):
+        rep.errors.append({"what": "missing", "id": oid, "message": f"object {oid} is referenced but missing"})
+    if w:
+        _check_named_objects(store, reachable - missing, sizes, rep)
+    else:
+        _check_all_objects(store, reachable, sizes, rep, read_data, progress)
+
     seq = meta["seq"] if meta else None
-    by_seq = {r["seq"]: r["id"] for r in scan.records}
     if meta is None:
         rep.warnings.append({"what": "index",
                              "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
@@ -247,7 +389,7 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
         rep.errors.append({"what": "index",
                            "message": f"the index belongs to another store ({meta['store']}); its answers "
                                       "are not this journal's (`ledger index rebuild`)"})
-    elif seq in by_seq and by_seq[seq] != meta["head"]:
+    elif seq in checks.watch and checks.watch[seq] != meta["head"]:
         rep.errors.append({"what": "index", "seq": seq,
                            "message": f"the index ends at a record {seq} that is not this journal's "
                                       "(copied from elsewhere?): `ledger index rebuild`"})
@@ -265,4 +407,6 @@ def _verify(store, read_data: bool, progress, indexed) -> Report:
     info = store.lock.read()
     if info:
         rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})
+    if rep.ok and scan.broken_at is None and scan.last_seq:
+        _write_watermark(store, st, scan.end, rep)
     return rep
