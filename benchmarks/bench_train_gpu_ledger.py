@@ -132,7 +132,9 @@ def compile_and_train(store: Path, text: str, target: str, *, unsandboxed=False)
                 "first_step_s": r["timings"].get("first_step_s"), "step_median_s": r["timings"].get("step_median_s"),
                 "predicted_bytes": r["memory"]["predicted_bytes"], "predicted_lines": r["memory"]["predicted_lines"],
                 "cuda_memory": cm, "distributed": r["device"].get("distributed"), "kernel": r["device"].get("fused_kernel"),
-                "device": (r["device"].get("cuda") or {}).get("device"), "counters": r["counters"]})
+                "device": (r["device"].get("cuda") or {}).get("device"), "counters": r["counters"],
+                "compile_cache": r.get("compile_cache"), "realization_map": r["realizations"],
+                "fused_lora": r["device"].get("fused_lora")})
     return out
 
 
@@ -324,20 +326,437 @@ def part_ddp(a, out):
     save(out)
 
 
+# --- loops: ledger beside the loops a user would write, same model, rows and batches -------------
+PEAK_BF16 = 989e12  # H200 SXM dense bf16, datasheet (the measured 8192^3 matmul rate is recorded too)
+
+
+def flops_per_token(cfg, r: int, modules, seq: int) -> dict:
+    """Model FLOPs per trained token (LoRA, frozen base), counted, not measured:
+    4 N_mm (forward 2 N_mm + activation gradients 2 N_mm; no weight gradients for the frozen
+    base) + 6 N_lora (forward, activation and weight gradients of A and B) + 6 L T d_q for
+    causal attention (QK^T and PV: forward 2 T d_q per token and layer, half of a full square's
+    4 T d_q; backward twice the forward). N_mm: every decoder projection plus lm_head (the
+    embedding is a lookup)."""
+    d, L, inter, V = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size
+    hd = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    dq, dkv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    shapes = {"q_proj": (d, dq), "k_proj": (d, dkv), "v_proj": (d, dkv), "o_proj": (dq, d),
+              "gate_proj": (d, inter), "up_proj": (d, inter), "down_proj": (inter, d)}
+    n_mm = L * sum(i * o for i, o in shapes.values()) + d * V
+    n_lora = L * sum(r * (i + o) for m, (i, o) in shapes.items() if m in modules)
+    attn = 6 * L * seq * dq
+    return {"per_token": 4 * n_mm + 6 * n_lora + attn, "n_mm": n_mm, "n_lora": n_lora, "attention": attn,
+            "formula": "4*N_mm + 6*N_lora + 6*L*T*d_q (causal attention, fwd 2*T*d_q per token-layer, bwd 2x fwd)"}
+
+
+def matmul_rate() -> float:
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(10):
+        a @ b
+    e1.record()
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192 ** 3 / (e0.elapsed_time(e1) / 1e3)
+
+
+def _peft(base_dir, dev, r, alpha, modules, fp32_adapter=True):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    m = LlamaForCausalLM.from_pretrained(str(base_dir), dtype=torch.bfloat16).to(dev)
+    m = get_peft_model(m, LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(modules),
+                                     task_type="CAUSAL_LM"))
+    if fp32_adapter:
+        for p in m.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    return m
+
+
+def _compile_each_layer(layers):
+    import torch._dynamo as dynamo
+
+    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, len(layers) + 8)
+    for layer in layers:
+        layer.compile()
+
+
+def make_loop(name, base_dir, dev, r, alpha, modules):
+    """(step function: (ids, mask, labels) -> loss tensor, trainable parameters, adapter module)."""
+    import torch
+
+    if name == "peft-defaults":      # what peft's README does: bf16 base, fp32 adapter, eager
+        m = _peft(base_dir, dev, r, alpha, modules)
+        return (lambda x, mk, y: m(input_ids=x, attention_mask=mk, labels=y).loss), m, {"foreach": True}
+    if name in ("autocast-compile", "liger"):
+        if name == "liger":
+            from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+            apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True)
+        m = _peft(base_dir, dev, r, alpha, modules)
+        _compile_each_layer(m.base_model.model.model.layers)
+
+        def step(x, mk, y):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return m(input_ids=x, attention_mask=mk, labels=y).loss
+        return step, m, {"fused": True}
+    if name.startswith("fused-lora"):   # ledger's realization, in this process (no sandbox, no store)
+        from ledger.train.fused import FusedLlama
+
+        m = _peft(base_dir, dev, r, alpha, modules)
+        f = FusedLlama(m, 0.0, attention="flash-sdpa" if "flash" in name else "cudnn-sdpa",
+                       mode="reduce-overhead" if "graphs" in name else None)
+        return (lambda x, mk, y: f.loss(x, y)), m, {"fused": True}
+    raise ValueError(name)
+
+
+def run_loop(name, base_dir, rows, dev, *, r, alpha, modules, lr, steps, warmup, batch, grad_state=None):
+    """One loop over the same seeded batches: tokens/s over the timed steps, first step, peak
+    memory, losses; with grad_state, also the LoRA gradients of one step from that adapter state."""
+    import gc
+
+    import torch
+
+    from ledger.train import sft
+
+    ids, mask, labels = rows
+    cuda = dev == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    torch.manual_seed(0)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    step, m, optkw = make_loop(name, base_dir, dev, r, alpha, modules)
+    params = [p for p in m.parameters() if p.requires_grad]
+    out = {"loop": name}
+    if grad_state is not None:   # the gate: this loop's gradients from the reference's adapter state
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(m, grad_state["state"])
+        x, mk, y = (t.to(dev) for t in grad_state["batch"])
+        loss = step(x, mk, y)
+        loss.backward()
+        named = {n: p.grad.detach().float().cpu() for n, p in m.named_parameters() if p.requires_grad}
+        out["grad_loss"] = float(loss)
+        if grad_state.get("grads") is None:
+            grad_state["grads"], grad_state["loss"] = named, float(loss)
+        else:
+            ref = grad_state["grads"]
+            rel = [float((named[k] - ref[k]).norm() / ref[k].norm()) for k in ref if ref[k].norm() > 0]
+            out["grad_rel_l2_vs_autocast_compile"] = {"max": max(rel), "median": statistics.median(rel), "n": len(rel)}
+            out["grad_loss_diff"] = float(loss) - grad_state["loss"]
+        for p in params:
+            p.grad = None
+        set_peft_model_state_dict(m, grad_state["init"])
+    opt = torch.optim.AdamW(params, lr=lr, **optkw)
+    cache: dict = {}
+    times, toks, losses = [], [], []
+    for i in range(warmup + steps):
+        rows_i = sft.batch_indices(i, batch, ids.shape[0], 0, cache)
+        x, mk, y = (t[rows_i].to(dev) for t in (ids, mask, labels))
+        sync()
+        t0 = time.perf_counter()
+        loss = step(x, mk, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.item()))
+        sync()
+        dt = time.perf_counter() - t0
+        if i == 0:
+            out["first_step_s"] = dt
+        if i >= warmup:
+            times.append(dt)
+            toks.append(int(mask[rows_i].sum()))
+    out.update({"steady_tokens_per_s": sum(toks) / sum(times), "step_min_s": min(times),
+                "step_median_s": statistics.median(times), "step_max_s": max(times), "losses": losses,
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None, "timed_steps": steps,
+                "warmup_steps": warmup})
+    del m, opt, step, params
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return out
+
+
+def random_base(d: Path, shape: dict, init_range: float) -> Path:
+    """A Llama of the bench's shape, random init at `init_range`, byte vocabulary, saved bf16."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=shape["hidden"], num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+                      num_key_value_heads=shape["kv"], intermediate_size=shape["inter"], vocab_size=260,
+                      max_position_embeddings=max(shape["seq"], 128), initializer_range=init_range,
+                      tie_word_embeddings=False, bos_token_id=257, eos_token_id=258, pad_token_id=256)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        m = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    m.save_pretrained(str(d))
+    del m
+    return d
+
+
+def smollm2_gguf() -> Path | None:
+    from ledger.artefacts import model as modellib
+
+    env = os.environ.get("LEDGER_SMOLLM2_GGUF")
+    return Path(env) if env else modellib.packaged_smollm2()
+
+
+def part_loops(a, out):
+    """ledger (`ledger train`, realization fused-lora) beside peft's defaults, the autocast +
+    per-layer compile loop and liger-kernel, on a 0.02-initialised Llama and on SmolLM2."""
+    import torch
+    from transformers import AutoConfig
+
+    from ledger.artefacts import model as modellib
+    from ledger.artefacts import template as templatelib
+    from ledger.store import Store
+    from ledger.train import sft
+
+    if a.tiny:
+        shape = dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8)
+    else:
+        shape = dict(hidden=2048, layers=22, heads=32, kv=4, inter=5632, seq=2048, batch=8, r=16)
+    if a.device == "cuda":
+        RESULTS["matmul_8192_bf16_flops"] = matmul_rate()
+    bases = [("random-0.02", None)]
+    g = smollm2_gguf()
+    if g is not None and "smollm2" in a.bases:
+        bases.append(("smollm2", g))
+    bases = [b for b in bases if b[0] in a.bases]
+    loops = [x for x in a.loops.split(",") if x]
+    for label, gguf in bases:
+        store = new_store()
+        work = Path(tempfile.mkdtemp(prefix="ledger-loops-"))
+        if gguf is None:
+            src = random_base(work / "base", shape, 0.02)
+            sh = shape
+        else:
+            src = gguf
+            sh = dict(shape, seq=a.smol_seq, batch=a.smol_batch)
+        rc, imp, err = ledger(store, "import-base", src, "--name", label, timeout=900)
+        assert rc == 0, err
+        data = dataset(store, 64, sh["seq"])
+        text = spec_text(**sh, steps=a.steps, data=data, realization=a.realization).replace(
+            "[model]\n", f"[model]\nbase = \"{label}\"\n", 1)
+        res = {"shape": sh, "base": label}
+        if "ledger" in loops:
+            for attempt in ("first", "repeat")[: 2 if a.repeat else 1]:
+                t0 = time.time()
+                res[f"ledger_{attempt}"] = mine = train_with_fallback(store, text, a.target, a.tiny)
+                log(f"  [{label}] ledger train ({attempt}): {time.time() - t0:.0f} s wall, "
+                    f"{json.dumps({k: mine.get(k) for k in ('steady_tokens_per_s', 'first_step_s', 'realizations', 'sandboxed', 'compile_cache', 'error')}, default=str)[:900]}")
+                RESULTS.setdefault("loops", {})[label] = res
+                save(out)
+        # the in-process loops read the plan's own rows (what the child encodes), or the same text
+        s = Store.open(store)
+        plan_id = res.get("ledger_first", {}).get("plan")
+        if plan_id is None:
+            f = Path(tempfile.mkdtemp()) / "spec.toml"
+            f.write_text(text)
+            rc, c, err = ledger(store, "compile", f, "--target", a.target)
+            assert rc == 0, err
+            plan_id = c["plan"]
+        plan = s.get_json(plan_id)
+        d = Path(tempfile.mkdtemp())
+        man = modellib.load_manifest(s, plan["inputs"]["base"])
+        trees.materialise_tree(s, man["files"], d / "base")
+        s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
+        rows = sft.encode_rows(sft.read_rows(d / "data.parquet"), sh["seq"], templatelib.for_base(s, man))
+        cfg = AutoConfig.from_pretrained(str(d / "base"))
+        res["flops"] = fl = flops_per_token(cfg, sh["r"], ALL, sh["seq"])
+        # the gradient gate: one batch, an adapter with non-zero B, every loop against autocast-compile
+        torch.manual_seed(1)
+        ref = _peft(d / "base", a.device, sh["r"], 2.0 * sh["r"], ALL)
+        from peft import get_peft_model_state_dict
+        init = {k: v.detach().clone() for k, v in get_peft_model_state_dict(ref).items()}
+        st = {k: (v.normal_(0, 0.02) if "lora_B" in k else v) for k, v in
+              ((k, v.detach().clone()) for k, v in init.items())}
+        del ref
+        gs = {"state": st, "init": init, "batch": tuple(t[:sh["batch"]] for t in rows), "grads": None}
+        if a.profile and a.device == "cuda" and gguf is None:   # before liger patches transformers' classes
+            profile_loops(res, d / "base", [x for x in loops if x.startswith("fused-lora")][:1])
+            save(out)
+        order = ["autocast-compile", *[x for x in loops if x.startswith("fused-lora")],
+                 *[x for x in ("peft-defaults", "liger") if x in loops]]
+        order = [x for x in order if x in loops]
+        for name in order:
+            t0 = time.time()
+            try:
+                r = run_loop(name, d / "base", rows, a.device, r=sh["r"], alpha=2.0 * sh["r"], modules=ALL, lr=1e-4,
+                             steps=a.steps - 2, warmup=2, batch=sh["batch"], grad_state=gs)
+            except Exception as e:  # noqa: BLE001 - a loop that fails is recorded beside the others
+                import traceback
+
+                r = {"loop": name, "error": traceback.format_exc()[-2500:]}
+                log(f"  [{label}] {name} FAILED: {e!r}")
+            r["wall_s"] = round(time.time() - t0, 1)
+            res[name] = r
+            RESULTS.setdefault("loops", {})[label] = res
+            save(out)
+        # the side-by-side table
+        base_tps = (res.get("autocast-compile") or {}).get("steady_tokens_per_s")
+        log(f"  [{label}] {'loop':28s} {'tok/s':>9s} {'x a+c':>6s} {'MFU':>6s} {'peak GB':>8s} {'first s':>8s}  loss curve")
+        for key in ["ledger_first", "ledger_repeat", *order]:
+            r = res.get(key)
+            if not r:
+                continue
+            tps = r.get("steady_tokens_per_s")
+            if not tps:
+                log(f"  [{label}] {key:28s} failed: {(r.get('error') or '')[-300:]}")
+                continue
+            peak = r.get("peak_allocated_bytes") or (r.get("cuda_memory") or {}).get("peak_allocated_bytes")
+            r["mfu"] = tps * fl["per_token"] / PEAK_BF16
+            ls = r.get("losses") or []
+            log(f"  [{label}] {key:28s} {tps:9.0f} {tps / base_tps if base_tps else float('nan'):6.2f} "
+                f"{100 * r['mfu']:5.1f}% {peak / 1e9 if peak else float('nan'):8.2f} {r.get('first_step_s') or 0:8.1f}  "
+                + " ".join(f"{x:.3f}" for x in ls))
+        save(out)
+
+
+def part_firststep(a, out):
+    """The first step of the fused realization in a fresh process, with a cold and then the
+    same (warm) Inductor cache directory: what compile-once can save."""
+    cache = Path(tempfile.mkdtemp(prefix="inductor-"))
+    res = {}
+    for label in ("cold", "warm"):
+        p = subprocess.run([sys.executable, __file__, "--parts", "onestep", "--out", str(out / f"onestep-{label}")],
+                           capture_output=True, text=True, timeout=900, cwd=str(ROOT),
+                           env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache)))
+        res[label] = {"rc": p.returncode, "tail": (p.stdout + p.stderr)[-1500:]}
+        for line in p.stdout.splitlines():
+            if line.startswith("ONESTEP "):
+                res[label].update(json.loads(line[8:]))
+        log(f"  first step, {label} cache: {json.dumps({k: v for k, v in res[label].items() if k != 'tail'})}")
+    RESULTS["firststep"] = res
+    save(out)
+
+
+def part_onestep(a, out):
+    import torch
+
+    shape = dict(hidden=2048, layers=22, heads=32, kv=4, inter=5632, seq=2048, batch=8, r=16)
+    d = random_base(Path(tempfile.mkdtemp()) / "base", shape, 0.02)
+    from ledger.train.fused import FusedLlama
+
+    m = _peft(d, "cuda", 16, 32.0, ALL)
+    f = FusedLlama(m, 0.0)
+    x = torch.randint(0, 256, (8, 2048), device="cuda")
+    t0 = time.perf_counter()
+    f.loss(x, x).backward()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    f.loss(x, x).backward()
+    torch.cuda.synchronize()
+    print("ONESTEP " + json.dumps({"first_step_s": t1 - t0, "second_step_s": time.perf_counter() - t1}), flush=True)
+
+
+def part_sdpa(a, out):
+    """Causal attention of the bench's shape (8 x 32 heads / 4 kv x 2048 x 64), forward +
+    backward, per SDPA backend, with grouped-query heads left to the kernel."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(8, 32, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(8, 4, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(8, 4, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    res = {}
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        try:
+            with sdpa_kernel([getattr(SDPBackend, name)]):
+                def f():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
+                for _ in range(3):
+                    f()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(10):
+                    f()
+                e1.record()
+                torch.cuda.synchronize()
+                res[name] = e0.elapsed_time(e1) / 10
+        except Exception as e:  # noqa: BLE001 - a backend that refuses the shape is recorded
+            res[name] = repr(e)[:300]
+    RESULTS["sdpa_ms_fwd_bwd_one_layer"] = res
+    log("  sdpa fwd+bwd per layer (ms):", res)
+    save(out)
+
+
+def profile_loops(res, d, names):
+    """Where one step's GPU time goes, per loop: torch.profiler over one warm step, kernels
+    grouped by name, and the sum of kernel time against the step's wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randint(0, 256, (8, 2048), device="cuda")
+    mk = torch.ones_like(x)
+    for name in names:
+        step, m, optkw = make_loop(name, d, "cuda", 16, 32.0, ALL)
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4, **optkw)
+
+        def one(step=step, opt=opt):
+            step(x, mk, x).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        for _ in range(3):
+            one()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            one()
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        rows = sorted(((e.key, e.self_device_time_total / 1e3, e.count) for e in prof.key_averages()
+                       if e.self_device_time_total > 0), key=lambda r: -r[1])
+        total = sum(r[1] for r in rows)
+        res[f"profile {name}"] = {"wall_ms": wall * 1e3, "kernel_ms": total, "top": [list(r) for r in rows[:40]]}
+        log(f"  profile {name}: wall {wall * 1e3:.1f} ms, kernels {total:.1f} ms")
+        for k, ms, n in rows[:25]:
+            log(f"    {ms:8.2f} ms {n:6d}x  {k[:110]}")
+        del step, m, opt, one
+        torch.cuda.empty_cache()
+
+
+def _version(md, name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="kernels,bench,ddp,memory")
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--configs", default="", help="memory part: only these configurations (m1,m2,...), in this order")
     ap.add_argument("--ddp-shape", default="mid", choices=("mid", "1b"), help="ddp part: the model (mid: m1; 1b: the bench's)")
+    ap.add_argument("--bases", default="random-0.02,smollm2", help="loops part: which bases")
+    ap.add_argument("--loops", default="ledger,autocast-compile,peft-defaults,liger",
+                    help="loops part: which loops (also: fused-lora (in process))")
+    ap.add_argument("--realization", default="auto", help="loops part: ledger's compile.realization")
+    ap.add_argument("--repeat", action="store_true", help="loops part: train the same plan shape twice (compile cache)")
+    ap.add_argument("--profile", action="store_true", help="loops part: profile one step of ledger's realization")
+    ap.add_argument("--smol-seq", type=int, default=1024)
+    ap.add_argument("--smol-batch", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes: checks the script's code paths")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     a = ap.parse_args()
     a.target, a.device = ("cpu", "cpu") if a.tiny else ("h200", "cuda")
     out = Path(a.out)
+    import importlib.metadata as md
+
     import torch
 
     RESULTS["machine"] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                          "versions": {p: _version(md, p) for p in ("triton", "transformers", "peft", "liger-kernel")},
                           "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
     for part in a.parts.split(","):
         t0 = time.time()

@@ -57,8 +57,10 @@ def _backward(ctx, gy, gt):
     dt = gy @ b
     if gt is not None:  # t is an output only for the backward; nothing downstream uses it
         dt = dt + gt
-    dx = gy @ w
-    dx.addmm_(dt, a)
+    dx = None
+    if ctx.needs_input_grad[0]:   # the first layer's input is the frozen embedding's: no dx
+        dx = gy @ w
+        dx.addmm_(dt, a)
     da = dt.t() @ x
     db = gy.t() @ t
     return dx, None, da, db   # w is the frozen base weight
