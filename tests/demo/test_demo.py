@@ -1,4 +1,5 @@
-"""The README's main command: `ledger demo` tells the whole story and leaves a clean store."""
+"""`ledger demo --tiny`: the whole story on the built-in tiny model, and a clean store after it
+(the SmolLM2 story is tests/demo/test_demo_real.py)."""
 
 import json
 
@@ -12,8 +13,9 @@ pytestmark = pytest.mark.slow
 
 def test_demo_story(tmp_path):
     # a relative --dir, as `make demo` uses: children run elsewhere, paths must still resolve
-    p = ledger_cmd("demo", "--dir", "d", "--json", cwd=tmp_path, check=True, timeout=600)
+    p = ledger_cmd("demo", "--tiny", "--dir", "d", "--json", cwd=tmp_path, check=True, timeout=600)
     story = json.loads(p.stdout)
+    assert story["model"] == "builtin:tiny-llama" and "hint" not in story  # asked for: no hint
     assert story["cycle1"]["verdict"] == "Accept" and story["cycle1"]["generation"] == "gen-1"
     assert story["cycle2"]["verdict"] != "Accept" and story["cycle2"]["reasons"]
     assert story["cycle2"]["generation"] == "gen-1"  # the refusal left HEAD where it was
@@ -25,7 +27,7 @@ def test_demo_story(tmp_path):
     # an unrelated folder is never clobbered
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "precious.txt").write_text("x")
-    p = ledger_cmd("demo", "--dir", tmp_path / "mine", cwd=tmp_path)
+    p = ledger_cmd("demo", "--tiny", "--dir", tmp_path / "mine", cwd=tmp_path)
     assert p.returncode == 2 and (tmp_path / "mine" / "precious.txt").exists()
 
 
