@@ -118,9 +118,9 @@ def verify(
             c.print(f"[dim]info[/]     {i['message']}")
         verdict = "[green]clean[/]" if rep.ok else f"[red]{len(rep.errors)} fault(s)[/]"
         if st.get("mode") == "incremental":
-            c.print(f"{verdict}: records {st.get('from_seq', 0) + 1}..{st.get('records', 0)} checked after the "
-                    f"watermark of the last verify ({st.get('checked', 0)} new), {st.get('objects', 0)} objects they "
-                    f"reach, {human_bytes(st.get('bytes', 0))} (incremental; --full checks every record)")
+            c.print(f"{verdict}: {st.get('records', 0)} records, {st.get('checked', 0)} of them new since the last "
+                    f"verify (record {st.get('from_seq', 0)}), {st.get('objects', 0)} objects they reach, "
+                    f"{human_bytes(st.get('bytes', 0))} (incremental; --full checks every record)")
             return
         c.print(f"{verdict}: {st.get('records', 0)} records, {st.get('objects', 0)} objects, "
                 f"{human_bytes(st.get('bytes', 0))}" + (" (data rehashed)" if read_data else " (structure; --read-data rehashes)"))

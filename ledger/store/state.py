@@ -69,11 +69,12 @@ class Fold:
         self.seq, self.head = s.seq, s.head
         self.refs, self.counters = dict(s.refs), dict(s.counters)
 
-    def add(self, rec: dict) -> None:
-        """Apply one record (JournalCorrupt naming it if its envelope cannot be folded, as apply)."""
+    def add(self, rec: dict, checked: bool = False) -> None:
+        """Apply one record (JournalCorrupt naming it if its envelope cannot be folded, as apply;
+        `checked`: the caller has just found its envelope well-formed)."""
         payload = rec["payload"]
         if "refs" in payload or "counters" in payload or "objects" in payload:
-            bad = envelope_problem(payload)
+            bad = None if checked else envelope_problem(payload)
             if bad is not None:
                 raise JournalCorrupt(f"journal record {rec['seq']} ({str(rec['kind'])[:64]}) is ill-formed: {bad}",
                                      "see `ledger verify`; restore .ledger/journal from a backup or bundle",

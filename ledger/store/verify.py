@@ -135,7 +135,7 @@ class _RecordChecks:
                 self._wrong_kind(rec, f"ref {name}", target, want)
         if "HEAD" in refs:
             self.head_moved = {"seq": rec["seq"], "kind": rec["kind"]}
-        self.fold.add(rec)
+        self.fold.add(rec, checked=True)
         self._snapshot(rec["seq"])
 
     def _snapshot(self, seq: int) -> None:
