@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import generations
+from ledger import generations, records
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.artefacts import tokenizer as toklib
@@ -51,6 +51,7 @@ from ledger.gate import score as scorelib
 from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes, hex_of
 from ledger.verdicts import GateSettings, budget_key, fold_stream, suite_hash, suite_hash_payload
+from ledger.verdicts.suite_hash import SUITE_HASH_FORMAT
 
 SUITE_FORMAT = "ledger.suite/1"
 SUITE_REF = "suite"
@@ -400,6 +401,15 @@ def _changes(old: dict | None, new: dict) -> dict:
     return out
 
 
+def _scored_the_same_way(suite: SealedSuite, tokenizer: str, template: str) -> bool:
+    """Whether a pin was made by this hash format and scorer with this tokenizer and template: the
+    same folder sealed again is then the same pin; otherwise (a pin from an older ledger, say) it
+    would be SuiteChanged at every judge, so sealing it again is a re-pin."""
+    p = suite.hash_payload
+    return (p.get("format"), p.get("scorer_version"), p.get("tokenizer_id"), p.get("template_id")) == \
+        (SUITE_HASH_FORMAT, scorelib.SCORER_VERSION, tokenizer, template)
+
+
 @dataclass(frozen=True)
 class SealResult:
     suite: SealedSuite
@@ -426,7 +436,8 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
         raise BadInput("the re-pin reason is empty", "say why the suite changes: --reason \"...\"")
     current = pinned(store)
     warnings = tuple(sharpness_warnings(src))
-    if current is not None and current.manifest.get("source_hash") == src.source_hash and current.base == base_id:
+    if current is not None and current.manifest.get("source_hash") == src.source_hash and current.base == base_id \
+            and _scored_the_same_way(current, tokenizer, template):
         return SealResult(current, False, False, None, {}, warnings)
     if current is not None and not repin:
         raise Refused(f"a different suite is already pinned ({current.suite_hash[:19]}…); "
@@ -465,11 +476,11 @@ def seal(store, suite_dir: str | Path, *, base: str | None = None, repin: bool =
         tx.inputs.append(base_id)
         tx.outputs.append(mid)
         tx.refs[SUITE_REF] = mid
-        tx.payload.update({"suite": mid, "suite_hash": h, "scored": len(scored), "canaries": len(canaries),
-                           "repin": current is not None, "reason": reason,
-                           "previous": ({"suite": current.id, "suite_hash": current.suite_hash}
-                                        if current is not None else None),
-                           "changes": changes})
+        records.write(tx, records.Seal(suite=mid, suite_hash=h, scored=len(scored), canaries=len(canaries),
+                                       repin=current is not None, reason=reason,
+                                       previous=({"suite": current.id, "suite_hash": current.suite_hash}
+                                                 if current is not None else None),
+                                       changes=changes))
     return SealResult(_from_manifest(mid, manifest), True, current is not None, tx.record, changes, warnings)
 
 

@@ -169,6 +169,19 @@ def test_resealing_the_same_folder_writes_nothing(sealed):
     assert not again.new and again.suite.id == res.suite.id and store.state.seq == seq
 
 
+def test_a_pin_scored_another_way_is_not_the_same_pin_when_resealed(sealed, monkeypatch):
+    """A pin made by an older hash format (or scorer) is SuiteChanged at every judge; sealing the
+    same folder again must then be a re-pin that moves it, never the no-op of an unchanged suite."""
+    store, base, d, res = sealed
+    monkeypatch.setattr(scorelib, "SCORER_VERSION", "ledger.score/0: an older scorer")
+    seq = store.state.seq
+    with pytest.raises(Refused, match="already pinned"):
+        seal.seal(store, d, base=base)
+    again = seal.seal(store, d, base=base, repin=True, reason="the scorer changed")
+    assert again.new and again.repinned and store.state.seq == seq + 1
+    assert again.changes["scorer_version"]["now"] == "ledger.score/0: an older scorer"
+
+
 def test_a_different_suite_needs_an_explicit_repin_with_a_reason(sealed, tmp_path):
     store, base, d, res = sealed
     s, k = _docs(4, 2)
