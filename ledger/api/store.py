@@ -15,9 +15,7 @@ from typing import Any, BinaryIO, Callable, Mapping
 from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human_bytes, store_root, take_warnings
 from ledger.api._open import open_store
 from ledger.errors import BadInput, Locked, StoreCorrupt, UnknownRef
-from ledger.sharing import repair as repair_mod
 from ledger.store import Store, canonical, index, retention
-from ledger.store import gc as gcmod
 from ledger.store.add import add_path
 from ledger.store.lock import Lock
 from ledger.store.verify import verify as run_verify
@@ -168,6 +166,8 @@ class Verified(Wrapped):
         rep = self.result
         if rep.ok:
             return None
+        from ledger.sharing import repair as repair_mod  # ~100 ms (sharing, records): only a failed verify needs it
+
         damaged = repair_mod.damaged_ids(rep)
         hint = (f"`ledger repair --from REMOTE|BUNDLE` replaces the {len(damaged)} missing or damaged object(s) "
                 "with verified copies" if damaged else "restore the named records from a bundle or backup")
@@ -195,6 +195,8 @@ def gc(*, prune: bool = False, policy: str | None = None, store: StoreLike = Non
     `policy` removes (default superseded-training-state; ledger/store/retention.py); with
     `prune`, delete them (the policy's removals recorded first, as a `prune` record)."""
     s = open_store(store)
+    from ledger.store import gc as gcmod  # ~70 ms (gc's reachability imports numpy): not on every command's path
+
     pol = retention.policy(policy)
     p = gcmod.prune(s, pol) if prune else gcmod.plan(s, pol)
     return Collected(result=p, pruned=prune, warnings=take_warnings(s))
