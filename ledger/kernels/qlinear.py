@@ -58,9 +58,21 @@ def dequantize_q4b32(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.bflo
     """packed uint8 [N, K/2] + bf16 scales [N, K/32] -> W [N, K] in `dtype` (one rounding: (q-8)*s)."""
     n, kh = packed.shape
     word = packed.contiguous().view(torch.int32).reshape(n, kh // 4, 1)
-    shifts = torch.tensor(_SHIFTS, dtype=torch.int32, device=packed.device)
+    shifts = _shifts(packed.device)
     q = ((word >> shifts) & 0xF).reshape(n, -1, Q4_BLOCK).to(torch.float32) - 8.0
     return (q * scale.to(torch.float32)[:, :, None]).reshape(n, 2 * kh).to(dtype)
+
+
+_SHIFT_TENSORS: dict = {}
+
+
+def _shifts(device) -> torch.Tensor:
+    """The nibble shifts on `device`, made once: a host-to-device copy is not allowed while a
+    CUDA graph is being captured (ledger.image.cuda_decode captures dequantizing steps)."""
+    key = str(device)
+    if key not in _SHIFT_TENSORS:
+        _SHIFT_TENSORS[key] = torch.tensor(_SHIFTS, dtype=torch.int32, device=device)
+    return _SHIFT_TENSORS[key]
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Decode tokens/s: the image's CUDA decoder (ledger.image.cuda_decode: adapter merged, base in
+bf16 / int8 / q4b32 through ledger's decode kernels, one CUDA graph a step) beside HF `generate`
+(bf16, KV cache) and HF `generate` with a torch.compile'd forward (static cache,
+mode="reduce-overhead"), same weights, same prompt, greedy, measured in one run, alternating.
+
+    python benchmarks/bench_decode.py [--models smollm2,7b] [--new 128] [--prompt 32] [--reps 3] [--deadline S]
+
+Models (random weights at initializer_range 0.02 -- decode speed depends on the shape alone; the
+SmolLM2 GGUF is 98 MB, over what travels to the GPU machine): "smollm2" is SmolLM2-135M's shape
+(576 hidden, 30 layers, 9 heads / 3 KV heads, MLP 1536, vocab 49152, tied), "7b" the 7.24B
+Llama-3 shape of benchmarks/bench_qlora.py. A random r16 LoRA adapter on all seven projections is
+merged into every variant's weights (HEAD's adapter, as the image serves it).
+
+tokens/s = new tokens / wall time of one whole greedy call (prompt included), min / median / max
+over --reps calls per variant, variants interleaved. Also reported: how many of the first 32
+tokens each variant shares with HF eager bf16 (quantized variants are allowed to differ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+           "tie_word_embeddings": True, "rope_theta": 100000.0}
+L7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+       "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096,
+       "tie_word_embeddings": False}
+MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+
+
+def make(shape: dict, seed: int = 0):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**shape, initializer_range=0.02, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    # a random r16 adapter (B nonzero), merged into the HF weights as peft's merge_and_unload would
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    lora, r, alpha = {}, 16, 32
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            for m, blk in MODULES.items():
+                lin = getattr(getattr(layer, blk), m)
+                n, k = lin.weight.shape
+                a = torch.randn(r, k, device="cuda", generator=g) / k ** 0.5
+                b = torch.randn(n, r, device="cuda", generator=g) * 0.01
+                key = f"base_model.model.model.layers.{i}.{blk}.{m}"
+                lora[key + ".lora_A.weight"], lora[key + ".lora_B.weight"] = a, b
+    base_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():   # HF's copy gets the adapter merged (the ledger decoder merges its own)
+        for i, layer in enumerate(model.model.layers):
+            for m, blk in MODULES.items():
+                key = f"base_model.model.model.layers.{i}.{blk}.{m}"
+                lin = getattr(getattr(layer, blk), m)
+                lin.weight += ((alpha / r) * (lora[key + ".lora_B.weight"] @ lora[key + ".lora_A.weight"])).to(lin.weight.dtype)
+    return cfg, model, base_sd, lora, {"lora_alpha": alpha, "r": r}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="smollm2,7b")
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--deadline", type=float, default=1e9, help="seconds; skip what would start after it")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
+    a = ap.parse_args()
+    import torch
+
+    from ledger.image import cuda_decode as cd
+    from ledger.image import generate as gen
+
+    t_start = time.monotonic()
+    left = lambda: a.deadline - (time.monotonic() - t_start)  # noqa: E731
+    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "new": a.new, "prompt": a.prompt,
+           "models": {}}
+    kern = cd.Kernels()
+    res["kernels"] = kern.code_objects
+    for name in a.models.split(","):
+        shape = SMOLLM2 if name == "smollm2" else L7B
+        cfg, model, base_sd, lora, acfg = make(shape)
+        g = torch.Generator().manual_seed(7)
+        prompt = torch.randint(10, cfg.vocab_size, (1, a.prompt), generator=g)
+        ids = prompt[0].tolist()
+        variants = {}
+
+        def hf(m):
+            def run():
+                out = m.generate(prompt.cuda(), max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False,
+                                 pad_token_id=0)
+                return out[0, a.prompt:].tolist()
+            return run
+
+        variants["hf-generate-bf16"] = hf(model)
+        sh = gen.Shape.of({**cfg.to_dict(), "max_position_embeddings": 4096})
+        decoders = {}
+        for fmt in ("bf16", "int8", "q4b32"):
+            d = cd.CudaLlama(base_sd, sh, fmt, device="cuda", context=a.prompt + a.new + 8, kernels=kern)
+            d.load(lora, acfg)
+            decoders[fmt] = d
+            variants[f"ledger-cuda-{fmt}"] = (lambda d=d: d.greedy(ids, a.new))
+        row = {"params": sum(p.numel() for p in model.parameters()), "realizations": {}}
+        for fmt, d in decoders.items():
+            counts: dict[str, int] = {}
+            for v in d.realizations.values():
+                counts[v] = counts.get(v, 0) + 1
+            row["realizations"][fmt] = counts
+        t0 = time.monotonic()
+        outs = {k: f() for k, f in variants.items()}      # warm-up (captures the graphs)
+        row["warmup_s"] = time.monotonic() - t0
+        times = {k: [] for k in variants}
+        for _ in range(a.reps):
+            for k, f in variants.items():
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                f()
+                torch.cuda.synchronize()
+                times[k].append(time.perf_counter() - t)
+        res["models"][name] = row = {**row, "eager_times": times, "eager_outs_first_32": {k: v[:32] for k, v in outs.items()}}
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "bench_decode.json").write_text(json.dumps(res, indent=1, default=str))
+        if left() > (110 if name == "7b" else 60):
+            model.generation_config.cache_implementation = "static"
+            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+            t0 = time.monotonic()
+            try:
+                for _ in range(2):
+                    outs["hf-generate-compiled"] = hf(model)()
+                row["compile_warmup_s"] = time.monotonic() - t0
+                times["hf-generate-compiled"] = []
+                for _ in range(a.reps):
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    hf(model)()
+                    torch.cuda.synchronize()
+                    times["hf-generate-compiled"].append(time.perf_counter() - t)
+            except Exception as e:  # noqa: BLE001 - a baseline that fails here is reported, not hidden
+                row["hf-generate-compiled"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+        else:
+            row["hf-generate-compiled"] = "not run: too little time left before --deadline"
+        ref = outs["hf-generate-bf16"]
+        row["variants"] = {}
+        for k, ts in times.items():
+            tps = sorted(a.new / t for t in ts)
+            row["variants"][k] = {"tokens_per_s": {"min": tps[0], "median": statistics.median(tps), "max": tps[-1]},
+                                  "call_s": ts, "same_first_32_as_hf_eager": sum(x == y for x, y in zip(outs[k][:32], ref[:32]))}
+        res["models"][name] = row
+        print(f"\n{name} ({row['params'] / 1e9:.2f}B params), {a.prompt}-token prompt + {a.new} new, greedy:")
+        for k, v in row["variants"].items():
+            t = v["tokens_per_s"]
+            print(f"  {k:<22} {t['median']:8.1f} tok/s (min {t['min']:.1f}, max {t['max']:.1f}); "
+                  f"first 32 tokens equal to HF eager: {v['same_first_32_as_hf_eager']}", flush=True)
+        print(f"  realizations: {row['realizations']}")
+        if isinstance(row.get("hf-generate-compiled"), str):
+            print(f"  hf-generate-compiled: {row['hf-generate-compiled']}")
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "bench_decode.json").write_text(json.dumps(res, indent=1, default=str))
+        del model, base_sd, decoders, variants, outs
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""The "ledger-cuda" decoder: HEAD's adapter merged into the base, the base held in int8 or q4b32,
+every decode matvec one launch of ledger's gated decode kernels, the whole step one CUDA graph.
+
+Why each part (docs/kernels.md has the kernels' figures):
+  * merged, not fused: y = (W + s B A) x costs one read of W; the fused LoRA kernel reads W, A
+    and B every token, and was measured slower than the merged matvec for serving (issue 20).
+    The adapter is folded in fp32, then the merged weight is quantized once per generation.
+  * int8 / q4b32: decode reads every weight once per token, so bytes are time; the 4-bit base
+    reads 0.5625 B a weight instead of 2. The matvecs (M <= 8 rows) are ledger's
+    `linear-int8` / `linear-q4b32` kernels; a matrix whose K the kernel cannot take (q4b32 needs
+    K % 128 == 0, int8 K % 64) is served by torch's dequantize + F.linear, and `realizations`
+    says so per matrix -- selection, never a silent fallback. "bf16" keeps the merged weight
+    dense and uses cuBLAS (ledger's own bf16 matvec ties it and its gate refuses it).
+  * one CUDA graph per step: a 30-layer decoder launches ~400 kernels a token; replaying them
+    as one graph removes the host's launch cost, which otherwise dominates small models. The
+    step takes the token and the position from device buffers and writes the next token back,
+    so N tokens are N replays with no host round trip; stop tokens are checked after each chunk
+    (greedy decoding: what follows a stop token is discarded, the answer is the same).
+  * prompt (prefill): one batched forward in torch (rows > 8 are GEMMs, not matvecs).
+
+Prompts + new tokens are bounded by the cache preallocated at construction (`context`); the KV
+cache is [layers, kv_heads, context, head_dim] bf16 and attention reads it through a mask of the
+positions written so far (static shapes: what a graph needs).
+
+Runs on the CPU too (torch path only, no graph): that is how tests/image/test_cuda_decode.py
+checks it against the "ledger" FastLlama decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+from ledger.errors import BadInput, RealizationUnavailable
+from ledger.kernels import qlinear
+
+FORMATS = ("bf16", "int8", "q4b32")
+KERNEL_OF = {"int8": "linear-int8", "q4b32": "linear-q4b32"}
+MAX_ROWS = 8    # the decode kernels' mma n-side (ledger.kernels.specs.MAX_M)
+
+
+@dataclass
+class Matrix:
+    """One merged weight [n, k] in its serving format, and how its matvec runs."""
+    fmt: str
+    n: int
+    k: int
+    w: torch.Tensor                      # bf16 [n, k] | int8 [n, k] | packed uint8 [n, k/2]
+    s: torch.Tensor | None               # int8: fp32 [n]; q4b32: bf16 [n, k/32]
+    realization: str = "torch"           # "ledger:<kernel>" or "cublas" / "torch-dequant"
+    launch: object = None                # the bound kernel (Kernels.bind), for M = 1
+
+    def dense(self, dtype) -> torch.Tensor:
+        if self.fmt == "bf16":
+            return self.w.to(dtype)
+        return qlinear.dequantize(self.w, self.s, self.fmt, dtype)
+
+
+class Kernels:
+    """ledger's built decode kernels (cupy + NVRTC), launched on torch's current stream with the
+    tensors' own pointers (nothing allocated per call: a CUDA graph can capture them)."""
+
+    def __init__(self, arch: str | None = None):
+        from ledger.kernels import harness
+        from ledger.kernels import runtime as R
+        from ledger.kernels import specs as S
+
+        self.R, self.S = R, S
+        info = R.device_info()
+        arch = arch or f"sm_{info['cc'][0]}{info['cc'][1]}"
+        self.builds = {fmt: harness.build(name, arch) for fmt, name in KERNEL_OF.items()}
+        self.modules = {fmt: R.load(b) for fmt, b in self.builds.items()}
+        self.code_objects = {KERNEL_OF[f]: b.code_object for f, b in self.builds.items()}
+
+    def supports(self, fmt: str, n: int, k: int, m: int = 1) -> str | None:
+        """Why the kernel cannot take this matrix, or None."""
+        spec = self.S.get(KERNEL_OF[fmt])
+        try:
+            spec.requirements.check_shape(spec.name, self.S.Shape(m, n, k, 0))
+        except RealizationUnavailable as e:
+            return e.message
+        return None
+
+    def bind(self, mat: Matrix):
+        """A launcher y[1, n] = x[1, k] W^T for `mat` (one block grid fixed for M = 1)."""
+        spec = self.S.get(KERNEL_OF[mat.fmt])
+        mod = self.modules[mat.fmt]
+        shape = self.S.Shape(1, mat.n, mat.k, 0)
+        cfg = self.R.auto_config(mod, spec, shape)
+        fn = mod.function(spec.entry(cfg))
+        grid, block = (spec.grid_blocks(cfg, shape),), (32 * cfg[0],)
+        cp = self.R.cupy()
+        w, s = np.uint64(mat.w.data_ptr()), np.uint64(mat.s.data_ptr())
+        n32, k32 = np.int32(mat.n), np.int32(mat.k)
+        zero = np.uint64(0)
+
+        def launch(x: torch.Tensor, y: torch.Tensor) -> None:
+            with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                fn(grid, block, (w, s, np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.int32(1), n32, k32,
+                                 zero, zero, np.float32(0.0), np.int32(0), zero, zero, np.uint32(1), np.int32(0)))
+        return launch
+
+
+class CudaLlama:
+    """Greedy decoding of a Llama base + merged adapter in `fmt` (module docstring)."""
+
+    name = "ledger-cuda"
+
+    def __init__(self, base_sd: dict, shape, fmt: str = "q4b32", *, device=None, context: int = 512,
+                 kernels: Kernels | None = None, dtype=torch.bfloat16, graphs: bool | None = None):
+        if fmt not in FORMATS:
+            raise BadInput(f"unknown serving format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.cuda = self.device.type == "cuda"
+        if self.cuda and kernels is None and fmt != "bf16":
+            kernels = Kernels()
+        self.kernels, self.fmt, self.dtype, self.shape = kernels, fmt, dtype, shape
+        self.graphs = self.cuda if graphs is None else graphs
+        if self.graphs and not self.cuda:
+            raise BadInput("CUDA graphs need a CUDA device")
+        s = shape
+        self.context = min(context, s.max_positions)
+        g = lambda k: base_sd[k].to(self.device, torch.float32)  # noqa: E731
+        try:
+            self.base = {"embed": g("model.embed_tokens.weight"), "norm": g("model.norm.weight"),
+                         "head": (g("model.embed_tokens.weight") if s.tied else g("lm_head.weight")), "layers": []}
+            for i in range(s.layers):
+                p = f"model.layers.{i}."
+                self.base["layers"].append({m: base_sd[f"{p}{blk}.{m}.weight"] for m, blk in _MODULES.items()}
+                                           | {"ln1": g(p + "input_layernorm.weight"),
+                                              "ln2": g(p + "post_attention_layernorm.weight")})
+        except KeyError as e:
+            raise BadInput(f"base weights lack {e.args[0]}", "the base is not a Llama checkpoint ledger can serve") from None
+        inv = 1.0 / (s.theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.int64).float() / s.head_dim))
+        freqs = torch.outer(torch.arange(self.context, dtype=torch.float32), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos, self.sin = emb.cos().to(self.device, dtype), emb.sin().to(self.device, dtype)
+        self.k_cache = torch.zeros(s.layers, s.kv_heads, self.context, s.head_dim, device=self.device, dtype=dtype)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.W = None
+        self.realizations: dict[str, str] = {}
+
+    # --- weights -------------------------------------------------------------------------------
+    def _matrix(self, w32: torch.Tensor, name: str) -> Matrix:
+        n, k = w32.shape
+        fmt = self.fmt
+        if fmt == "bf16":
+            m = Matrix("bf16", n, k, w32.to(self.dtype).contiguous(), None, "cublas" if self.cuda else "torch")
+        else:
+            q, sc = qlinear.quantize(w32, fmt)
+            m = Matrix(fmt, n, k, q.contiguous(), sc.contiguous(), "torch-dequant")
+            why = self.kernels.supports(fmt, n, k) if self.kernels is not None else "no CUDA device"
+            if why is None:
+                m.realization = f"ledger:{KERNEL_OF[fmt]}"
+                m.launch = self.kernels.bind(m)
+        self.realizations[name] = m.realization
+        return m
+
+    def load(self, lora_sd: dict | None = None, cfg: dict | None = None) -> None:
+        """Merge the adapter (None: the base alone) and quantize; drops any captured graph."""
+        scaling = float(cfg["lora_alpha"]) / int(cfg["r"]) if lora_sd is not None else 0.0
+        used = 0
+        layers = []
+        for i, L in enumerate(self.base["layers"]):
+            merged = {}
+            for m, blk in _MODULES.items():
+                w = L[m].to(self.device, torch.float32)
+                if lora_sd is not None:
+                    key = f"base_model.model.model.layers.{i}.{blk}.{m}"
+                    a, b = lora_sd.get(key + ".lora_A.weight"), lora_sd.get(key + ".lora_B.weight")
+                    if (a is None) != (b is None):
+                        raise BadInput(f"adapter has only one of lora_A / lora_B for {key}")
+                    if a is not None:
+                        w = w + scaling * (b.to(self.device, torch.float32) @ a.to(self.device, torch.float32))
+                        used += 2
+                merged[m] = w
+            layers.append({"ln1": L["ln1"].to(self.dtype), "ln2": L["ln2"].to(self.dtype),
+                           "qkv": self._matrix(torch.cat([merged["q_proj"], merged["k_proj"], merged["v_proj"]]),
+                                               f"layers.{i}.qkv"),
+                           "o": self._matrix(merged["o_proj"], f"layers.{i}.o"),
+                           "gu": self._matrix(torch.cat([merged["gate_proj"], merged["up_proj"]]), f"layers.{i}.gu"),
+                           "down": self._matrix(merged["down_proj"], f"layers.{i}.down")})
+            del merged
+        if lora_sd is not None and used != sum(1 for k in lora_sd if ".lora_A." in k or ".lora_B." in k):
+            raise BadInput("adapter holds LoRA weights for modules this decoder does not know")
+        self.W = {"embed": self.base["embed"].to(self.dtype), "norm": self.base["norm"].to(self.dtype),
+                  "head": self._matrix(self.base["head"], "lm_head"), "layers": layers}
+        self._graph = None
+
+    # --- the forward ---------------------------------------------------------------------------
+    def _mv(self, x: torch.Tensor, m: Matrix) -> torch.Tensor:
+        if m.launch is not None and x.shape[0] == 1:
+            y = torch.empty(1, m.n, device=x.device, dtype=self.dtype)
+            m.launch(x.contiguous(), y)
+            return y
+        return Fn.linear(x, m.w) if m.fmt == "bf16" else Fn.linear(x, m.dense(self.dtype))
+
+    def _rms(self, x, w):
+        xf = x.float()
+        return (w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.shape.eps))).to(self.dtype)
+
+    @staticmethod
+    def _rot(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    def _forward(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Logits of the last row after feeding tokens `tok` [T] at positions `pos` [T] (device
+        tensors; the cache is written at `pos`). Static shapes only: a CUDA graph can hold it."""
+        s, W = self.shape, self.W
+        T = tok.shape[0]
+        nq, nkv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        x = W["embed"].index_select(0, tok)
+        cos, sin = self.cos.index_select(0, pos)[None], self.sin.index_select(0, pos)[None]
+        # key j is visible to row t when j <= pos[t] (written now or before)
+        mask = (torch.arange(self.context, device=tok.device)[None, :] <= pos[:, None])[None, None]
+        for i, L in enumerate(W["layers"]):
+            h = self._rms(x, L["ln1"])
+            qkv = self._mv(h, L["qkv"])
+            q = qkv[:, :nq].view(T, s.heads, s.head_dim).transpose(0, 1)
+            k = qkv[:, nq:nq + nkv].view(T, s.kv_heads, s.head_dim).transpose(0, 1)
+            v = qkv[:, nq + nkv:].view(T, s.kv_heads, s.head_dim).transpose(0, 1)
+            q, k = self._rot(q, cos, sin), self._rot(k, cos, sin)
+            self.k_cache[i].index_copy_(1, pos, k)
+            self.v_cache[i].index_copy_(1, pos, v)
+            a = Fn.scaled_dot_product_attention(q[None], self.k_cache[i][None], self.v_cache[i][None], attn_mask=mask,
+                                                enable_gqa=s.heads != s.kv_heads)[0]
+            x = x + self._mv(a.transpose(0, 1).reshape(T, nq), L["o"])
+            h = self._rms(x, L["ln2"])
+            gu = self._mv(h, L["gu"])
+            half = gu.shape[-1] // 2
+            x = x + self._mv(Fn.silu(gu[:, :half]) * gu[:, half:], L["down"])
+        return self._mv(self._rms(x[-1:], W["norm"]), W["head"])[0]
+
+    def _step_into(self) -> None:
+        """One decode step on the static buffers: token and position in, next token out."""
+        logits = self._forward(self._tok, self._pos)
+        nxt = logits.argmax().view(1)
+        self._out.index_copy_(0, self._pos + 1, nxt)      # out[p + 1]: the token after position p
+        self._tok.copy_(nxt)
+        self._pos.add_(1)
+
+    def _capture(self) -> None:
+        self._tok = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._pos = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._out = torch.zeros(self.context + 1, dtype=torch.long, device=self.device)
+        if not self.graphs:
+            self._graph = False
+            return
+        keep = (self.k_cache.clone(), self.v_cache.clone())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):      # warm-up outside the capture (allocator, cuBLAS handles)
+            for _ in range(2):
+                self._pos.fill_(0)
+                self._step_into()
+        torch.cuda.current_stream().wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._step_into()
+        self.k_cache.copy_(keep[0])
+        self.v_cache.copy_(keep[1])
+
+    # --- greedy decoding -------------------------------------------------------------------------
+    def greedy(self, ids: list[int], max_new: int, stop: frozenset = frozenset(), chunk: int = 8) -> list[int]:
+        if self.W is None:
+            self.load(None)
+        if not ids or len(ids) + max_new > self.context:
+            raise BadInput(f"the prompt ({len(ids)} tokens) and {max_new} new tokens exceed this decoder's context "
+                           f"{self.context}")
+        if getattr(self, "_graph", None) is None:
+            self._capture()
+        with torch.inference_mode():
+            self.k_cache.zero_()
+            self.v_cache.zero_()
+            tok = torch.tensor(ids, device=self.device)
+            first = self._forward(tok, torch.arange(len(ids), device=self.device)).argmax()
+            self._tok.copy_(first.view(1))
+            self._pos.fill_(len(ids))
+            self._out[len(ids)] = first
+            out: list[int] = []
+            done, taken = 1, 0        # tokens in _out so far (the first), tokens read from it
+            start = len(ids)
+            while True:
+                for t in self._out[start + taken:start + done].tolist():
+                    taken += 1
+                    if t in stop:
+                        return out
+                    out.append(t)
+                    if len(out) == max_new:
+                        return out
+                for _ in range(min(chunk, max_new - done)):   # > 0: fewer than max_new were read
+                    if self._graph:
+                        self._graph.replay()
+                    else:
+                        self._step_into()
+                    done += 1
+
+
+_MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+            "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}

@@ -1,0 +1,132 @@
+"""The "ledger-cuda" decoder (ledger.image.cuda_decode) on the CPU: its torch path (no kernels,
+no CUDA graph) against the "ledger" FastLlama decoder, an adapter merged, the quantized formats
+close to the dense one, chunked stop handling; on a GPU (marked gpu) the kernels and the graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ledger.image import cuda_decode as cd
+from ledger.image import generate as gen
+
+
+def _base(seed=0, intermediate=256):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=intermediate, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=False, initializer_range=0.2)
+    torch.manual_seed(seed)
+    m = LlamaForCausalLM(cfg)
+    return cfg.to_dict(), {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def _adapter(sd, r=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for i in range(2):
+        for m, blk in cd._MODULES.items():
+            n, k = sd[f"model.layers.{i}.{blk}.{m}.weight"].shape
+            key = f"base_model.model.model.layers.{i}.{blk}.{m}"
+            out[key + ".lora_A.weight"] = torch.randn(r, k, generator=g) * 0.05
+            out[key + ".lora_B.weight"] = torch.randn(n, r, generator=g) * 0.05
+    return out, {"lora_alpha": 16, "r": r}
+
+
+@pytest.mark.parametrize("with_adapter", [False, True])
+def test_torch_path_is_the_fastllama_decoder(with_adapter):
+    cfg, sd = _base()
+    shape = gen.Shape.of(cfg)
+    fast = gen.FastLlama(sd, shape)
+    lora, acfg = _adapter(sd) if with_adapter else (None, None)
+    Wf = fast.merged(lora, acfg)
+    cuda = cd.CudaLlama(sd, shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
+    cuda.load(lora, acfg)
+    ids = [5, 17, 42, 7, 99]
+    assert cuda.greedy(ids, 20) == fast.greedy(Wf, ids, 20, frozenset())
+    with torch.inference_mode():
+        got = cuda._forward(torch.tensor(ids), torch.arange(len(ids)))
+    assert torch.allclose(got, fast.logits(Wf, ids)[-1], atol=1e-4)
+    assert set(cuda.realizations.values()) == {"torch"}
+
+
+@pytest.mark.parametrize("fmt", ["int8", "q4b32"])
+def test_quantized_formats_are_the_dense_decoder_on_the_dequantized_weights(fmt):
+    """Quantization is per output row (blocks along K), so quantizing the fused matrices equals
+    quantizing each projection: the decoder in `fmt` is the dense decoder on the round-tripped
+    weights, to float rounding."""
+    from ledger.kernels import qlinear
+
+    cfg, sd = _base()
+    shape = gen.Shape.of(cfg)
+    rt = dict(sd)
+    for k, v in sd.items():
+        if k.endswith("_proj.weight") or k == "lm_head.weight":
+            rt[k] = qlinear.dequantize(*qlinear.quantize(v.float(), fmt), fmt, torch.float32)
+    dense = cd.CudaLlama(rt, shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
+    q = cd.CudaLlama(sd, shape, fmt, device="cpu", dtype=torch.float32, graphs=False, context=64)
+    dense.load()
+    q.load()
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    with torch.inference_mode():
+        a = dense._forward(torch.tensor(ids), torch.arange(8))
+        b = q._forward(torch.tensor(ids), torch.arange(8))
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    assert q.greedy(ids, 16) == dense.greedy(ids, 16)
+    # no kernels on the CPU: every matrix says it runs torch's dequantize + F.linear
+    assert set(q.realizations.values()) == {"torch-dequant"} and len(q.realizations) == 2 * 4 + 1
+
+
+def test_stop_tokens_end_the_answer_whatever_the_chunk():
+    cfg, sd = _base()
+    shape = gen.Shape.of(cfg)
+    d = cd.CudaLlama(sd, shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
+    d.load()
+    ids = [5, 17, 42]
+    full = d.greedy(ids, 30)
+    stop = full[11]
+    first = full.index(stop)
+    for chunk in (1, 3, 8, 64):
+        assert d.greedy(ids, 30, frozenset({stop}), chunk=chunk) == full[:first]
+        assert d.greedy(ids, 7, chunk=chunk) == full[:7]
+
+
+def test_context_bound_is_refused():
+    from ledger.errors import BadInput
+
+    cfg, sd = _base()
+    d = cd.CudaLlama(sd, gen.Shape.of(cfg), "bf16", device="cpu", dtype=torch.float32, graphs=False, context=16)
+    with pytest.raises(BadInput):
+        d.greedy(list(range(10)), 7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int8", "q4b32"])
+def test_kernels_and_graph_give_the_torch_paths_tokens(fmt):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cfg, sd = _base(intermediate=512)
+    shape = gen.Shape.of(cfg)
+    fast = cd.CudaLlama(sd, shape, fmt, device="cuda", context=96)
+    fast.load()
+    assert all(v == f"ledger:{cd.KERNEL_OF[fmt]}" for v in fast.realizations.values())
+    ref = cd.CudaLlama(sd, shape, fmt, device="cuda", context=96, kernels=None, graphs=False)
+    ref.kernels = None
+    ref.load()
+    assert set(ref.realizations.values()) == {"torch-dequant"}
+    ids = [5, 17, 42, 7, 99]
+    fast.greedy(ids, 40)        # captures and replays the graph
+    ref.greedy(ids, 40)
+    # one decode step from the same cache: the kernel's matvec (fp32 accumulation, the scale
+    # applied to the sum) against torch's dequantize-to-bf16 + cuBLAS; greedy tokens of a random
+    # model fork on such rounding differences, so the logits are compared
+    with torch.inference_mode():
+        tok, pos = torch.tensor([11], device="cuda"), torch.tensor([5], device="cuda")
+        for d in (fast, ref):
+            d.k_cache.zero_()
+            d.v_cache.zero_()
+            d._forward(torch.tensor(ids, device="cuda"), torch.arange(5, device="cuda"))
+        a, b = fast._forward(tok, pos).float(), ref._forward(tok, pos).float()
+    assert float((a - b).norm() / b.norm()) < 0.02
+    assert fast._graph and not ref._graph
