@@ -206,16 +206,27 @@ BATCH_RECORDS = 20_000  # records projected per Arrow append: bounds a rebuild's
 
 
 def _write(con, records, state, get_json, store_id: str | None = None) -> None:
-    """Project `records` (any iterable: a rebuild streams the journal through here) in batches
+    """Project `records` (an iterable, or a feeder function that calls its argument with each
+    record: a rebuild streams the journal through here) in batches
     of BATCH_RECORDS, then the refs and meta of `state` — a State, or a callable giving the
     state once `records` is exhausted (a stream's fold is known only at its end)."""
     batch: dict[str, list[tuple]] = {}
-    for n, rec in enumerate(records, 1):
+    n = 0
+
+    def add(rec: dict) -> None:
+        nonlocal batch, n
         for t, rows in rows_for(rec, get_json).items():
             batch.setdefault(t, []).extend(rows)
+        n += 1
         if n % BATCH_RECORDS == 0:
             _insert(con, batch)
             batch = {}
+
+    if callable(records):
+        records(add)          # a feeder: calls `add` once per record (a journal scan's `each`)
+    else:
+        for rec in records:
+            add(rec)
     _insert(con, batch)
     if callable(state):
         state = state()
@@ -229,8 +240,8 @@ def _write(con, records, state, get_json, store_id: str | None = None) -> None:
 
 def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str | None = None) -> None:
     """Replay the journal into a fresh database and swap it in (caller holds the lock).
-    `records` may be a stream (Journal.stream) and `state` a callable read after it (see _write):
-    memory is then one batch, whatever the journal's length."""
+    `records` may be a stream or a feeder and `state` a callable read after it (see _write):
+    memory is then one batch, whatever the journal's length. A failure leaves no file behind."""
     path = root / "index.duckdb"
     new = tmp_dir / f"index-{os.getpid()}.duckdb"
     for p in (new, Path(str(new) + ".wal")):
@@ -242,8 +253,12 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         _write(con, records, state, get_json, store_id)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
-    finally:
+    except BaseException:
         con.close()
+        for p in (new, Path(str(new) + ".wal")):
+            p.unlink(missing_ok=True)
+        raise
+    con.close()
     Path(str(path) + ".wal").unlink(missing_ok=True)
     os.replace(new, path)
 
