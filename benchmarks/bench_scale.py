@@ -265,8 +265,13 @@ def working_copy(built: Path, into: Path) -> Path:
             continue
         if p.is_dir():
             shutil.copytree(p, root / p.name, symlinks=True)
-        else:
+        elif p.name != "refs.json":
             shutil.copy2(p, root / p.name)
+    # A copied journal is another file (inode, ctime): refs.json would no longer vouch for it
+    # (docs/store-format.md, rule 19) and the first writer would re-check the whole chain. One
+    # untimed read folds the copy and writes a refs.json that vouches, as on a store in use.
+    subprocess.run(LEDGER + ["--store", str(dest), "log", "-n", "1"], cwd=into, env=_env(), check=True,
+                   capture_output=True)
     return dest
 
 
@@ -407,6 +412,10 @@ def wrap(name):
             t = time.perf_counter()
             out = real(self, *a, **k)
             c["s"] += time.perf_counter() - t
+            if time.perf_counter() - t > 0.5:   # the slow ones, with where they started and who asked
+                import traceback
+                who = [f"{fr.name}:{fr.lineno}" for fr in traceback.extract_stack()[-5:-1]]
+                c.setdefault("slow", []).append([round(time.perf_counter() - t, 2), a[:1], who])
             recs = getattr(out, "records", out if isinstance(out, list) else None)
             if recs is not None:
                 c["records"] += len(recs)
@@ -428,7 +437,10 @@ def count_walks(path: Path, args: list[str], tmp: Path) -> dict:
     line = next((ln for ln in p.stderr.splitlines() if ln.startswith("WALKS ")), None)
     if line is None:
         raise SystemExit(f"walk count failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return json.loads(line[6:])
+    out = json.loads(line[6:])
+    out["exit"] = p.returncode
+    out["output"] = (p.stdout.strip().splitlines() or [""])[-1][:300]
+    return out
 
 
 def main(argv=None) -> int:
