@@ -157,9 +157,10 @@ def closure_of(store, roots) -> tuple[set[str], set[str]]:
 
 
 def segment_records(store, objects: set[str]) -> list[dict]:
-    """The journal records whose outputs or ref targets touch `objects`, in journal order."""
+    """The journal records whose outputs or ref targets touch `objects`, in journal order.
+    Streamed (bounded memory whatever the journal's length): only the selected records are kept."""
     out = []
-    for rec in store.journal.records():
+    for rec in store.journal.stream():
         refs = schema.refs_of(rec)
         if any(o in objects for o in rec["outputs"]) or any(t in objects for t in refs.values() if t):
             out.append(rec)
