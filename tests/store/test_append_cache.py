@@ -183,3 +183,20 @@ def test_reader_does_not_vouch_for_an_append_it_did_not_read(tmp_path, monkeypat
     c = json.loads((s.root / "refs.json").read_bytes())
     assert c["seq"] == 7  # it folded what it read, including the new record
     assert c.get("journal") is None  # but vouches for nothing: the file grew after it looked
+
+
+def test_store_from_before_rule_19_migrates_on_its_next_write(tmp_path, parsed):
+    """A refs.json of the previous layout (a prefix digest, no journal identity) vouches for
+    nothing: the first writer re-checks the chain once and writes one that vouches."""
+    s = _store(tmp_path, 10)
+    c = json.loads((s.root / "refs.json").read_bytes())
+    del c["journal"]
+    c["digest"] = "b3:" + "0" * 64
+    (s.root / "refs.json").write_bytes(json.dumps(c).encode())
+    parsed["lines"] = 0
+    s2 = _one_tx(s.root)
+    assert parsed["lines"] >= 11 and any("re-checked" in w for w in s2.warnings)
+    c = json.loads((s.root / "refs.json").read_bytes())
+    assert "digest" not in c and c["journal"] == stat_identity(os.stat(s.journal.path))
+    parsed["lines"] = 0
+    assert not _one_tx(s.root).warnings and parsed["lines"] <= 4
