@@ -114,7 +114,7 @@ def main() -> int:
             d = cd.CudaLlama(base_sd, sh, fmt, device="cuda", context=a.prompt + a.new + 8, kernels=kern)
             d.load(lora, acfg)
             decoders[fmt] = d
-            variants[f"ledger-cuda-{fmt}"] = (lambda d=d: d.greedy(ids, a.new))
+            variants[f"ledger-cuda-{fmt}"] = (lambda d=d: d.decode(ids, a.new))
         row = {"params": sum(p.numel() for p in model.parameters()), "realizations": {}}
         for fmt, d in decoders.items():
             counts: dict[str, int] = {}

@@ -82,8 +82,9 @@ def capability_dirs(store, gens) -> tuple[set[Path], set[Path]]:
     return ro, rw
 
 
-def policy(store, gens, buffer_dir: Path):
-    """(SandboxPolicy, object ids granted) for an image serving any of `gens`."""
+def policy(store, gens, buffer_dir: Path, *, gpu: bool = False):
+    """(SandboxPolicy, object ids granted) for an image serving any of `gens`; gpu: also the
+    NVIDIA device nodes and driver files (the ledger-cuda decoders, ledger.image.cuda_decode)."""
     objects: set[str] = set()
     for g in gens:
         objects |= serving_objects(store, g)
@@ -100,7 +101,7 @@ def policy(store, gens, buffer_dir: Path):
     ro, rw = capability_dirs(store, gens)
     read += sorted(map(str, ro - rw))
     p = SandboxPolicy(read_only=tuple(read), read_write=(str(buffer_dir), *sorted(map(str, rw))),
-                      protected=(str(store.root / "sealed"),), network=False, shared_memory=False)
+                      protected=(str(store.root / "sealed"),), network=False, shared_memory=False, gpu=gpu)
     p.check()
     return p, objects
 

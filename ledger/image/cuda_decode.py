@@ -140,7 +140,13 @@ class CudaLlama:
         self.cos, self.sin = emb.cos().to(self.device, dtype), emb.sin().to(self.device, dtype)
         self.k_cache = torch.zeros(s.layers, s.kv_heads, self.context, s.head_dim, device=self.device, dtype=dtype)
         self.v_cache = torch.zeros_like(self.k_cache)
+        # the step's static buffers, made once: every captured graph (one per set of weights)
+        # reads the token and position from them and writes the next token into _out
+        self._tok = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._pos = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._out = torch.zeros(self.context + 1, dtype=torch.long, device=self.device)
         self.W = None
+        self._graph = None
         self.realizations: dict[str, str] = {}
 
     # --- weights -------------------------------------------------------------------------------
@@ -160,7 +166,18 @@ class CudaLlama:
         return m
 
     def load(self, lora_sd: dict | None = None, cfg: dict | None = None) -> None:
-        """Merge the adapter (None: the base alone) and quantize; drops any captured graph."""
+        """Merge the adapter (None: the base alone), quantize, and serve those weights."""
+        self.use(self.merged(lora_sd, cfg))
+
+    def use(self, W: dict) -> None:
+        """Serve `W` (from merged()); its graph, captured on first use, is kept with it."""
+        if self.W is not W:
+            self.W = W
+            self._graph = W.get("graph")
+
+    def merged(self, lora_sd: dict | None = None, cfg: dict | None = None) -> dict:
+        """The served weights: base + (alpha / r) B A per targeted module, fused (q|k|v, gate|up)
+        and held in this decoder's format."""
         scaling = float(cfg["lora_alpha"]) / int(cfg["r"]) if lora_sd is not None else 0.0
         used = 0
         layers = []
@@ -186,9 +203,8 @@ class CudaLlama:
             del merged
         if lora_sd is not None and used != sum(1 for k in lora_sd if ".lora_A." in k or ".lora_B." in k):
             raise BadInput("adapter holds LoRA weights for modules this decoder does not know")
-        self.W = {"embed": self.base["embed"].to(self.dtype), "norm": self.base["norm"].to(self.dtype),
-                  "head": self._matrix(self.base["head"], "lm_head"), "layers": layers}
-        self._graph = None
+        return {"embed": self.base["embed"].to(self.dtype), "norm": self.base["norm"].to(self.dtype),
+                "head": self._matrix(self.base["head"], "lm_head"), "layers": layers, "graph": None}
 
     # --- the forward ---------------------------------------------------------------------------
     def _mv(self, x: torch.Tensor, m: Matrix) -> torch.Tensor:
@@ -244,11 +260,8 @@ class CudaLlama:
         self._pos.add_(1)
 
     def _capture(self) -> None:
-        self._tok = torch.zeros(1, dtype=torch.long, device=self.device)
-        self._pos = torch.zeros(1, dtype=torch.long, device=self.device)
-        self._out = torch.zeros(self.context + 1, dtype=torch.long, device=self.device)
         if not self.graphs:
-            self._graph = False
+            self._graph = self.W["graph"] = False
             return
         keep = (self.k_cache.clone(), self.v_cache.clone())
         side = torch.cuda.Stream()
@@ -261,17 +274,36 @@ class CudaLlama:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._step_into()
+        self.W["graph"] = self._graph
         self.k_cache.copy_(keep[0])
         self.v_cache.copy_(keep[1])
 
     # --- greedy decoding -------------------------------------------------------------------------
-    def greedy(self, ids: list[int], max_new: int, stop: frozenset = frozenset(), chunk: int = 8) -> list[int]:
+    def greedy(self, W: dict, ids: list[int], max_new: int, stop: frozenset) -> list[int]:
+        """The image's interface (ledger.image.generate.Model): decode with weights `W`."""
+        self.use(W)
+        return self.decode(ids, max_new, stop)
+
+    def logits(self, W: dict, ids: list[int]) -> torch.Tensor:
+        """Logits at every position of `ids` from an empty cache (the decoders' equivalence test)."""
+        self.use(W)
+        with torch.inference_mode():
+            rows = []
+            for t in range(len(ids)):
+                self.k_cache.zero_()
+                self.v_cache.zero_()
+                rows.append(self._forward(torch.tensor(ids[:t + 1], device=self.device),
+                                          torch.arange(t + 1, device=self.device)).float())
+            return torch.stack(rows).cpu()
+
+    def decode(self, ids: list[int], max_new: int, stop: frozenset = frozenset(), chunk: int = 8) -> list[int]:
+        """Greedy tokens after `ids` with the weights in use (load() or use()), up to a stop token."""
         if self.W is None:
             self.load(None)
         if not ids or len(ids) + max_new > self.context:
             raise BadInput(f"the prompt ({len(ids)} tokens) and {max_new} new tokens exceed this decoder's context "
                            f"{self.context}")
-        if getattr(self, "_graph", None) is None:
+        if self._graph is None:
             self._capture()
         with torch.inference_mode():
             self.k_cache.zero_()

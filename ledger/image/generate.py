@@ -20,6 +20,10 @@ in the image's start record and status -- selection, never a silent fallback:
                   about 5 ms of CPU per token on the tiny model, where "ledger" costs well under 1 ms.
 
 tests/image/test_generate.py checks that both give the same logits and the same greedy actions.
+
+A third, on a GPU and asked for by name only (ServeOptions.decoder): "ledger-cuda" (base in
+q4b32), "ledger-cuda-int8", "ledger-cuda-bf16" -- the adapter merged, the base quantized, the
+matvecs on ledger's decode kernels, one CUDA graph a step (ledger.image.cuda_decode).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from ledger.errors import BadInput
 from ledger.store import trees
 
 MAX_NEW = 48
+# The GPU decoders (ledger.image.cuda_decode), by name -> the format the merged base is held in.
+CUDA_DECODERS = {"ledger-cuda": "q4b32", "ledger-cuda-int8": "int8", "ledger-cuda-bf16": "bf16"}
 # The KV cache is preallocated for this many positions at most (a real base may declare 8192,
 # which would cost ~400 MB of cache for SmolLM2); a request that needs more is refused.
 MAX_CONTEXT = 2048
@@ -331,8 +337,9 @@ class Model:
         adapter_cfgs = [adapter_config(store, a) for a in adapters if a]
         chosen, self.why = select_decoder(self.cfg, adapter_cfgs)
         self.decoder = decoder or chosen
-        if self.decoder == "ledger" and self.why:
-            raise BadInput("the ledger decoder does not cover: " + ", ".join(self.why), "use decoder 'transformers'")
+        if self.decoder in ("ledger", *CUDA_DECODERS) and self.why:
+            raise BadInput(f"the {self.decoder} decoder does not cover: " + ", ".join(self.why),
+                           "use decoder 'transformers'")
         files = _files(store, manifest["files"])
         base_dir = self.work / "base"
         for name, oid in files.items():
@@ -341,10 +348,20 @@ class Model:
             from safetensors.torch import load_file
 
             self.impl = FastLlama(load_file(str(base_dir / modellib.WEIGHTS_FILE)), self.shape)
+        elif self.decoder in CUDA_DECODERS:
+            # asked for by name only (ServeOptions.decoder): the adapter merged, the base in the
+            # named format, ledger's decode kernels on the GPU (ledger.image.cuda_decode)
+            from safetensors.torch import load_file
+
+            from ledger.image import cuda_decode  # torch + cupy on a GPU: only for this decoder
+
+            self.impl = cuda_decode.CudaLlama(load_file(str(base_dir / modellib.WEIGHTS_FILE)), self.shape,
+                                              CUDA_DECODERS[self.decoder], context=self.shape.max_positions)
         elif self.decoder == "transformers":
             self.impl = HFLlama(base_dir, self.shape.max_positions)
         else:
-            raise BadInput(f"unknown decoder {self.decoder!r}", "use 'ledger' or 'transformers'")
+            raise BadInput(f"unknown decoder {self.decoder!r}",
+                           f"use 'ledger', 'transformers' or one of {', '.join(CUDA_DECODERS)}")
         self._weights: dict[str | None, object] = {}
         self.adapter: str | None = None
         self.use(None)
@@ -357,7 +374,7 @@ class Model:
         cfg = json.loads((d / "adapter_config.json").read_text())
         if cfg.get("base_model_name_or_path") not in (None, self.base_id):
             raise BadInput(f"adapter {adapter_id} was trained on another base ({cfg.get('base_model_name_or_path')})")
-        if self.decoder == "ledger":
+        if self.decoder == "ledger" or self.decoder in CUDA_DECODERS:
             why = _fast_unsupported(self.cfg, [cfg])
             if why:
                 raise BadInput(f"adapter {adapter_id} needs what the ledger decoder does not cover: {', '.join(why)}",

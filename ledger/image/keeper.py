@@ -224,7 +224,9 @@ class Keeper:
         sup = None   # the image's seccomp supervisor: records the syscalls its filter refuses
         ours = theirs = None
         try:
-            policy, objects = confine.policy(self.store, gens, self.buffer)
+            policy, objects = confine.policy(self.store, gens, self.buffer,
+                                             # the ledger-cuda* decoders (generate.CUDA_DECODERS) need the GPU
+                                             gpu=(self.options.decoder or "").startswith("ledger-cuda"))
             recent = [[rid, _shown(t), t.get("id")] for rid, t in ctxlib.recent_requests(self.store).items()]
             ours, theirs = socket.socketpair()
             # everything the image needs, in one JSON file: its options, and the fds it inherits

@@ -44,7 +44,7 @@ def test_torch_path_is_the_fastllama_decoder(with_adapter):
     cuda = cd.CudaLlama(sd, shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
     cuda.load(lora, acfg)
     ids = [5, 17, 42, 7, 99]
-    assert cuda.greedy(ids, 20) == fast.greedy(Wf, ids, 20, frozenset())
+    assert cuda.decode(ids, 20) == fast.greedy(Wf, ids, 20, frozenset())
     with torch.inference_mode():
         got = cuda._forward(torch.tensor(ids), torch.arange(len(ids)))
     assert torch.allclose(got, fast.logits(Wf, ids)[-1], atol=1e-4)
@@ -73,7 +73,7 @@ def test_quantized_formats_are_the_dense_decoder_on_the_dequantized_weights(fmt)
         a = dense._forward(torch.tensor(ids), torch.arange(8))
         b = q._forward(torch.tensor(ids), torch.arange(8))
     assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
-    assert q.greedy(ids, 16) == dense.greedy(ids, 16)
+    assert q.decode(ids, 16) == dense.decode(ids, 16)
     # no kernels on the CPU: every matrix says it runs torch's dequantize + F.linear
     assert set(q.realizations.values()) == {"torch-dequant"} and len(q.realizations) == 2 * 4 + 1
 
@@ -84,12 +84,12 @@ def test_stop_tokens_end_the_answer_whatever_the_chunk():
     d = cd.CudaLlama(sd, shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
     d.load()
     ids = [5, 17, 42]
-    full = d.greedy(ids, 30)
+    full = d.decode(ids, 30)
     stop = full[11]
     first = full.index(stop)
     for chunk in (1, 3, 8, 64):
-        assert d.greedy(ids, 30, frozenset({stop}), chunk=chunk) == full[:first]
-        assert d.greedy(ids, 7, chunk=chunk) == full[:7]
+        assert d.decode(ids, 30, frozenset({stop}), chunk=chunk) == full[:first]
+        assert d.decode(ids, 7, chunk=chunk) == full[:7]
 
 
 def test_context_bound_is_refused():
@@ -98,7 +98,7 @@ def test_context_bound_is_refused():
     cfg, sd = _base()
     d = cd.CudaLlama(sd, gen.Shape.of(cfg), "bf16", device="cpu", dtype=torch.float32, graphs=False, context=16)
     with pytest.raises(BadInput):
-        d.greedy(list(range(10)), 7)
+        d.decode(list(range(10)), 7)
 
 
 @pytest.mark.gpu
@@ -116,8 +116,8 @@ def test_kernels_and_graph_give_the_torch_paths_tokens(fmt):
     ref.load()
     assert set(ref.realizations.values()) == {"torch-dequant"}
     ids = [5, 17, 42, 7, 99]
-    fast.greedy(ids, 40)        # captures and replays the graph
-    ref.greedy(ids, 40)
+    fast.decode(ids, 40)        # captures and replays the graph
+    ref.decode(ids, 40)
     # one decode step from the same cache: the kernel's matvec (fp32 accumulation, the scale
     # applied to the sum) against torch's dequantize-to-bf16 + cuBLAS; greedy tokens of a random
     # model fork on such rounding differences, so the logits are compared
@@ -130,3 +130,42 @@ def test_kernels_and_graph_give_the_torch_paths_tokens(fmt):
         a, b = fast._forward(tok, pos).float(), ref._forward(tok, pos).float()
     assert float((a - b).norm() / b.norm()) < 0.02
     assert fast._graph and not ref._graph
+
+
+def test_the_image_model_serves_through_the_cuda_decoder_by_name(monkeypatch, tmp_path):
+    """Model(decoder="ledger-cuda-bf16") builds a CudaLlama (here on the CPU, no graph) with the
+    FastLlama interface: merged(adapter) -> weights, greedy(weights, ...), logits(weights, ...)."""
+    cfg, sd = _base()
+    shape = gen.Shape.of(cfg)
+    made = {}
+
+    class OnCpu(cd.CudaLlama):
+        def __init__(self, base_sd, shape, fmt, **kw):
+            super().__init__(base_sd, shape, fmt, device="cpu", dtype=torch.float32, graphs=False,
+                             context=kw.get("context", 64))
+            made["fmt"] = fmt
+
+    monkeypatch.setattr(cd, "CudaLlama", OnCpu)
+    fast = gen.FastLlama(sd, shape)
+    impl = OnCpu(sd, shape, gen.CUDA_DECODERS["ledger-cuda-bf16"], context=64)
+    lora, acfg = _adapter(sd)
+    W, Wf = impl.merged(lora, acfg), fast.merged(lora, acfg)
+    ids = [9, 8, 7, 6]
+    assert impl.greedy(W, ids, 12, frozenset()) == fast.greedy(Wf, ids, 12, frozenset())
+    assert torch.allclose(impl.logits(W, ids), fast.logits(Wf, ids), atol=1e-4)
+    base = impl.merged(None, None)
+    assert impl.greedy(base, ids, 12, frozenset()) == fast.greedy(fast.merged(None, None), ids, 12, frozenset())
+    assert made["fmt"] == "bf16" and gen.CUDA_DECODERS["ledger-cuda"] == "q4b32"
+
+
+def test_the_image_policy_grants_the_gpu_only_when_asked(tmp_path):
+    from ledger.image import confine
+    from ledger.store import Store
+
+    store = Store.init(tmp_path / "s")
+    (tmp_path / "buf").mkdir()
+    cpu, _ = confine.policy(store, [], tmp_path / "buf")
+    gpu, _ = confine.policy(store, [], tmp_path / "buf", gpu=True)
+    assert (cpu.gpu, gpu.gpu) == (False, True) and not gpu.network
+    # the image's seccomp filter follows the policy: the GPU's (the driver's unix sockets) is another
+    assert confine.rules(gpu)[1] != confine.rules(cpu)[1]
