@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, Callable, Mapping
 from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human_bytes, store_root, take_warnings
 from ledger.api._open import open_store
 from ledger.errors import BadInput, Locked, StoreCorrupt, UnknownRef
-from ledger.store import Store, canonical, index, retention
+from ledger.store import Store, canonical, index, lookup, retention
 from ledger.store.add import add_path
 from ledger.store.lock import Lock
 from ledger.store.verify import verify as run_verify
@@ -135,11 +135,16 @@ def show(ref: str, *, store: StoreLike = None) -> Shown:
     try:
         oid = s.resolve(ref)
     except UnknownRef:
-        rec = next((r for r in s.journal.scan().records if r["id"].startswith(ref) or r["id"][3:].startswith(ref)),
-                   None)
-        if rec is None or len(ref.removeprefix("b3:")) < 8:
+        hexpart = ref.removeprefix("b3:")
+        if len(hexpart) < 8 or any(c not in "0123456789abcdef" for c in hexpart):
             raise
-        return Shown(None, record=rec)
+        # from the index (ledger/store/lookup.py), not a scan of all history held in memory
+        found = lookup.by_id_prefix(s, hexpart, limit=2)
+        if not found:
+            raise
+        if len(found) > 1:
+            raise BadInput(f"{ref!r} matches more than one journal record", "give more hex digits") from None
+        return Shown(None, record=found[0])
     size = s.objects.size(oid)
     data = s.get_bytes(oid) if size <= MAX_INLINE_BYTES else None
     obj = None

@@ -409,3 +409,19 @@ def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
             return None
         return meta, con.execute(sql, [*kinds, *where.values()]).fetchall()
     return _peek(root, read)
+
+
+def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
+    """(meta, rows) like lookup_rows, for the journal rows whose id starts with `b3:` + `hexpart`
+    (lowercase hex, checked by the caller), newest first, at most `limit`."""
+    if not hexpart or any(c not in "0123456789abcdef" for c in hexpart):
+        raise InternalError(f"id prefix {hexpart!r} is not lowercase hex")
+    sql = ("SELECT seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inputs, outputs, payload "
+           "FROM journal WHERE starts_with(id, ?) ORDER BY seq DESC LIMIT ?")
+
+    def read(con):
+        meta = _meta(con)
+        if meta is None:
+            return None
+        return meta, con.execute(sql, ["b3:" + hexpart, limit]).fetchall()
+    return _peek(root, read)

@@ -52,15 +52,32 @@ def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = 
     Callers check anything beyond string equality on the records themselves."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     where = dict(where or {})
-    found = index.lookup_rows(store.root, kinds, where)
+    yield from _answer(store, index.lookup_rows(store.root, kinds, where), lambda r: _matches(r, kinds, where))
+
+
+def by_id_prefix(store, hexpart: str, limit: int = 2) -> list[dict]:
+    """Up to `limit` records whose id starts with `b3:` + `hexpart` (lowercase hex), newest first
+    (`ledger show` of a record id as `ledger log` prints it)."""
+    want = "b3:" + hexpart
+    out = []
+    for r in _answer(store, index.rows_by_id_prefix(store.root, hexpart, limit), lambda r: r["id"].startswith(want)):
+        out.append(r)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _answer(store, found, match: Callable[[dict], bool]) -> Iterator[dict]:
+    """The records `match` selects, newest first: the index's rows `found` (meta, rows) once the
+    index is shown to be this journal's, plus the journal's records after it; else a walk."""
     if found is None:
         _slow(store, "the index is missing or unreadable")
-        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        yield from (r for r in store.journal.backwards() if match(r))
         return
     meta, rows = found
     if meta["store"] not in (None, store.store_id):
         _slow(store, "the index belongs to another store")
-        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        yield from (r for r in store.journal.backwards() if match(r))
         return
     # The journal's records after the index's seq, newest first; the walk ends on the record at
     # the index's seq, which must be the index's head.
@@ -74,15 +91,15 @@ def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = 
         break
     if not joined:
         _slow(store, "the index is not a projection of this journal (another history, or ahead of it)")
-        yield from (r for r in store.journal.backwards() if _matches(r, kinds, where))
+        yield from (r for r in store.journal.backwards() if match(r))
         return
-    yield from (r for r in gap if _matches(r, kinds, where))
+    yield from (r for r in gap if match(r))
     for i, row in enumerate(rows):
         rec = _from_row(row)
         if rec is None:
             _slow(store, f"the index's row for record {row[0]} does not hash to its id")
-            yield from (r for r in store.journal.backwards() if r["seq"] < (rows[i - 1][0] if i else meta["seq"] + 1)
-                        and _matches(r, kinds, where))
+            below = rows[i - 1][0] if i else meta["seq"] + 1
+            yield from (r for r in store.journal.backwards() if r["seq"] < below and match(r))
             return
         yield rec
 

@@ -17,6 +17,7 @@ import duckdb
 import pytest
 
 from ledger import cycle, diff, experience, generations
+from ledger.api.store import show
 from ledger.gate import judge as judgelib
 from ledger.store import Store, lookup
 from ledger.store.journal import Journal
@@ -247,3 +248,13 @@ def test_a_tampered_row_does_not_hash_and_is_not_trusted(tmp_path):
     con.execute("UPDATE journal SET payload = ? WHERE kind = 'train'", [fake])
     con.close()
     _assert_walked(_fresh(s), ids, "does not hash to its id")
+
+
+def test_show_of_a_record_id_prefix_reads_no_history(history, reads):
+    s, ids = history
+    s = _fresh(s)
+    rec = next(r for r in s.journal.backwards() if r["kind"] == "train")
+    reads.clear()
+    shown = show(rec["id"][3:15], store=s)
+    assert shown.record == rec
+    assert set(reads) <= {s.state.seq} and s.warnings == []
