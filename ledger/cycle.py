@@ -74,7 +74,7 @@ def _seconds_since(iso: str) -> float:
 
 
 def last_cycle_end(store) -> dict | None:
-    return lookup.latest(store, ENDS, pred=lambda p: "cycle" in p)
+    return _find(store, ENDS, {}, lambda p: p.cycle is not records.ABSENT)
 
 
 def due(store, policy: Policy) -> list[str]:
@@ -130,14 +130,16 @@ def ensure_genesis(store, spec) -> generations.Generation:
             else store.resolve(spec.get("model.base"))
         tx.inputs.append(base)
         g = generations.new_generation(tx, store, base=base, note="genesis: the base model, no adapter")
+        records.write(tx, records.Genesis(generation=g.n))
     return g
 
 
-def _find(store, kind: str, where: dict, pred=None):
-    """The latest record of `kind` whose payload has the string fields `where` (and satisfies
-    `pred`): from the index and the records after it, not a walk of the journal (a lookup for a
-    new plan or candidate finds nothing, and a walk for it would read all of history)."""
-    return lookup.latest(store, kind, where, pred)
+def _find(store, kind: str | tuple[str, ...], where: dict, pred=None):
+    """The latest record of `kind` whose payload has the string fields `where` (and whose typed
+    payload, ledger/records.py, satisfies `pred`): from the index and the records after it, not a
+    walk of the journal (a lookup for a new plan or candidate finds nothing, and a walk for it
+    would read all of history)."""
+    return next((r for r in lookup.records(store, kind, where) if pred is None or pred(records.read(r))), None)
 
 
 def run_cycle(store, options: LearnOptions = LearnOptions(), *, progress=None, train_progress=None) -> CycleResult:
@@ -243,7 +245,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
         g = generations.new_generation(tx, store, adapter=receipt["adapter"], receipt=rid, verdict=vid,
                                        note=f"cycle {cycle}: Accept")
         tx.inputs.extend([rid, vid])
-        tx.payload.update({"cycle": cycle, "verdict_name": "Accept", "counters": {"cycles": 1}})
+        records.write(tx, records.Commit(generation=g.n, cycle=cycle, verdict_name="Accept", counters={"cycles": 1}))
     res.stages["commit"] = {"s": time.perf_counter() - t0, "reused": False}
     res.outcome, res.generation = "commit", g.name
     return res
@@ -252,7 +254,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
 def _check_export(store, dataset: str, plan_id: str, say) -> str | None:
     """The verdict id when the export is contaminated (recorded before training; reused when a
     cycle resumes), else None."""
-    prev = _find(store, "judge", {"candidate": plan_id}, lambda p: p.get("before_training"))
+    prev = _find(store, "judge", {"candidate": plan_id}, lambda p: p.before_training)
     if prev is not None:
         return records.read(prev).verdict
     say("check", "checking the export against the sealed suite")
@@ -266,8 +268,8 @@ def _refuse(store, res: CycleResult, verdict: str, reasons: list, inputs: list) 
         tx.inputs.extend(inputs)
         # The journal is what the image reads: a gate verdict's reasons stay in the verdict
         # object (sealed from the learner side); only a failure without one keeps its reasons here.
-        tx.payload.update({"cycle": res.cycle, "verdict_name": verdict, **({} if res.verdict_id else {"reasons": reasons}),
-                           "receipt": res.receipt, "verdict": res.verdict_id, "counters": {"cycles": 1}})
+        records.write(tx, records.Refusal(cycle=res.cycle, verdict_name=verdict, receipt=res.receipt, verdict=res.verdict_id,
+                                          counters={"cycles": 1}, **({} if res.verdict_id else {"reasons": reasons})))
     res.stages["refusal"] = {"s": time.perf_counter() - t0, "reused": False}
     res.outcome, res.verdict, res.reasons = "refusal", verdict, reasons
     res.generation = generations.head(store).name

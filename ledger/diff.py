@@ -17,6 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from ledger import records
 from ledger.errors import BadInput, UnknownRef
 from ledger.store import lookup
 from ledger.store.ids import is_id
@@ -118,16 +119,17 @@ def _from_record(store, ref: str) -> str | None:
         if len(rows) > 1:
             raise BadInput(f"{ref!r} matches more than one run", "give more hex digits")
         return rows[0][0] if rows and rows[0][0] else None
-    cols, rows = store.query(f"SELECT payload FROM journal WHERE id LIKE 'b3:{hexpart}%' LIMIT 2")
+    cols, rows = store.query(f"SELECT seq, kind, payload FROM journal WHERE id LIKE 'b3:{hexpart}%' LIMIT 2")
     if len(rows) != 1:
         if len(rows) > 1:
             raise BadInput(f"{ref!r} matches more than one journal record", "give more hex digits")
         return None
-    payload = json.loads(rows[0][0])
-    for key in ("receipt", "generation", "plan", "spec"):
-        if is_id(payload.get(key)):
-            return payload[key]
-    gens = [v for k, v in (payload.get("refs") or {}).items() if k.startswith("gen-") and is_id(v)]
+    seq, kind, payload = rows[0]
+    p = records.read({"seq": seq, "kind": kind, "payload": json.loads(payload)})  # typed; ill-formed: JournalCorrupt
+    for key in ("receipt", "generation", "plan", "spec"):  # the object fields a kind may name
+        if is_id(getattr(p, key, None)):
+            return getattr(p, key)
+    gens = [v for k, v in records.given(p.refs, {}).items() if k.startswith("gen-") and is_id(v)]
     return gens[0] if len(gens) == 1 else None
 
 
@@ -189,9 +191,9 @@ def _data_range(store, rid: str | None) -> dict | None:
     rec = found[-1] if found else None
     if rec is None:
         return {"dataset": dataset, "turns": None}
-    p = rec["payload"]
-    return {"dataset": dataset, "turns": f"t{p['first']}–t{p['last']}", "count": p["last"] - p["first"] + 1,
-            "cycle": p.get("cycle")}
+    p = records.read(rec)
+    return {"dataset": dataset, "turns": f"t{p.first}–t{p.last}", "count": p.last - p.first + 1,
+            "cycle": records.given(p.cycle)}
 
 
 def _verdict_summary(store, vid: str | None) -> dict | None:

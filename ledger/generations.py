@@ -97,7 +97,7 @@ def new_generation(tx, store, note: str = "", **changes) -> Generation:
     tx.outputs.append(oid)
     tx.refs[g.name] = oid
     tx.refs["HEAD"] = oid
-    tx.payload["generation"] = n
+    records.write_field(tx, "generation", n)  # every kind that makes a generation carries its number
     return Generation(**{**g.__dict__, "id": oid})
 
 
@@ -106,7 +106,7 @@ def move_head(tx, store, target: Generation) -> None:
         raise UnknownRef(f"gen-{target.n} does not exist")
     tx.inputs.append(target.id)
     tx.refs["HEAD"] = target.id
-    tx.payload["head"] = target.n
+    records.write(tx, records.Rollback(head=target.n))
 
 
 def rollback(store, target: str | None = None, *, undo: bool = False, reason: str = "", wait: float | None = None) -> dict:
@@ -134,5 +134,5 @@ def rollback(store, target: str | None = None, *, undo: bool = False, reason: st
         if dest.id == cur.id:
             raise BadInput(f"HEAD is already {dest.name}")
         move_head(tx, store, dest)
-        tx.payload.update({"from": cur.n, "to": dest.n, "reason": reason})
+        records.write(tx, records.Rollback(head=dest.n, from_=cur.n, to=dest.n, reason=reason))
     return {"from": cur.name, "to": dest.name, "head": dest.id, "seq": tx.record["seq"]}

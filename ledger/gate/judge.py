@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ledger import records
 from ledger.artefacts import model as modellib
 from ledger.artefacts import template as templatelib
 from ledger.artefacts.dataset import read_parquet
@@ -90,12 +91,12 @@ def runs_used(store, key: str) -> int:
     derived: dict[str, str | None] = {}
     n = 0
     for r in lookup.records(store, JUDGE_KIND):
-        p = r["payload"]
-        if not p.get("budget_counted", p.get("scored")):
+        p = records.read(r)  # typed: an ill-formed record is JournalCorrupt naming it
+        if not records.given(p.budget_counted, p.scored):
             continue
-        k = p.get("budget_key")
-        if k is None and p.get("suite_ref"):
-            ref = p["suite_ref"]
+        k = records.given(p.budget_key)
+        if k is None:
+            ref = p.suite_ref
             if ref not in derived:
                 derived[ref] = seallib.SealedSuite(ref, store.get_json(ref)).budget_key(store)
             k = derived[ref]
@@ -107,8 +108,11 @@ def receipt_of(store, adapter: str | None) -> tuple[str, dict] | None:
     """The receipt of the training run that produced `adapter`, found through its record."""
     if adapter is None:
         return None
-    r = lookup.latest(store, "train", {"adapter": adapter}, lambda p: p.get("receipt"))
-    return (r["payload"]["receipt"], store.get_json(r["payload"]["receipt"])) if r is not None else None
+    r = lookup.latest(store, "train", {"adapter": adapter})
+    if r is None:
+        return None
+    rid = records.read(r).receipt
+    return rid, store.get_json(rid)
 
 
 def _training_datasets(store, cand: scorelib.ModelRef, export_dataset: str | None) -> tuple[list[str], list[dict]]:
@@ -172,18 +176,18 @@ def recorded_losses(store, suite_hash: str, model: scorelib.ModelRef) -> tuple[d
     which it took part, and that verdict's id; (None, None) if it was never judged on it."""
     key = (model.base, model.adapter)
     for r in lookup.records(store, JUDGE_KIND, {"suite_hash": suite_hash}):
-        p = r["payload"]
+        p = records.read(r)
         # A SuiteChanged run's scores are the ones that drifted: never a reference.
-        if p.get("suite_hash") != suite_hash or not p.get("scored") or p.get("verdict_name") == "SuiteChanged":
+        if p.suite_hash != suite_hash or not p.scored or p.verdict_name == "SuiteChanged":
             continue
-        v = store.get_json(p["verdict"])
+        v = store.get_json(p.verdict)
         models = (v.get("context") or {}).get("models") or {}
         sealed = v.get("sealed") or {}
         for role in ("candidate", "incumbent"):
             m = models.get(role) or {}
             if (m.get("base"), m.get("adapter")) == key and sealed.get("scored") is not None:
                 out = {doc: row[role] for part in ("scored", "canary") for doc, row in (sealed.get(part) or {}).items()}
-                return out, p["verdict"]
+                return out, p.verdict
     return None, None
 
 
@@ -327,9 +331,9 @@ def _record(store, v: Verdict, suite: seallib.SealedSuite, cand, inc, context: d
         # The journal is what the learner side (the image) reads: the payload carries the
         # learner view and ids, never reason codes, budget counts or statistics (those are in
         # the verdict object, which the image is never granted).
-        tx.payload.update(learner_payload(v, vid, lid, suite, cand.id, inc.id, scored=scored,
-                                          budget_key=budget_key))
-        tx.payload.update({"wall_s": round(time.perf_counter() - run.t0, 3), "score_s": round(run.score_s, 3)})
+        records.write(tx, learner_payload(v, vid, lid, suite, cand.id, inc.id, scored=scored, budget_key=budget_key,
+                                          wall_s=round(time.perf_counter() - run.t0, 3),
+                                          score_s=round(run.score_s, 3)))
     return JudgeOutcome(v, vid, tx.record)
 
 
@@ -340,14 +344,13 @@ LEARNER_PAYLOAD_KEYS = frozenset({"verdict", "verdict_name", "best_score", "lear
 
 
 def learner_payload(v: Verdict, vid: str, lid: str, suite: seallib.SealedSuite, candidate: str,
-                    incumbent: str, *, scored: bool, budget_key: str | None,
-                    before_training: bool = False) -> dict:
+                    incumbent: str, *, scored: bool, budget_key: str | None, wall_s: float, score_s: float,
+                    before_training: bool = False) -> records.Judge:
     view = v.learner_view()
-    return {"verdict": vid, "verdict_name": view["verdict"], "best_score": view["best_score"],
-            "learner_view": lid, "suite_hash": v.pinned_hash, "suite_ref": suite.id,
-            "recomputed_suite_hash": v.recomputed_hash, "budget_key": budget_key,
-            "candidate": candidate, "incumbent": incumbent, "scored": scored,
-            "before_training": before_training}
+    return records.Judge(verdict=vid, verdict_name=view["verdict"], best_score=view["best_score"], learner_view=lid,
+                         suite_hash=v.pinned_hash, suite_ref=suite.id, recomputed_suite_hash=v.recomputed_hash,
+                         budget_key=budget_key, candidate=candidate, incumbent=incumbent, scored=scored,
+                         before_training=before_training, wall_s=wall_s, score_s=score_s)
 
 
 # --- before training: the export alone ------------------------------------------------------------------
@@ -384,7 +387,7 @@ def check_before_training(store, dataset: str, *, candidate: str, shared_text: t
         lid = tx.put_json({"kind": LEARNER_VIEW_KIND, **v.learner_view()})
         tx.inputs.extend(dict.fromkeys(x for x in (candidate, inc.id, suite.id) if x and store.has(x)))
         tx.outputs.extend([vid, lid])
-        tx.payload.update(learner_payload(v, vid, lid, suite, candidate, inc.id, scored=False,
-                                          budget_key=None, before_training=True))
-        tx.payload.update({"wall_s": round(time.perf_counter() - run.t0, 3), "score_s": 0.0})
+        records.write(tx, learner_payload(v, vid, lid, suite, candidate, inc.id, scored=False, budget_key=None,
+                                          before_training=True, wall_s=round(time.perf_counter() - run.t0, 3),
+                                          score_s=0.0))
     return JudgeOutcome(v, vid, tx.record)
