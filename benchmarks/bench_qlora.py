@@ -142,12 +142,16 @@ def main() -> int:
     cfg, model, info = build(a.fmt, a.r, TINY if a.tiny else SHAPE, dev)
     arch = arch_of(cfg.to_dict())
     B, T = a.micro_batch, a.seq
-    plan = memory.lines_compiled(arch, r=a.r, modules=list(MODULE_SHAPES), dropout=0.0, dtype="bf16", micro_batch=B,
-                                 seq_len=T, padded=False, base_quant=a.fmt)
+    kw = dict(r=a.r, modules=list(MODULE_SHAPES), dropout=0.0, dtype="bf16", micro_batch=B, seq_len=T,
+              base_quant=a.fmt)
+    # the memory model of the loop that runs: the compiled layers' (torch-compiled), or eager
+    # autograd's (torch-eager; the encoded dataset is not on the device here: 0 rows)
+    plan = (memory.lines_compiled(arch, padded=False, **kw) if a.loop == "compiled"
+            else memory.lines(arch, dataset_rows=0, **kw))
     predicted = memory.total(plan)
     print(f"base: {info['params'] / 1e9:.2f}B params in {a.fmt}, built in {info['build_s']:.1f} s; "
           f"after build {info['after_build_bytes'] / 2**30:.2f} GiB", flush=True)
-    print("memory plan: " + ", ".join(f"{x.name} {x.bytes / 2**30:.2f}" for x in plan) + f" = {predicted / 2**30:.2f} GiB",
+    print(f"memory plan ({a.loop} loop): " + ", ".join(f"{x.name} {x.bytes / 2**30:.2f}" for x in plan) + f" = {predicted / 2**30:.2f} GiB",
           flush=True)
     if cuda and a.loop == "compiled":
         compile_layers(model.base_model.model.model.layers)
