@@ -543,7 +543,8 @@ def part_loops(a, out):
             sh = dict(shape, seq=a.smol_seq, batch=a.smol_batch)
         rc, imp, err = ledger(store, "import-base", src, "--name", label, timeout=900)
         assert rc == 0, err
-        data = dataset(store, 64, sh["seq"])
+        # a base's own tokenizer and chat template add tokens around a turn: its text is shorter
+        data = dataset(store, 64, sh["seq"] if gguf is None else int(sh["seq"] * 0.8))
         text = spec_text(**sh, steps=a.steps, data=data, realization=a.realization).replace(
             "[model]\n", f"[model]\nbase = \"{label}\"\n", 1)
         res = {"shape": sh, "base": label}

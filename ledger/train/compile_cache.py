@@ -146,6 +146,13 @@ def enter(work: Path, spec: dict | None) -> Path:
     folder with the handed cache (a copy: the input is read-only). Returns the folder."""
     folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or work / SCRATCH_DIR)
     folder.mkdir(parents=True, exist_ok=True)
+    import torch._inductor.config as inductor_config  # the child imports torch already
+
+    # Inductor bakes the ABSOLUTE path of each kernel's autotune record into the code it
+    # caches; the next run's cache folder is another work folder, so on the H200 a reused
+    # cache read (denied) and wrote (denied: mkdir in a work folder not its own) the first
+    # run's paths. Without the local autotune record the kernels re-tune at start (seconds).
+    inductor_config.autotune_local_cache = False
     if spec is None:
         return folder
     env = environment()
