@@ -270,15 +270,22 @@ def working_copy(built: Path, into: Path) -> Path:
     # A copied journal is another file (inode, ctime): refs.json would no longer vouch for it
     # (docs/store-format.md, rule 19) and the first writer would re-check the whole chain. One
     # untimed read folds the copy and writes a refs.json that vouches, as on a store in use.
+    # Then one untimed write, so the timed ledger (--code) has written the cache it trusts itself:
+    # an export of the turns pending since the last cycle, so every timed `run` trains on the 150
+    # turns recorded just before it, on either store.
     subprocess.run(LEDGER + ["--store", str(dest), "log", "-n", "1"], cwd=into, env=_env(), check=True,
                    capture_output=True)
+    subprocess.run(LEDGER + ["--store", str(dest), "export"], cwd=into, env=_env(), check=True, capture_output=True)
     return dest
 
 
 # --- measuring --------------------------------------------------------------------------------------
+CODE = ROOT  # the ledger whose commands are timed (--code: another checkout, e.g. the code before a change)
+
+
 def _env() -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    e.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    e.update(OMP_NUM_THREADS="1", PYTHONPATH=str(CODE))
     return e
 
 
@@ -306,22 +313,27 @@ def _turns_file(n: int = 150) -> bytes:
                                "outcome": str(2 * i + 1)}) + "\n" for i in range(n)).encode()
 
 
-# name -> (argv after `ledger --store DIR`, stdin, target, ok exit codes, per-record target?)
+# name -> (argv after `ledger --store DIR`, stdin, target, untimed steps before, untimed steps after).
+# A step is (argv, stdin). Each timed `run` follows 150 newly recorded turns (a day's worth, as the
+# cycle's policy wants); a rollback is undone after it is timed; an incremental verify follows a
+# clean verify and one write.
+RECORD = (["record", "-"], "turns")
 COMMANDS = {
-    "run": (["run", "--force", "--refusal-ok"], None, "ratio<=1.1", (0,)),
-    "gens": (["gens"], None, "ratio<=1.2", (0,)),
-    "log": (["log"], None, "ratio<=1.2", (0,)),
-    "show": (["show", "HEAD"], None, "ratio<=1.2", (0,)),
-    "query": (["query", "select kind, count(*) from journal group by all"], None, "ratio<=1.2", (0,)),
-    "record": (["record", "-"], "turns", "ratio<=1.2", (0,)),
-    "rollback": (["rollback"], None, "ratio<=1.2", (0,)),
-    "rollback-undo": (["rollback", "--undo"], None, "ratio<=1.2", (0,)),
-    "diff": (["diff", "gen-1", "HEAD"], None, "ratio<=1.2", (0,)),
-    "verify": (["verify"], None, "<=1s", (0,)),
-    "verify-full": (["verify", "--read-data"], None, "<=5us/rec", (0,)),
-    "gc": (["gc"], None, "<=5us/rec", (0,)),
-    "report": (["report", "-o", "{tmp}/report.html"], None, "<=5us/rec", (0,)),
-    "index-rebuild": (["index", "rebuild"], None, "<=5us/rec", (0,)),
+    "run": (["run", "--force", "--refusal-ok"], None, "ratio<=1.1", [RECORD], []),
+    "gens": (["gens"], None, "ratio<=1.2", [], []),
+    "log": (["log"], None, "ratio<=1.2", [], []),
+    "show": (["show", "HEAD"], None, "ratio<=1.2", [], []),
+    "query": (["query", "select kind, count(*) from journal group by all"], None, "ratio<=1.2", [], []),
+    "record": (["record", "-"], "turns", "ratio<=1.2", [], []),
+    "rollback": (["rollback"], None, "ratio<=1.2", [], [(["rollback", "--undo"], None)]),
+    "rollback-undo": (["rollback", "--undo"], None, "ratio<=1.2", [(["rollback"], None)], []),
+    "diff": (["diff", "gen-1", "HEAD"], None, "ratio<=1.2", [], []),
+    "verify": (["verify"], None, "<=1s", [(["verify"], None), RECORD], []),
+    "verify-full": (["verify", "--full"], None, "<=5us/rec", [], []),
+    "verify-read-data": (["verify", "--read-data"], None, "<=5us/rec", [], []),
+    "gc": (["gc"], None, "<=5us/rec", [], []),
+    "report": (["report", "-o", "{tmp}/report.html"], None, "<=5us/rec", [], []),
+    "index-rebuild": (["index", "rebuild"], None, "<=5us/rec", [], []),
 }
 
 
@@ -337,19 +349,26 @@ def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n
     results: dict[str, dict] = {}
     turns = _turns_file()
     for name in names:
-        args, stdin, target, ok = COMMANDS[name]
+        args, stdin, target, before, after = COMMANDS[name]
         args = [a.replace("{tmp}", str(tmp)) for a in args]
         per: dict[str, list] = {label: [] for label in stores}
+
+        def untimed(steps, path, label):
+            for step_args, step_in in steps:
+                _, _, rc, tail = run_measured(LEDGER + ["--store", str(path)] + step_args, tmp,
+                                              turns if step_in == "turns" else None)
+                if rc != 0:
+                    raise SystemExit(f"untimed `ledger {' '.join(step_args)}` on the {label} store exited {rc}:\n{tail}")
+
         for i in range(repeat):
             for label, path in (stores.items() if i % 2 == 0 else reversed(list(stores.items()))):
+                untimed(before, path, label)
                 wall, rss, rc, tail = run_measured(LEDGER + ["--store", str(path)] + args, tmp,
                                                    turns if stdin == "turns" else None)
-                if rc not in ok:
+                if rc != 0:
                     raise SystemExit(f"`ledger {' '.join(args)}` on the {label} store exited {rc}:\n{tail}")
                 per[label].append((wall, rss))
-                if name == "rollback" and "rollback-undo" not in names:
-                    # put HEAD back so every repetition rolls back the same generation
-                    run_measured(LEDGER + ["--store", str(path), "rollback", "--undo"], tmp)
+                untimed(after, path, label)
         results[name] = {label: {"min": min(w for w, _ in v), "median": statistics.median(w for w, _ in v),
                                  "max": max(w for w, _ in v), "rss_mib": max(r for _, r in v)}
                          for label, v in per.items()}
@@ -386,8 +405,9 @@ def verdicts(results: dict, n_large: int, n_small: int, small: str, large: str) 
             marginal = 1e6 * (lg["median"] - s["median"]) / max(1, n_large - n_small)
             ok, what = v <= 5.0, f"{v:.2f} us/record ({marginal:.2f} marginal)"
         rss_ok = lg["rss_mib"] <= 300
+        # RSS is the command's process and the children it waited for (a run's training child)
         out.append(f"{name:14s} {what:>16s} (target {t}) {'met' if ok else 'MISSED'}; peak RSS {lg['rss_mib']:.0f} MiB "
-                   f"{'' if rss_ok else '(over 300 MiB)'}")
+                   f"(small store {s['rss_mib']:.0f}){'' if rss_ok else ' over 300 MiB'}")
     return out
 
 
@@ -455,7 +475,10 @@ def main(argv=None) -> int:
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--walks", action="store_true", help="count journal walks of one `run --force` on each store")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--code", type=Path, help="time the ledger of this source tree (e.g. `git archive` of an "
+                                               "older commit) on the same stores; they are built by this one")
     a = ap.parse_args(argv)
+    global CODE
     a.cache.mkdir(parents=True, exist_ok=True)
     built = {f"{n:,}": build(n, a.cache, a.per_cycle, a.batch) for n in (a.small, a.records)}
     if a.build_only:
@@ -464,6 +487,9 @@ def main(argv=None) -> int:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=a.cache))
     try:
+        if a.code:
+            CODE = a.code.resolve()
+            print(f"timing the ledger at {CODE}")
         t = time.perf_counter()
         stores = {label: working_copy(p, tmp) for label, p in built.items()}
         print(f"working copies in {time.perf_counter() - t:.1f} s (contended machine: 2 cores shared)")
