@@ -218,6 +218,42 @@ class PackWriter:
         self.packs.chunks_written += 1
         return loc
 
+    def copy(self, digest: bytes, src_fd: int, off: int, n: int) -> Location:
+        """Where this chunk is: an existing copy's location, or copied in the kernel
+        (copy_file_range) from bytes [off, off+n) of `src_fd` — a file of the store's own whose
+        bytes were hashed, never a user's file that could change between hash and copy."""
+        loc = self.mine.get(digest) or self.known.get(digest)
+        if loc is not None and loc[2] == n:
+            return loc
+        self.flush()
+        if self.fd is None:
+            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        faults.io_check("writing a pack")
+        done = 0
+        while done < n:
+            k = os.copy_file_range(src_fd, self.fd, n - done, off + done)
+            if k == 0:
+                raise OSError(5, "the store's own copy ended early")
+            done += k
+        loc = (self.name, self.size, n)
+        self.entries.append((digest, self.size, n))
+        self.mine[digest] = loc
+        self.size += n
+        self.packs.chunks_written += 1
+        return loc
+
+    def adopt(self, tmp: Path, fd: int, chunks_at: list[tuple[bytes, int, int]], size: int) -> None:
+        """Make an already written file of the store's own (`tmp`, open as `fd`, `size` bytes of
+        chunks back to back, `chunks_at` = (digest, offset, length) of each) this pack: new
+        chunks and the trailer are appended to it. Saves writing a large new object twice."""
+        self.tmp, self.fd, self.size = tmp, fd, size
+        for d, off, n in chunks_at:
+            if d not in self.mine:
+                self.mine[d] = (self.name, off, n)
+                self.entries.append((d, off, n))
+        self.packs.chunks_written += len(self.entries)
+        os.lseek(fd, size, os.SEEK_SET)
+
     def close(self) -> None:
         """Trailer, fsync, rename into packs/, fsync the directory; nothing if nothing was new."""
         self.flush()
@@ -226,6 +262,7 @@ class PackWriter:
         try:
             fsio.write_all(self.fd, b"".join(TRAILER.pack(*e) for e in self.entries)
                            + TAIL.pack(len(self.entries), PACK_MAGIC), "writing a pack")
+            os.fchmod(self.fd, 0o444)   # write-once (an adopted file was made writable)
             faults.point("pack.before-fsync")
             os.fsync(self.fd)
         finally:
