@@ -16,6 +16,7 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 
+from ledger import records
 from ledger.artefacts import dataset as datalib
 from ledger.artefacts import model
 from ledger.artefacts import template as templatelib
@@ -499,13 +500,12 @@ def compile_spec(store, spec: Spec, target: Target) -> CompileResult:
             # the base's tokenizer and template objects exist: whatever wrote the manifest wrote them
             tok_id = man["tokenizer"]
             spec_id = tx.put_json(spec.body())
-            if spec.source:
-                tx.payload["spec_source"] = tx.put_bytes(spec.source.encode("utf-8"), "spec-source")
+            source = {"spec_source": tx.put_bytes(spec.source.encode("utf-8"), "spec-source")} if spec.source else {}
             tx.put_json(target.body())
             pid = tx.put_json(plan.body)
             tx.inputs.extend([base_id, data_id, tok_id, spec_id])
             tx.outputs.append(pid)
-            tx.payload.update({"plan": pid, "spec": spec_id, "target": target.name})
+            records.write(tx, records.Compile(plan=pid, spec=spec_id, target=target.name, **source))
     except _Exists:
         return CompileResult(plan, False, None)
     return CompileResult(plan, True, tx.record)

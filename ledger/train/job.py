@@ -605,7 +605,7 @@ def record_violation(store, job: ChildJob, violations: list[Violation], checkpoi
                                        **({"plan": job.plan} if job.plan else {}))
     with store.transaction(VIOLATION_KIND, wait=60) as tx:
         tx.inputs.extend(committed)
-        tx.payload.update(payload.to_payload())
+        records.write(tx, payload)
     v = violations[0]
     return SandboxViolation(f"the {job.trainer} training child wrote {v.what} at out/{v.path}; the run is refused "
                             f"(recorded as {VIOLATION_KIND} #{tx.record['seq']})", None,

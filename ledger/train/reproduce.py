@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ledger import records
 from ledger.artefacts import checkpoint as ck
 from ledger.errors import BadInput
 from ledger.plan import compile as comp
@@ -166,7 +167,7 @@ def reproduce(store, receipt_ref: str, *, overrides: dict | None = None, toleran
             cid = tx.put_json(body)
             tx.inputs.append(rid)
             tx.outputs.append(cid)
-            tx.payload.update({"comparison": cid, "of": rid, "outcome": "MissingInputs"})
+            records.write(tx, records.Reproduce(comparison=cid, of=rid, outcome="MissingInputs"))
         return ReproduceResult(cid, body, None, tx.record)
 
     plan = comp.load(store, orig["plan"])
@@ -184,7 +185,7 @@ def reproduce(store, receipt_ref: str, *, overrides: dict | None = None, toleran
             cid = tx.put_json(body)
             tx.inputs.append(rid)
             tx.outputs.append(cid)
-            tx.payload.update({"comparison": cid, "of": rid, "receipt": new_id, "outcome": body["outcome"]})
+            records.write(tx, records.Reproduce(comparison=cid, of=rid, receipt=new_id, outcome=body["outcome"]))
     finally:
         store.discard_work_folder(run.work)
     return ReproduceResult(cid, body, new_id, tx.record)

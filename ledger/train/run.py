@@ -337,8 +337,7 @@ def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) ->
                 cid = ck.ingest(tx, blobs, state)
                 tx.inputs.append(plan.id)
                 tx.outputs.append(cid)
-                tx.payload.update(records.Checkpoint(checkpoint=cid, plan=plan.id, step=state["step"],
-                                                     run=cj.run_name).to_payload())
+                records.write(tx, records.Checkpoint(checkpoint=cid, plan=plan.id, step=state["step"], run=cj.run_name))
             done.add(name)
             committed.append(cid)
         return committed
@@ -406,8 +405,8 @@ def train(store, plan_ref: str, *, resume: str | None = None, unsandboxed: bool 
     try:
         with store.transaction("train", wait=60) as tx:
             rid, body = commit(tx, plan, run, resume_id)
-            tx.payload.update({"receipt": rid, "plan": plan.id, "adapter": body["adapter"], "rung": body["rung"],
-                               "unsandboxed": unsandboxed, "wall_s": round(time.time() - t0, 3)})
+            records.write(tx, records.Train(receipt=rid, plan=plan.id, adapter=body["adapter"], rung=body["rung"],
+                                            unsandboxed=unsandboxed, wall_s=round(time.time() - t0, 3)))
     finally:
         store.discard_work_folder(run.work)
     return TrainResult(rid, body, tx.record)
