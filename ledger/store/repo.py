@@ -117,6 +117,7 @@ class StatKey:
 
 
 RACY_RETRIES = 50  # a tick is at most a few ms: then refs.json stays racy and the next writer re-checks
+READER_CACHE_GAP = 1000  # a reader that folds this many records past refs.json moves it to the head
 TAIL_SYNC_MAX = 10_000  # index catch-up reads up to this many records from the journal's end
 PRELOAD_INDEX_BYTES = 64 << 20  # a copy this large waits on the disk long enough to hide DuckDB's import
 
@@ -256,6 +257,12 @@ class Store:
                 # A whole, clean fold from record 1: what a writer's cache is. It vouches for the
                 # journal's bytes (rule 19) only if nothing was appended while it was read.
                 self._reader_write_cache(f.state(), scan.end, ident if ident and ident[2] == scan.end else None)
+            elif offset and f.seq - start.seq >= READER_CACHE_GAP and not scan.torn:
+                # refs.json far behind (records appended by something that wrote no cache): move
+                # it to the head so the next read is cheap. It vouches for nothing — this fold did
+                # not read the bytes before the old offset — and the old one vouched for nothing
+                # either (the file has grown since), so no writer loses by it.
+                self._reader_write_cache(f.state(), scan.end, None)
             self._state = f.state()
             self._scan_end = scan.end
         return self._state
@@ -477,8 +484,9 @@ class Store:
                     return recs
             return self.journal.scan().records[seq:]
 
-        index.sync(self.root, records_after, st, self.get_json, self.tmp, lambda: self.journal.scan().records,
-                   self.store_id)
+        # a rebuild (missing or foreign index) is fed by a scan, one record at a time (bounded memory)
+        index.sync(self.root, records_after, st, self.get_json, self.tmp,
+                   lambda: lambda add: self.journal.scan(keep=False, each=add), self.store_id)
 
     @contextmanager
     def index_deferred(self):

@@ -200,3 +200,27 @@ def test_store_from_before_rule_19_migrates_on_its_next_write(tmp_path, parsed):
     assert "digest" not in c and c["journal"] == stat_identity(os.stat(s.journal.path))
     parsed["lines"] = 0
     assert not _one_tx(s.root).warnings and parsed["lines"] <= 4
+
+
+def test_reader_moves_a_far_behind_cache_to_the_head(tmp_path, monkeypatch, parsed):
+    """Records appended by something that wrote no cache: the first reader folds them and moves
+    refs.json to the head (vouching for nothing), so the next read is cheap."""
+    monkeypatch.setattr("ledger.store.repo.READER_CACHE_GAP", 5)
+    s = _store(tmp_path, 2)
+    behind = (s.root / "refs.json").read_bytes()
+    s = _store_more(s, 8)
+    (s.root / "refs.json").write_bytes(behind)
+    st = Store.open(s.root).state
+    c = json.loads((s.root / "refs.json").read_bytes())
+    assert (c["seq"], c["head"]) == (st.seq, st.head) and "journal" not in c
+    parsed["lines"] = 0
+    assert Store.open(s.root).state == st and parsed["lines"] <= 1
+    w = _one_tx(s.root)  # the writer re-checks once (nothing vouched), then it vouches again
+    assert any("re-checked" in x for x in w.warnings)
+
+
+def _store_more(s, n):
+    for i in range(n):
+        with Store.open(s.root).transaction("t") as tx:
+            tx.payload["more"] = i
+    return s
