@@ -122,6 +122,7 @@ def gated_kernel(store, target: Target) -> dict | None:
 
 
 FUSED_LORA = "fused-lora"
+CE_CHUNK_ROWS = 4096   # ledger.kernels.train_ops.CE_CHUNK_ROWS (plan/ imports no torch)
 
 
 def fused_lora_unmet(c: Config, target: Target) -> tuple[str, str] | None:
@@ -255,7 +256,8 @@ def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str
     kw = dict(r=c.lora.r, modules=c.lora.target_modules, dropout=c.lora.dropout,
               dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len, base_quant=c.precision.base_format)
     if loop in ("compiled", "fused"):  # memory per device: DDP replicates all but the data
-        return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count, **kw)
+        return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count,
+                                     ce_chunk=CE_CHUNK_ROWS if loop == "fused" else None, **kw)
     return memory.lines(arch, dataset_rows=rows, **kw)
 
 

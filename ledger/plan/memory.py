@@ -115,7 +115,8 @@ CUBLAS_WORKSPACE = 8 * 4096 * 1024
 
 
 def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
-                   padded: bool = True, devices: int = 1, base_quant: str = "none") -> list[Line]:
+                   padded: bool = True, devices: int = 1, base_quant: str = "none",
+                   ce_chunk: int | None = None) -> list[Line]:
     """The memory plan of the `torch-compiled` CUDA realization (ledger.train.child): each decoder
     layer compiled with torch.compile, bf16 autocast when the base is bf16, fused AdamW, the
     encoded dataset kept on the host and one micro-batch at a time moved to the device.
@@ -125,6 +126,12 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     the pointwise work in between (norms, RoPE, SiLU*up, casts). What the formulas assume it
     saves is written beside each term; benchmarks/bench_train_gpu_ledger.py measures the sum
     against torch.cuda.max_memory_allocated.
+
+    `ce_chunk` (the fused-lora realization, ledger.train.fused): no attention mask (causal on
+    right-padded rows), and the loss in chunks of `ce_chunk` rows (chunked-linear-ce): no
+    [rows, vocab] logits are kept, only h's gradient, and one chunk's fp32 logits, their softmax
+    and its bf16 copy are live at a time. Measured on an H200 with SmolLM2 (vocab 49,152): the
+    plan without this overestimated the fused loop by 62 % (benchmarks/RESULTS.md).
     """
     a, B, T = arch, micro_batch, seq_len
     e = DTYPE_BYTES[dtype]
@@ -148,15 +155,18 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
                  + 4 * nh + 2 * 4)
     # A padded batch carries an explicit mask: built once per forward (bool B x T x T) and kept by
     # every layer's memory-efficient attention as a bias (B x T x T in e bytes).
-    mask = (B * T * T + L * B * T * T * e) if padded else 0
+    mask = (B * T * T + L * B * T * T * e) if padded and ce_chunk is None else 0
     # Head (eager, under autocast): the final norm's input (H, e) and rstd, the fp32 log-softmax the
     # loss keeps (V x 4 B) and the int64 labels.
     head = BT * (H * e + 4 + V * 4 + INDEX_BYTES)
+    if ce_chunk is not None:   # h's gradient (e) instead of the log-softmax
+        head = BT * (2 * H * e + 4 + INDEX_BYTES)
     act = L * BT * per_token + mask + head
     # Backward transients on top of the saved set: at its start the log-softmax and logits
     # gradients (2 x V x 4 B per token); later one compiled layer's backward (the MLP's gradients
     # and its recomputed product, 3I + 2H). Whichever is larger, plus cuBLAS's workspaces.
-    work = max(2 * BT * V * 4, BT * (3 * I + 2 * H) * e) + CUBLAS_WORKSPACE
+    logits = 2 * BT * V * 4 if ce_chunk is None else min(ce_chunk, BT) * V * (4 + 4 + e)
+    work = max(logits, BT * (3 * I + 2 * H) * e) + CUBLAS_WORKSPACE
     return [
         *weight_lines(a, e, base_quant),
         Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),

@@ -431,3 +431,20 @@ def test_compiled_layers_never_fall_back_to_eager_past_the_recompile_limit(monke
     env = trainlib.child_env(tmp_path, plan.view)
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
     assert env["NCCL_CUMEM_ENABLE"] == "0"     # no abstract unix sockets between sandboxes
+
+
+def test_the_fused_loop_plans_no_mask_and_no_full_logits(store):
+    """fused-lora's memory model (memory.lines_compiled with ce_chunk): causal attention without a
+    mask, and one chunk of logits instead of the [rows, vocab] log-softmax and its gradient."""
+    from ledger.kernels import train_ops
+
+    assert comp.CE_CHUNK_ROWS == train_ops.CE_CHUNK_ROWS   # plan/ cannot import the torch side
+    arch = comp.model.arch_of(dict(comp.model.builtin_config(spec.parse("").config["model"]), vocab_size=49152))
+    kw = dict(r=8, modules=spec.LLAMA_MODULES, dropout=0.0, dtype="bf16", seq_len=512, micro_batch=16, padded=True)
+    compiled = {x.name: x.bytes for x in memory.lines_compiled(arch, **kw)}
+    fused = {x.name: x.bytes for x in memory.lines_compiled(arch, ce_chunk=comp.CE_CHUNK_ROWS, **kw)}
+    rows, V = 16 * 512, 49152
+    assert compiled["workspace"] - fused["workspace"] == 2 * rows * V * 4 - 4096 * V * 10
+    mask = 16 * 512 * 512 + arch.layers * 16 * 512 * 512 * 2
+    assert compiled["activations"] - fused["activations"] == mask + rows * (V * 4 - 64 * 2)
+    assert fused["weights"] == compiled["weights"]
