@@ -679,11 +679,26 @@ class Image(Payload):
 
 # --- kernels ------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class KernelBuild(Payload):
-    KIND: ClassVar[str] = "kernel-build"
-    record: str = need(ID, object_kind="kernel-build")
+class _KernelRecord(Payload):
+    """What every kernel record names: the kernel, the target, and its record object, whose kind
+    is the record's own (a kernel-test record names a kernel-test object)."""
+    record: str = need(ID)
     kernel: str = need(TEXT)
     target: str = need(TEXT)
+
+    def object_kinds(self) -> dict[str, tuple[str, str]]:
+        return {**super().object_kinds(), "record": (self.record, self.KIND)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _KernelOfBuild(_KernelRecord):
+    """A test, bench or gate record: of one build (the kernel-build record it measured)."""
+    build: str = need(ID)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelBuild(_KernelRecord):
+    KIND: ClassVar[str] = "kernel-build"
     arch: str = need(STR)
     cubin: str = need(ID)
     target_profile: dict = need(OBJ)
@@ -691,36 +706,24 @@ class KernelBuild(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelTest(Payload):
+class KernelTest(_KernelOfBuild):
     KIND: ClassVar[str] = "kernel-test"
-    record: str = need(ID, object_kind="kernel-test")
-    kernel: str = need(TEXT)
-    target: str = need(TEXT)
-    build: str = need(ID)
     worst_rel_l2: float | None = need(OPT_NUM)
     tolerance: float = need(NUM)
     unwritten: int = need(COUNT)    # output elements the kernel never wrote, over every case
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelBench(Payload):
+class KernelBench(_KernelOfBuild):
     KIND: ClassVar[str] = "kernel-bench"
-    record: str = need(ID, object_kind="kernel-bench")
-    kernel: str = need(TEXT)
-    target: str = need(TEXT)
-    build: str = need(ID)
     shape: str = need(STR)
     candidate_median_s: float | None = need(OPT_NUM)
     baseline_median_s: float | None = need(OPT_NUM)
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelGate(Payload):
+class KernelGate(_KernelOfBuild):
     KIND: ClassVar[str] = "kernel-gate"
-    record: str = need(ID, object_kind="kernel-gate")
-    kernel: str = need(TEXT)
-    target: str = need(TEXT)
-    build: str = need(ID)
     code_object: str = need(ID)
     verdict: str = need(TEXT)
     code: str | None = need(OPT_STR)
