@@ -1,4 +1,4 @@
-"""Gate calibration end to end (GATE.md, "Calibration"; issue 16).
+"""Gate calibration end to end (docs/gate.md, "Why gate/2"; issue 16).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gate_calibration.py --twins 40
 

@@ -36,7 +36,7 @@ DEFAULT_SPEC = "cycle.toml"  # ledger/demo/cycle.toml: the built-in tiny model a
 
 @dataclass(frozen=True)
 class Policy:
-    """When a cycle may run (DESIGN.md defaults from the original system; written once, in
+    """When a cycle may run (the original system's defaults, docs/cycle.md; written once, in
     ledger.options.LearnOptions)."""
     min_turns: int = LearnOptions.min_turns
     min_hours: float = LearnOptions.min_hours
@@ -191,7 +191,7 @@ def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=No
     res.stages["compile"] = {"s": time.perf_counter() - t0, "reused": not cres.new, "plan": plan.id}
     say("compile", f"plan {plan.id[:15]}: {plan.body['parameters']['trainable']:,} trainable parameters")
 
-    # the export, checked against the sealed suite before anything trains on it (GATE.md rule 2);
+    # the export, checked against the sealed suite before anything trains on it (docs/gate.md, rule 2);
     # the judge leaves out the base's chat-template text that every rendered row holds
     contaminated = _check_export(store, dataset, plan.id, say)
     if contaminated is not None:

@@ -1,6 +1,6 @@
 """One error hierarchy, rooted at LedgerError, each type carrying its exit code.
 
-Exit codes (DESIGN.md, CLI contract):
+Exit codes (docs/commands.md):
   0 ok, 1 internal error, 2 usage or bad input, 3 rejected/refused by a check,
   4 store corrupt or tampered, 5 locked.
 

@@ -1,6 +1,6 @@
 """The built-in task: a deterministic generator of agent turns with disjoint splits.
 
-A turn is what the self-improving runtime records (DESIGN.md, "The learn cycle"): the
+A turn is what the self-improving runtime records (docs/cycle.md): the
 situation it was in, the action it took verbatim (a tool call such as `call adder.add(2, 3)`
 or a refusal such as `refuse: deleting system files is not permitted`), the outcome as ground
 truth, and whether the action was a refusal.

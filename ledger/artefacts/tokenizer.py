@@ -21,7 +21,7 @@ The plain format (a base without a chat template; the built-in model always) liv
 it is the tokenizer's own layout: `[<bos>] situation <sep> action <eos>`, where <sep> is the
 byte tokenizer's <sep> token and an HF tokenizer's encoding of "\\n". The ACTION SPAN is the
 action tokens plus the final <eos>: training puts its loss there and the gate scores there
-(GATE.md), so a model learns to stop, and cannot lower its score by learning the situation.
+(docs/gate.md), so a model learns to stop, and cannot lower its score by learning the situation.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`ledger judge`: score a candidate against the incumbent on the pinned suite, and decide.
 
-One gate run, in this order (GATE.md; the decision itself is `ledger.verdicts.decide`, pure):
+One gate run, in this order (docs/gate.md; the decision itself is `ledger.verdicts.decide`, pure):
 
   1. the suite hash is recomputed from the sealed copy on disk, the scorer version, and the
      tokenizer and base of the models being judged; if it differs from the pin the verdict is
@@ -301,7 +301,7 @@ def _training_context(store, chain: list[dict]) -> dict:
 
 
 def _dpo_summary(store, chain: list[dict]) -> dict | None:
-    """For a DPO candidate, the statistics its receipt recorded (GATE.md: reward margin,
+    """For a DPO candidate, the statistics its receipt recorded (docs/gate.md: reward margin,
     accuracy, chosen-reward summary), carried into the verdict."""
     if not chain or chain[0]["trainer"] != "dpo":
         return None

@@ -6,7 +6,7 @@ base's own tokenizer and chat template (`template.Chat.encode_turn`; the plain f
 its score is the mean NLL, in nats per token, of the action span only: the action's tokens and the
 end-of-turn token that closes them (so a model that cannot stop scores worse), not the situation,
 not the template's fixed text, and not any register a model may have learned to put in front of an
-action (GATE.md). Lower is better.
+action (docs/gate.md). Lower is better.
 
 Both models of a gate run are scored in one call on one loaded base: the base is built once and
 each adapter is attached to it by name (peft), the bare base is scored with adapters disabled.

@@ -297,7 +297,7 @@ def budget_key_of(scored: Iterable[SuiteDoc], scorer_version: str, tokenizer: st
 
 
 def sharpness_warnings(src: SuiteSource) -> list[str]:
-    """What makes this suite a blunt gate (GATE.md's power note): too few documents, or
+    """What makes this suite a blunt gate (docs/gate-ops.md, "Small suites"): too few documents, or
     documents too short for the contamination check to find a partial copy."""
     s = src.settings
     out = []

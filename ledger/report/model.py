@@ -5,9 +5,9 @@ they name (generation manifests, receipts, verdicts, turn batches) — not a rea
 index, which is a cache that may lag. The model is plain data (frozen dataclasses, no HTML),
 so the page and any other view render the same facts, and tests can check facts, not markup.
 
-Holdout hygiene (GATE.md): a report is a file people pass around, so it carries only the
-aggregate statistics of each verdict (means, η, wins, canary mean) — never the per-document
-losses under a verdict's `sealed` key, and never suite text.
+Holdout hygiene (docs/gate.md, "What is sealed and what the learner sees"): a report is a file
+people pass around, so it carries only the aggregate statistics of each verdict (means, η, wins,
+canary mean) — never the per-document losses under a verdict's `sealed` key, and never suite text.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run a child process that can reach only what its policy grants.
 
-This is the enforcement half of the sealed gate (DESIGN.md): a training child is granted its
+This is the enforcement half of the sealed gate (docs/gate.md): a training child is granted its
 declared inputs (read-only), its output folder (read-write) and the system paths a Python process
 needs to start; everything else -- the user's working directory, home, the store and above all
 the sealed suite under `.ledger/sealed/` -- is refused by the kernel with EACCES.

@@ -1,4 +1,4 @@
-"""Fault injection for the crash and I/O-error tests (QUALITY.md reliability catalogue).
+"""Fault injection for the crash and I/O-error tests (tests/reliability/).
 
 LEDGER_FAULT_AT=N      SIGKILL this process at the N-th fault point it passes (1-based).
 LEDGER_FAULT_ERRNO=E:N raise OSError(E) at the N-th write-like operation, once;

@@ -6,7 +6,7 @@ Output: a new adapter of the same shape (the SFT adapter's LoRA weights, tuned f
 receipt, its pairs (for the contamination check) and its SFT parent like any other run.
 
 The loss is the DPO objective (Rafailov et al. 2023) with the SFT policy as the reference
-(GATE.md: the reference must be the SFT policy, not the bare base):
+(docs/gate-ops.md, "DPO": the reference must be the SFT policy, not the bare base):
 
     L = -log sigmoid( beta * [ (log pi(y_w|x) - log ref(y_w|x)) - (log pi(y_l|x) - log ref(y_l|x)) ] )
 
@@ -17,7 +17,7 @@ are computed once, before the first step, from the same weights the policy start
 adapter), so no second model is held in memory. Dropout is off for policy and reference alike:
 the two must be the same function at step 0 (every margin starts at exactly 0).
 
-The receipt records what GATE.md asks of DPO: the implied rewards r = beta * (log pi - log ref)
+The receipt records what docs/gate-ops.md ("DPO") asks of DPO: the implied rewards r = beta * (log pi - log ref)
 of chosen and rejected responses over all pairs after training -- reward margin (mean, min),
 accuracy (the share of pairs whose chosen reward exceeds the rejected one) and a chosen-reward
 summary -- plus per-step loss, margin and accuracy.
@@ -56,7 +56,7 @@ RECEIPT_VERSION = 1
 # --- configuration --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DpoConfig:
-    beta: float = 0.1  # GATE.md default
+    beta: float = 0.1  # docs/gate-ops.md, "DPO"
     lr: float = 1e-4
     steps: int = 50
     batch: int = 8

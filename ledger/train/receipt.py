@@ -1,7 +1,7 @@
 """Receipts: what a run was, bound by identity, with the evidence rung it reached.
 
-A receipt names every identity that could change the result (DESIGN.md "Train, receipts,
-reproduce"): the source (hash of the ledger package files), library versions, device, the spec,
+A receipt names every identity that could change the result (docs/compile-train.md,
+"Receipt"): the source (hash of the ledger package files), library versions, device, the spec,
 plan and target, base weights and tokenizer, dataset and data cursor, seeds and RNG state,
 optimizer state, the realizations used, memory predicted vs observed, per-step losses and
 counters, timings, the sandbox it ran under, and the rung:

@@ -1,4 +1,4 @@
-"""Pure functions: scores in, verdict and statistics out (GATE.md). No I/O, no torch.
+"""Pure functions: scores in, verdict and statistics out (docs/gate.md). No I/O, no torch.
 
     from ledger.verdicts import GateInputs, Scores, decide
     verdict = decide(GateInputs(incumbent_id=..., candidate_id=..., pinned_hash=h,

@@ -1,4 +1,4 @@
-"""Query budget of a sealed suite (GATE.md, holdout hygiene).
+"""Query budget of a sealed suite (docs/gate.md, "What is sealed and what the learner sees").
 
 Every gate run leaks a little about the suite, even through a verdict alone: a learner that
 retries often enough can fit the holdout by selection. So each set of scored documents gets a

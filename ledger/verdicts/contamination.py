@@ -1,7 +1,7 @@
 """Contamination: did the training export see the sealed suite?
 
 The trainer never sees the suite, so it cannot check this; the gate can, because it holds both
-sides. Two checks (GATE.md rule 2), on *folded* text:
+sides. Two checks (docs/gate.md, rule 2), on *folded* text:
 
 - the suite's canary string appears in a training row (any window of `canary_window` folded
   characters of it: a copy that was cut, spaced out or disguised still carries one), and

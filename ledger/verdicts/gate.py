@@ -1,4 +1,4 @@
-"""The gate's decision procedure (GATE.md): inputs in, one Verdict out. Pure: no I/O.
+"""The gate's decision procedure (docs/gate.md): inputs in, one Verdict out. Pure: no I/O.
 
 Rules are checked in order and the first that matches decides:
 
@@ -231,7 +231,7 @@ def _failed_accept_reasons(st: PairedStats, ch: ScoredChecks, s: GateSettings) -
 
 # --- the procedure ------------------------------------------------------------------------
 def decide(inputs: GateInputs) -> Verdict:
-    """Apply GATE.md's rules in order; the first that matches decides.
+    """Apply docs/gate.md's rules in order; the first that matches decides.
 
     Raises BadInput for malformed inputs, and Refused (reason `budget_spent`) when the suite's
     run budget is spent: that is a refusal to judge, not a verdict about the candidate.

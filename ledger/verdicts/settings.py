@@ -1,4 +1,4 @@
-"""The gate's configuration: every threshold GATE.md names, with its default.
+"""The gate's configuration: every threshold docs/gate.md names, with its default.
 
 Defaults are configuration, not constants buried in code: every verdict records the exact
 settings it was decided under (`to_json`), so a verdict can be re-read and re-checked later even
@@ -86,7 +86,7 @@ class GateSettings:
     # |mean d^S| below eta_min is below what the gate can ever accept: report it as "the action
     # score did not move" (a register-only adapter moves it by ~0.004 on the demo model).
     unchanged_tolerance: float = 0.01
-    # Below these sizes the gate still decides, but says the suite is small (GATE.md: with 10
+    # Below these sizes the gate still decides, but says the suite is small (docs/gate.md: with 10
     # scored documents only effects of ~0.85 sd are detectable).
     small_suite_scored: int = 30
     small_suite_canaries: int = 8

@@ -1,7 +1,7 @@
 """The verdict object: what the gate decided, why, and everything needed to re-check it.
 
 Two audiences, two projections:
-- `to_json()` is the full record for the journal (GATE.md, "What a verdict records"). Per-document
+- `to_json()` is the full record for the journal (docs/gate.md, "What is sealed and what the learner sees"). Per-document
   numbers (losses, deltas, signs, relative changes, n-gram examples) live under its `sealed` key.
 - `learner_view()` is all the training side may ever see: the verdict and the best score rounded
   to eta. Rounding means a learner retrying many candidates learns the suite's score only in

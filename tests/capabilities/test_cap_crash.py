@@ -1,5 +1,5 @@
 """SIGKILL `ledger capability add` and `grant` at every fault point of their transactions
-(QUALITY.md, crash mid-transaction): the store stays consistent, the head is exactly the pre-
+(a crash mid-transaction: tests/reliability/): the store stays consistent, the head is exactly the pre-
 or post-transaction head, and whatever is live can be called."""
 
 from __future__ import annotations

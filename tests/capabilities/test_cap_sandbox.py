@@ -1,4 +1,4 @@
-"""The wasm abuse rows of QUALITY.md: each ends in a typed error within its limits, and neither
+"""The wasm abuse cases (docs/capabilities.md): each ends in a typed error within its limits, and neither
 the host process nor the store is affected.
 
 Admission-time cases prove "nothing changes" byte for byte (every file under .ledger); call-time

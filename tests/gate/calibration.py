@@ -1,4 +1,4 @@
-"""End-to-end calibration of the gate (GATE.md, "Calibration"): seed-twins and planted gaming,
+"""End-to-end calibration of the gate (docs/gate.md, "Why gate/2"): seed-twins and planted gaming,
 all judged through the real gate -- `ledger.gate.judge.judge` on a real store: the sealed suite,
 the scorer, the journal, the budget and the contamination check of the training export.
 Not a test module (no test_ prefix): tests/gate/test_calibration.py runs a few twins,

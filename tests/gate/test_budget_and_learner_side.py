@@ -1,6 +1,6 @@
 """The budget belongs to the scored documents' content; the journal (what the learner side
 reads) carries the verdict and the rounded score only; a contaminated export is refused before
-anything trains on it (GATE.md, holdout hygiene and rule 2; issue 16)."""
+anything trains on it (docs/gate.md, "What is sealed and what the learner sees", and rule 2; issue 16)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""`judge` end to end on real (tiny) models: every verdict GATE.md names, reached for the reason
+"""`judge` end to end on real (tiny) models: every verdict docs/gate.md names, reached for the reason
 it names, with the record written as one transaction. The world is tests/gate/world.py."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_genuinely_better_adapter_is_accepted(world, wstore):
     assert set(rec["outputs"]) == {vid, p["learner_view"]}
     body = wstore.get_json(vid)
     assert body["kind"] == "verdict" and body["candidate"] == world.A
-    # Everything GATE.md lists: rule + parameters, suite hashes, budget, statistics, sealed losses.
+    # Everything docs/gate.md lists: rule + parameters, suite hashes, budget, statistics, sealed losses.
     assert body["rule"]["version"] == "gate/2" and body["rule"]["parameters"]["alpha"] == 0.05
     assert body["suite"]["matches"] and body["budget"] == {"used": 1, "of": 20, "counted": True}
     st = body["statistics"]["scored"]

@@ -1,4 +1,4 @@
-"""`ledger seal` says when a suite makes a blunt gate (GATE.md's power note): too few documents,
+"""`ledger seal` says when a suite makes a blunt gate (docs/gate-ops.md, "Small suites"): too few documents,
 or documents too short for the contamination check to find a partial copy."""
 
 from ledger.gate import seal

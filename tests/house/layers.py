@@ -6,7 +6,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ledger"
 
-# Floors, top to bottom (ARCHITECTURE.md): an import never points to a higher floor.
+# Floors, top to bottom (docs/architecture.md): an import never points to a higher floor.
 FLOORS = (
     ("cli", "demo"),
     ("api",),

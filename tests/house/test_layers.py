@@ -1,4 +1,4 @@
-"""The import rules of ARCHITECTURE.md, checked over the AST of every module (docs/architecture.md)."""
+"""The import rules of docs/architecture.md, checked over the AST of every module."""
 
 import sys
 
@@ -43,7 +43,7 @@ def test_no_import_points_up_a_floor():
     # `import ledger` (every module's, every command's) stays at the bottom floor
     bad = [i for i in imports() if FLOOR.get(room(i.target), 0) > FLOOR.get(room(i.source), 99)
            and not (i.source == "ledger" and not i.top)]
-    assert not bad, "an import never points up a floor (ARCHITECTURE.md)\n" + _show(bad)
+    assert not bad, "an import never points up a floor (docs/architecture.md)\n" + _show(bad)
 
 
 def test_no_import_circles():

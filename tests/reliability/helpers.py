@@ -1,4 +1,4 @@
-"""Invariants every reliability test checks after damage (QUALITY.md, crash mid-transaction)."""
+"""Invariants every reliability test checks after damage (a crash mid-transaction: tests/reliability/)."""
 
 from ledger.store import Store, index
 from ledger.store.verify import verify

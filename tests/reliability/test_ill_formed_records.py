@@ -1,4 +1,4 @@
-"""Well-chained records with bad meaning (QUALITY.md, "ill-formed records"; issue 17).
+"""Well-chained records with bad meaning (issue 17; docs/store-format.md, "Record schemas").
 
 Each record here hashes to its id and names the previous record correctly: only its payload is
 wrong in type or meaning. `verify` must name the record by seq and exit 4; no command may die

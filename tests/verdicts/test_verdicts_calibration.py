@@ -31,7 +31,7 @@ def test_null_accept_rate_at_most_alpha(n, draws):
     accept_rate = sum(v.verdict == "Accept" for v in results) / draws
     assert accept_rate <= 0.05, f"null accept rate {accept_rate:.3f} at n={n}"
     # The same test in the other direction is calibrated too. (Regressed as a whole is not:
-    # canaries_worse is an effect-size rule, GATE.md rule 5, and fires on noisy null canaries.)
+    # canaries_worse is an effect-size rule, docs/gate.md, rule 5, and fires on noisy null canaries.)
     worse_rate = sum("significantly_worse" in v.reason_codes for v in results) / draws
     assert worse_rate <= 0.08, f"null significantly_worse rate {worse_rate:.3f} at n={n}"
 

@@ -1,4 +1,4 @@
-"""decide(): every verdict branch, and rule order (first match wins). GATE.md is the spec.
+"""decide(): every verdict branch, and rule order (first match wins). docs/gate.md is the spec.
 
 Numbers are chosen so each case is checkable by hand; the comments do the arithmetic.
 Default incumbent loss is 2.0 nats/token, so the 10% relative limit is +0.2 per document and

@@ -1,4 +1,4 @@
-"""GateSettings: GATE.md's defaults, JSON round-trip, validation (ledger/verdicts/settings.py)."""
+"""GateSettings: docs/gate.md's defaults, JSON round-trip, validation (ledger/verdicts/settings.py)."""
 
 import json
 
