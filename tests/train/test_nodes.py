@@ -171,3 +171,26 @@ def test_a_cuda_multi_node_plan_needs_every_nodes_gpus_here(store, monkeypatch):
     with pytest.raises(RealizationUnavailable) as e:
         trainlib.check_runnable_here(plan.view)
     assert e.value.message == "the plan runs on 2 nodes x 2 devices; 2 CUDA device(s) are visible here"
+
+
+def test_a_rank_refuses_loopback_mode_outside_a_loopback_namespace(tmp_path):
+    """net="loopback" rules without the launcher's namespace: the bootstrap refuses before the
+    command runs (the check is the rank's own, not the launcher's word)."""
+    import json
+    import os
+    import subprocess
+
+    from ledger.sandbox import SandboxPolicy
+    from ledger.sandbox import run as sbrun
+    from ledger.sandbox.__main__ import BOOTSTRAP_FAILED
+
+    pol = SandboxPolicy(read_only=(str(tmp_path),), network=True)
+    rules, _ = sbrun.bootstrap_rules(pol.grants(), pol, net="loopback")
+    status_r, status_w = os.pipe()
+    p = subprocess.run([*sbrun.bootstrap_command(), "--rules", json.dumps(rules), "--status-fd", str(status_w),
+                        "--", "/bin/echo", "RAN"], pass_fds=(status_w,), capture_output=True, text=True, timeout=60)
+    os.close(status_w)
+    with os.fdopen(status_r) as f:
+        status = f.read()
+    assert p.returncode == BOOTSTRAP_FAILED and "RAN" not in p.stdout
+    assert "network namespace of loopback alone" in status
