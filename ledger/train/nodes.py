@@ -44,6 +44,9 @@ def agent_argv(*, nodes: int, nproc: int, endpoint: str, run_id: str, host: bool
 
 
 def _die_with_parent() -> None:
+    # preexec_fn, which docs/sandbox.md warns against in a multi-threaded parent: this process is
+    # a fresh single-threaded interpreter (exec'd by the sandbox's --launcher), so no lock can be
+    # held by another thread at fork time.
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
                                             ctypes.c_ulong(0), ctypes.c_ulong(0))
 
