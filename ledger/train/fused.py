@@ -1,5 +1,5 @@
 """The `fused-lora` training realization: a Llama forward over the same peft model, whose
-operators are the named realizations of the plan (ledger.plan.compile.FUSED_PARTS):
+operators are the named realizations of the plan (ledger.plan.compile.fused_lora_realizations):
 
   * `linear_lora`: q/k/v and gate/up each ONE `ledger::lora_linear` call (ledger/kernels/train_ops.py):
     stacked base weights (the modules' own weights become views of one buffer: no copy), x @ A^T
