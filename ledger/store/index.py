@@ -398,17 +398,28 @@ def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
     for key in where:
         if not _PAYLOAD_KEY_RE.match(key):
             raise InternalError(f"lookup by payload key {key!r}", "payload keys in lookups are identifiers")
-    sql = ("SELECT seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inputs, outputs, payload "
-           f"FROM journal WHERE kind IN ({', '.join('?' * len(kinds))})"
-           + "".join(f" AND json_extract_string(payload, '$.{k}') = ?" for k in where)
-           + " ORDER BY seq DESC")
+    # Two steps: the matching seqs (the kind filter in a subquery of its own: in one WHERE with the
+    # JSON test DuckDB extracted the field from far more rows), then the whole rows of those seqs
+    # only: fetching every column of the kind's rows costs ~0.2 s at a million records even when
+    # the JSON test keeps none of them (a new plan's lookup), the seqs ~10 ms.
+    find = (f"SELECT seq FROM (SELECT seq, payload FROM journal WHERE kind IN ({', '.join('?' * len(kinds))}))"
+            + "".join(f" {'WHERE' if i == 0 else 'AND'} json_extract_string(payload, '$.{k}') = ?"
+                      for i, k in enumerate(where)))
 
     def read(con):
         meta = _meta(con)
         if meta is None:
             return None
-        return meta, con.execute(sql, [*kinds, *where.values()]).fetchall()
+        seqs = [r[0] for r in con.execute(find, [*kinds, *where.values()]).fetchall()]
+        if not seqs:
+            return meta, []
+        rows = con.execute(f"SELECT {_ROW} FROM journal WHERE seq IN ({', '.join('?' * len(seqs))}) ORDER BY seq DESC",
+                           seqs).fetchall()
+        return meta, rows
     return _peek(root, read)
+
+
+_ROW = "seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inputs, outputs, payload"
 
 
 def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
@@ -416,8 +427,7 @@ def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
     (lowercase hex, checked by the caller), newest first, at most `limit`."""
     if not hexpart or any(c not in "0123456789abcdef" for c in hexpart):
         raise InternalError(f"id prefix {hexpart!r} is not lowercase hex")
-    sql = ("SELECT seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inputs, outputs, payload "
-           "FROM journal WHERE starts_with(id, ?) ORDER BY seq DESC LIMIT ?")
+    sql = f"SELECT {_ROW} FROM journal WHERE starts_with(id, ?) ORDER BY seq DESC LIMIT ?"
 
     def read(con):
         meta = _meta(con)
