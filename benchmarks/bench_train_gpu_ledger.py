@@ -140,6 +140,8 @@ def compile_and_train(store: Path, text: str, target: str, *, unsandboxed=False)
                 "linear_lora": p["realizations"]["linear_lora"], "losses": r["losses"],
                 "tokens_per_s": r["timings"].get("tokens_per_s"), "steady_tokens_per_s": r["timings"].get("steady_tokens_per_s"),
                 "first_step_s": r["timings"].get("first_step_s"), "step_median_s": r["timings"].get("step_median_s"),
+                # the compute thread's CPU time per step: a step near its wall time is CPU-bound
+                "step_cpu_median_s": r["timings"].get("step_cpu_median_s"),
                 "predicted_bytes": r["memory"]["predicted_bytes"], "predicted_lines": r["memory"]["predicted_lines"],
                 "cuda_memory": cm, "distributed": r["device"].get("distributed"), "kernel": r["device"].get("fused_kernel"),
                 "device": (r["device"].get("cuda") or {}).get("device"), "counters": r["counters"],
