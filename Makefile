@@ -26,6 +26,8 @@ venv: $(STAMP)
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q ledger
 
+# The story on SmolLM2 (the fixture the venv step installs; a few minutes on 2 cores, every step
+# real training and the real gate). `.venv/bin/ledger demo --tiny` tells it on the built-in model.
 demo: bytecode
 	$(BIN)/ledger demo
 

