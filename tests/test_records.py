@@ -257,3 +257,40 @@ def test_absent_survives_copy_and_pickle():
     e = records.Export(dataset=i(1), first=1, last=1)
     assert copy.deepcopy(e).cycle is records.ABSENT and pickle.loads(pickle.dumps(e)).cycle is records.ABSENT
     assert copy.deepcopy(e).to_payload() == e.to_payload() == {"dataset": i(1), "first": 1, "last": 1}
+
+
+def test_writers_fill_a_payload_only_through_its_kind(tmp_path):
+    """records.write: the payload's kind must be the transaction's, and must agree with a field a
+    shared helper wrote (generations.new_generation's number); write_field: a field the kind
+    models, of its type. Each refusal is a bug in the writer (InternalError), before any commit."""
+    from ledger.errors import InternalError
+    from ledger.store import Store
+
+    s = Store.init(tmp_path)
+    seq = s.state.seq
+    with pytest.raises(InternalError, match="a commit transaction was given a rollback payload"):
+        with s.transaction("commit") as tx:
+            records.write(tx, records.Rollback(head=0))
+    with pytest.raises(InternalError, match="would change generation"):
+        with s.transaction("commit") as tx:
+            records.write_field(tx, "generation", 1)
+            records.write(tx, records.Commit(generation=2))
+    with pytest.raises(InternalError, match="has no payload field 'nope'"):
+        with s.transaction("image") as tx:
+            records.write_field(tx, "nope", 1)
+    with pytest.raises(InternalError, match="payload.context must be a b3: id"):
+        with s.transaction("image") as tx:
+            records.write_field(tx, "context", "not-an-id")
+    assert Store.open(tmp_path).state.seq == seq  # nothing was committed
+    with s.transaction("rollback") as tx:  # agreeing values: move_head's head, then the whole payload
+        records.write_field(tx, "head", 0)
+        records.write(tx, records.Rollback(head=0, reason="same"))
+        tx.refs["name/x"] = tx.put_bytes(b"x")
+    assert records.read(tx.record) == records.Rollback(head=0, reason="same", refs=tx.record["payload"]["refs"],
+                                                       objects=tx.record["payload"]["objects"])
+
+
+def test_given_reads_an_optional_field():
+    e = records.Export(dataset=i(1), first=1, last=1)
+    assert records.given(e.cycle) is None and records.given(e.cycle, 7) == 7
+    assert records.given(records.Export(dataset=i(1), first=1, last=1, cycle=3).cycle) == 3
