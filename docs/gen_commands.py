@@ -91,7 +91,8 @@ def _command(cmd, ctx, path: list[str], out: list[str]) -> None:
     if args:
         out.append("| argument | required | description |\n|---|---|---|")
         for a in args:
-            out.append(f"| `{_arg_metavar(a).strip('[]')}` | {'yes' if a.required else 'no'} | {_md(getattr(a, 'help', '') or '')} |")
+            required = "yes" if a.required else "no"
+            out.append(f"| `{_arg_metavar(a).strip('[]')}` | {required} | {_md(getattr(a, 'help', '') or '')} |")
         out.append("")
     if opts:
         out.append("| option | default | description |\n|---|---|---|")
