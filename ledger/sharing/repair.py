@@ -54,10 +54,12 @@ class RepairResult:
 def recorded_sizes(store) -> dict[str, int]:
     """Each object's size as the journal recorded it when it was written (or imported)."""
     sizes: dict[str, int] = {}
-    for r in store.journal.scan().records:
+
+    def each(r):
         for o in schema.objects_of(r):
             if isinstance(o, list) and len(o) == 3 and is_id(o[0]) and type(o[1]) is int and o[1] >= 0:
                 sizes[o[0]] = o[1]
+    store.journal.scan(keep=False, each=each)  # streamed: no list of every record
     return sizes
 
 
