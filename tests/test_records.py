@@ -28,6 +28,8 @@ EXAMPLES: dict[str, dict] = {
     "add": {"path": "/data/x.bin", "kind": "blob", "size": 12, "name": "x", "refs": {"name/x": i(2)},
             "objects": [[i(2), 12, "blob"]]},
     "gc": {"objects_removed": 2, "bytes_removed": 100, "tmp_files_removed": 1, "work_folders_removed": ["train-1"]},
+    "prune": {"policy": {"name": "superseded-training-state", "version": 1, "keep_resumed": True},
+              "objects_removed": 1, "bytes_removed": 64, "removed": [["a" * 64, 64, "checkpoint optimizer", "b" * 64]]},
     "import-base": {"base": i(3), "name": "smol", "refs": {"name/smol": i(3)}},
     "genesis": {"generation": 0, "refs": {"HEAD": i(1), "gen-0": i(1)}},
     "commit": {"generation": 1, "cycle": 1, "verdict_name": "Accept", "counters": {"cycles": 1}, **REFS},
