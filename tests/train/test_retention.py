@@ -116,3 +116,23 @@ def test_unknown_policy_is_bad_input():
     with pytest.raises(BadInput) as e:
         retention.policy("keep-nothing")
     assert "superseded-training-state" in e.value.hint
+
+
+def test_the_cli_shows_the_policy_prunes_and_refuses_an_unknown_one(trained, tmp_path):
+    import json
+
+    from tests.conftest import ledger_cmd
+
+    store = _copy(trained, tmp_path)
+    cwd = store.root.parent
+    dry = json.loads(ledger_cmd("gc", "--json", cwd=cwd, check=True).stdout)
+    assert dry["policy"] == "superseded-training-state" and not dry["pruned"] and dry["prune_record"] is None
+    assert dry["superseded"] and dry["superseded_bytes"] == sum(x[1] for x in dry["superseded"])
+    none = json.loads(ledger_cmd("gc", "--policy", "none", "--json", cwd=cwd, check=True).stdout)
+    assert none["policy"] == "none" and none["superseded"] == []
+    bad = ledger_cmd("gc", "--policy", "keep-nothing", cwd=cwd)
+    assert bad.returncode == 2 and "unknown retention policy" in bad.stderr
+    done = ledger_cmd("gc", "--prune", cwd=cwd, check=True)
+    assert "superseded training object(s)" in done.stdout and "prune record" in done.stdout
+    assert Store.open(store.root).journal.records()[-1]["kind"] in ("prune", "gc")
+    assert all(not Store.open(store.root).has(x[0]) for x in dry["superseded"])
