@@ -188,3 +188,45 @@ def test_crash_at_every_point_of_a_chunked_add_leaves_nothing_half_visible(tmp_p
         gc.prune(store)                                   # the leftovers are unreachable, and go
         assert not list(store.objects.packs.iter_packs())
         assert verify(store).ok
+
+
+@pytest.mark.parametrize("err", ["ENOSPC", "EIO"])
+def test_injected_write_errors_in_a_chunked_add_leave_nothing_behind(tmp_path, err):
+    """Rule 10 for chunked objects: a failed write at any point is a typed error (exit 6), the
+    temporary copy and any unfinished pack are gone, nothing is committed, the store verifies."""
+    Store.init(tmp_path)
+    n = 0
+    while True:
+        n += 1
+        data = os.urandom(chunks.THRESHOLD + MIB)
+        (tmp_path / "w.bin").write_bytes(data)
+        pre = Store.open(tmp_path).state.head
+        p = ledger_cmd("add", "w.bin", cwd=tmp_path, env={"LEDGER_FAULT_ERRNO": f"{err}:{n}"})
+        if p.returncode == 0:
+            break
+        assert p.returncode == 6 and "Traceback" not in p.stderr, p.stderr
+        store = assert_consistent(tmp_path / ".ledger")
+        assert store.state.head == pre            # nothing committed (the object may be, unreferenced: rule 4)
+        assert not list(store.tmp.iterdir())
+        if store.objects.has(hash_bytes(data)):    # installed before the failure: whole and intact
+            assert store.objects.intact(hash_bytes(data))
+        assert n < 12
+    assert n > 2   # the copy, the pack and the index each failed once before it went through
+    assert Store.open(tmp_path).get_bytes(hash_bytes(data)) == data
+
+
+def test_a_pack_that_is_a_link_or_a_fifo_is_corrupt_never_a_hang(small, tmp_path):
+    (tmp_path / "f").write_bytes(os.urandom(3 * MIB))
+    oid = _add(small, tmp_path / "f")
+    (_, path), = list(small.objects.packs.iter_packs())
+    os.chmod(path, 0o644)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(CorruptObject) as e:
+        small.get_bytes(oid)
+    assert "FIFO" in e.value.message and str(path) in e.value.message
+    assert not verify(small, read_data=True).ok
+    path.unlink()
+    path.symlink_to(tmp_path / "f")
+    with pytest.raises(CorruptObject):
+        small.get_bytes(oid)
