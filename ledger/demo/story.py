@@ -283,18 +283,21 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
         return {"verdict": r.verdict, "reasons": list(r.reasons), "generation": r.generation,
                 "outcome": r.outcome, "score": r.score}
 
-    def answers(models: dict[str, str], docs: list[dict], key: str) -> None:
-        """Greedy answers of `models` (label -> ref) to suite `docs`, shown and kept under story[key]."""
+    def answers(models: dict[str, str], docs: list[dict], key: str, earlier: str | None = None) -> None:
+        """Greedy answers of `models` (label -> ref) to suite `docs`, shown after the answers kept
+        under story[earlier] (greedy decoding is deterministic: an answer shown once is not
+        computed again), and kept under story[key]."""
         ans = api.answer([d["situation"] for d in docs], models=list(models.values()), max_new=b.max_new, store=store)
         rows = []
-        for d, row in zip(docs, ans.rows):
+        for i, (d, row) in enumerate(zip(docs, ans.rows)):
+            said = {**(story[earlier][i]["answers"] if earlier else {}), **dict(zip(models, row["answers"]))}
             out.say(f"[cyan]{d['situation']}[/]   [dim](expected: {d['action']})[/]")
-            for label, text in zip(models, row["answers"]):
+            for label, text in said.items():
                 mark = "[green]✓[/]" if text == d["action"] else " "
                 out.say(f"  {mark} {label:>12}: {_text(text)}")
-            rows.append({"situation": d["situation"], "expected": d["action"], "answers": dict(zip(models, row["answers"]))})
+            rows.append({"situation": d["situation"], "expected": d["action"], "answers": said})
         story[key] = rows
-        for label in models:
+        for label in rows[0]["answers"] if rows else ():
             story["exact"][label] = sum(r["answers"][label] == r["expected"] for r in rows)
 
     out.chapter(3, "Record experience", f"{b.turns} turns: the situation, the action verbatim, the outcome as ground "
@@ -309,7 +312,7 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
     story["cycle1"] = cycle()
     head = story["cycle1"]["generation"]
     out.say(f"The same situations, answered by {head} (each answer stops at <|im_end|>):")
-    answers({"gen-0": "gen-0", head: head}, shown, "answers_after")
+    answers({head: head}, shown, "answers_after", earlier="answers_before")
 
     out.chapter(5, "Preference tuning, judged by the same gate", f"Two DPO adapters on top of {head} (its policy is "
                 f"the reference). One learns only to say \"{REGISTER.strip()}\" before the same action; the other to "
@@ -369,7 +372,8 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
         n += 1
         last = story["cycle2"]["generation"]
         out.say(f"The same situations once more: {last}, and the two DPO adapters the gate judged on top of {head}:")
-        answers({last: last, **{f"DPO {k}": v["adapter"] for k, v in dpo.items()}}, shown, "answers_last")
+        answers({last: last, **{f"DPO {k}": v["adapter"] for k, v in dpo.items()}}, shown, "answers_last",
+                earlier="answers_after")
 
 
     out.chapter(n, "A cycle on bad experience", f"{b.turns} turns whose actions were misaligned by a logging bug. "
@@ -383,8 +387,14 @@ def run_real(root: Path, out: Show, gguf: Path, t_start: float, budget: Budget =
     story["generations"] = [{"name": r["name"], "verdict": r["verdict"], "head": r["head"]} for r in gens.rows]
     d = api.diff("gen-0", head, store=store)
     out.gens(gens)
-    out.diff(d)
+    # SmolLM2 has 30 layers x 7 adapted projections: show the five that changed most (the whole
+    # table is `ledger diff gen-0 gen-1`)
+    modules = sorted(d.body.get("adapter") or [], key=lambda m: -m["change"])
+    out.diff(api.Diff({**d.body, "adapter": modules[:5]}))
+    if len(modules) > 5:
+        out.say(f"[dim]… and {len(modules) - 5} more modules: ledger --store {root} diff gen-0 {head}[/]")
     story["diff_fields"] = len(d.body["fields"])
+    story["diff_modules"] = len(modules)
     _finish(root, store, out, story, t_start, first=n + 1)
     return story
 

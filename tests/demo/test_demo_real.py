@@ -53,8 +53,8 @@ def test_real_story_on_smollm2(tmp_path):
     # answers, as text, before and after: the bare model chats, gen-1 answers in the task's form
     # (a tool call or a refusal) and stops; exact matches need the second cycle the full budget runs
     after = s["answers_after"]
-    assert [r["answers"]["gen-0"] for r in after] == [r["answers"]["gen-0"] for r in s["answers_before"]]
-    assert all(isinstance(t, str) for r in after for t in r["answers"].values())
+    assert all(set(r["answers"]) == {"gen-0", "gen-1"} for r in after)
+    assert all(isinstance(t, str) and t for r in after for t in r["answers"].values())
 
     def in_form(label):
         return sum(r["answers"][label].startswith(("call ", "refuse: ")) for r in after)
