@@ -740,7 +740,12 @@ class Store:
         `prune` records; ledger/store/retention.py). Read once per Store object, and only
         where an object is found missing."""
         if self._pruned is None:
-            self._pruned = retention.pruned_ids(self.journal.stream())
+            pruned = retention.pruned_ids(self.journal.stream())
+            # what a ref names is live whatever a prune record says (the default policy never
+            # prunes a ref's target; a hand-written prune record must not hide its loss)
+            for oid in self.state.refs.values():
+                pruned.pop(oid, None)
+            self._pruned = pruned
         return self._pruned
 
     def closure(self, roots, missing: set | None = None, damaged: set | None = None) -> set[str]:

@@ -194,10 +194,17 @@ def plan(store, records, pol: Policy) -> Pruning:
 
 
 def pruned_ids(records) -> dict[str, dict]:
-    """Every id a `prune` record removed: {id: {"seq", "policy", "role"}} (later records win)."""
+    """Every id a `prune` record removed: {id: {"seq", "policy", "role"}} (later records win).
+    An id some record after its prune names again (inputs, outputs, payload: re-added, or an
+    input of a later run) is live again, so not pruned: its loss is missing, never hidden."""
     out: dict[str, dict] = {}
     for r in records:
         if r.get("kind") != PRUNE_KIND:
+            if out:
+                named: set = set()
+                find_ids([r.get("inputs"), r.get("outputs"), r.get("payload")], named)
+                for oid in named & out.keys():
+                    del out[oid]
             continue
         p = r.get("payload") or {}
         name = (p.get("policy") or {}).get("name") if isinstance(p.get("policy"), dict) else None

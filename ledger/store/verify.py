@@ -189,6 +189,17 @@ def load_watermark(store) -> tuple[dict | None, str | None]:
     return w, None
 
 
+def _set_aside_refs(store) -> str:
+    """Move a refs.json that states what the journal does not into tmp/ (kept for inspection;
+    `gc --prune` removes it). A writer that replaced it meanwhile only loses its vouching."""
+    aside = store.tmp / f"refs-rejected-{os.urandom(8).hex()}.json"
+    try:
+        os.rename(store.root / "refs.json", aside)
+    except OSError as e:
+        return f"could not move it aside ({e.strerror}): delete .ledger/refs.json"
+    return f"moved it aside to tmp/{aside.name} (the next write rebuilds it from the journal)"
+
+
 def _write_watermark(store, st: State, offset: int, rep: Report) -> None:
     """Record the clean check up to `offset` (a cache: written whole or not at all)."""
     w = {"store": store.store_id, "seq": st.seq, "id": st.head, "offset": offset, "state": st.to_json(),
@@ -366,9 +377,15 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
             rep.errors.append({"what": "journal", "seq": cseq,
                                "message": f"record {cseq} differs from the one committed earlier: "
                                           "history was rewritten"})
-        elif cseq in checks.state_at and cache["refs"] != checks.state_at[cseq].refs:
-            rep.warnings.append({"what": "refs-cache", "message": "refs.json disagrees with the journal fold "
-                                                              "(it is rebuilt on the next write)"})
+        elif cseq in checks.state_at and (cache["refs"], cache.get("counters") or {}) != \
+                (checks.state_at[cseq].refs, checks.state_at[cseq].counters):
+            # Not a stale cache (its head is the journal's record): a state no fold gives. A
+            # writer that refs.json vouches for starts from it and carries it forward, and
+            # readers resolve refs through it, so this is an error, and the file is set aside
+            # (a cache, rule 8: the next writer re-checks the chain and writes the fold's).
+            rep.errors.append({"what": "refs-cache", "seq": cseq,
+                               "message": f"refs.json's refs or counters at record {cseq} are not the "
+                                          f"journal's fold there (forged or damaged); {_set_aside_refs(store)}"})
 
     # Objects the journal reaches, and their sizes as recorded when they were written.
     sizes = checks.sizes
