@@ -264,30 +264,39 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
 
 
 def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_records,
-         store_id: str | None = None) -> None:
+         store_id: str | None = None) -> str | None:
     """Bring the index up to `state` (caller holds the lock). Rebuild if missing, damaged, or
-    not this store's projection (another store's id, or another record at its position)."""
+    not this store's projection (another store's id, or another record at its position).
+    Returns why an index that was there was rebuilt (the caller warns: a damaged or foreign
+    index replaced without a word would be a silent fallback), None otherwise."""
     path = root / "index.duckdb"
     faults.point("index.before-sync")
     try:
         if not path.exists():
             raise FileNotFoundError
         con = _connect(path, read_only=False)
-    except Exception:
+    except FileNotFoundError:
         rebuild(root, all_records(), state, get_json, tmp_dir, store_id)
-        return
+        return None
+    except Exception as e:  # noqa: BLE001 - DuckDB raises many kinds for a damaged file; it is a cache
+        rebuild(root, all_records(), state, get_json, tmp_dir, store_id)
+        return f"unreadable ({type(e).__name__})"
     try:
         meta = _meta(con)
         recs = None
         if meta is not None and not _foreign(meta, state, store_id) and meta["seq"] < state.seq:
             recs = journal_records_after(meta["seq"])
         # the records to add must continue the one the index ends at
-        if meta is None or meta["seq"] > state.seq or _foreign(meta, state, store_id) \
-                or (recs is not None and recs and recs[0]["prev"] != meta["head"]):
+        why = ("damaged (no meta)" if meta is None
+               else f"ahead of the journal (record {meta['seq']} > {state.seq})" if meta["seq"] > state.seq
+               else "another store's or another history's" if _foreign(meta, state, store_id)
+               else f"of another history (its record {meta['seq']} is not this journal's)"
+               if recs is not None and recs and recs[0]["prev"] != meta["head"] else None)
+        if why is not None:
             con.close()
             con = None
             rebuild(root, all_records(), state, get_json, tmp_dir, store_id)
-            return
+            return why
         if recs is None and store_id is not None and meta["store"] is None:
             # an index from before store ids: it is this store's (same head), now it says so
             con.execute("INSERT OR REPLACE INTO meta VALUES ('store', ?)", [store_id])
@@ -302,6 +311,7 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
         if con is not None:
             con.close()
     faults.point("index.after-sync")
+    return None
 
 
 def _peek(root: Path, read):

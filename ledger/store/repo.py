@@ -485,8 +485,10 @@ class Store:
             return self.journal.scan().records[seq:]
 
         # a rebuild (missing or foreign index) is fed by a scan, one record at a time (bounded memory)
-        index.sync(self.root, records_after, st, self.get_json, self.tmp,
-                   lambda: lambda add: self.journal.scan(keep=False, each=add), self.store_id)
+        why = index.sync(self.root, records_after, st, self.get_json, self.tmp,
+                         lambda: lambda add: self.journal.scan(keep=False, each=add), self.store_id)
+        if why is not None:
+            self.warnings.append(f"the index was {why}: rebuilt it from the journal")
 
     @contextmanager
     def index_deferred(self):

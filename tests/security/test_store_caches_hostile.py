@@ -103,3 +103,36 @@ def test_a_prune_record_cannot_hide_the_loss_of_a_live_ref(tmp_path):
     _lose(s, a)
     rep = verify(Store.open(s.root), full=True)
     assert any(e["what"] == "missing" and e["id"] == a for e in rep.errors), rep.errors
+
+
+def _cli(root, *args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "ledger.cli.main", "--store", str(root), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_garbage_index_is_rebuilt_with_a_warning_not_silently(tmp_path):
+    # rule 15 lets the next writer or `ledger query` rebuild a damaged or foreign index; doing
+    # it without a word hid the damage (and a copied-in index) from whoever looked next
+    s, _, _ = _store(tmp_path)
+    idx = s.root / "index.duckdb"
+    idx.write_bytes(os.urandom(64 << 10))
+    r = _cli(s.root, "query", "select count(*) from journal")
+    assert r.returncode == 0, r.stderr
+    assert "index was unreadable" in r.stderr and "rebuilt" in r.stderr, r.stderr
+    assert "3" in r.stdout
+    r = _cli(s.root, "query", "select count(*) from journal")   # rebuilt: nothing more to say
+    assert r.returncode == 0 and "rebuilt" not in r.stderr, r.stderr
+
+
+def test_a_sibling_stores_index_is_rebuilt_by_a_writer_with_a_warning(tmp_path):
+    s, _, _ = _store(tmp_path / "one")
+    other, _, _ = _store(tmp_path / "two")          # same length, another store
+    (s.root / "index.duckdb").unlink()
+    (s.root / "index.duckdb").write_bytes((other.root / "index.duckdb").read_bytes())
+    st = Store.open(s.root)
+    with st.transaction("t") as tx:
+        tx.payload["i"] = 1
+    assert any("another store's" in w and "rebuilt" in w for w in st.warnings), st.warnings
+    assert st.index_current()
