@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ledger import records
 from ledger.errors import BadInput, CorruptObject, StoreCorrupt
-from ledger.sharing import durable, keys, signing
+from ledger.sharing import chunked, durable, keys, signing
 from ledger.sharing import manifest as mf
 from ledger.sharing.pool import JOBS, NullProgress, Progress, batches, run_all
 from ledger.sharing.sources import NotHeld, Offer, Source
@@ -212,10 +212,14 @@ def admit(store, source: Source, offer: Offer, *, namespace: str, names=None, pr
         nbytes = sum(sizes[o] for o in todo)
         progress.start(f"import ← {source.label}", len(todo), nbytes)
 
+        local = chunked.LocalChunks(store)   # chunks held here are not downloaded again
+
         def get(oid):
             def read(dest, on_bytes):
                 try:
-                    return source.read(oid, sizes[oid], dest, on_bytes)
+                    # a damaged object downloads all its chunks: its own may be the damaged ones
+                    return source.read(oid, sizes[oid], dest, on_bytes,
+                                       local=None if oid in arrivals.damaged else local)
                 except NotHeld:
                     raise StoreCorrupt(f"{source.label} lacks {oid}, which its manifest lists",
                                        "the remote is incomplete; `ledger push --full` again from the source"

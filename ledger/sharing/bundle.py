@@ -239,7 +239,7 @@ class BundleSource:
         """A bundle is imported whole: its one manifest."""
         return self.offers()
 
-    def read(self, oid, size, dest, on_bytes, *, limit=0) -> str:
+    def read(self, oid, size, dest, on_bytes, *, limit=0, local=None) -> str:
         """Stream one object's byte range (exactly its manifest size), hashing it."""
         if oid not in self._ranges:
             raise NotHeld(oid)

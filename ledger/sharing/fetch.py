@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ledger import records
 from ledger.errors import BadInput, Refused, UnknownRef
-from ledger.sharing import keys
+from ledger.sharing import chunked, keys
 from ledger.sharing import remote as rm
 from ledger.sharing.admit import JSON_SCAN_LIMIT, Arrivals, ImportResult, admit, check_namespace, held_state
 from ledger.sharing.bundle import BundleSource
@@ -179,6 +179,7 @@ def walk(store, src: Source, ids, progress: Progress, jobs: int):
     fetched: dict[str, int] = {}
     missing: set[str] = set()
     arrivals = Arrivals(store)
+    local = chunked.LocalChunks(store)   # chunks held here are not downloaded again
     seen: set[str] = set()
     frontier = list(dict.fromkeys(ids))
     progress.start(f"fetch ← {src.label}", 0, 0)
@@ -200,7 +201,8 @@ def walk(store, src: Source, ids, progress: Progress, jobs: int):
                 try:
                     # The size is unknown before arrival: at most the free space may arrive,
                     # and the hash is the check.
-                    arrivals.fetch(oid, None, lambda dest, cb: src.read(oid, None, dest, cb, limit=limit), on_bytes)
+                    arrivals.fetch(oid, None, lambda dest, cb: src.read(
+                        oid, None, dest, cb, limit=limit, local=None if oid in arrivals.damaged else local), on_bytes)
                 except NotHeld:
                     return oid, None
                 progress.advance(objects=1)

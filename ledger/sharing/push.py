@@ -7,7 +7,8 @@ Read-only on the local store (no lock):
   2. if the remote already has that manifest object, every object it lists is there
      (invariant below) — nothing moves; otherwise ask which objects are missing;
   3. upload the missing objects in batches (each hashed as sent, staged, and the batch made
-     durable and visible together: durable.py);
+     durable and visible together: durable.py); a chunked object as the chunks the remote
+     lacks and then its chunk list (chunked.py);
   4. upload the manifest object, then 5. the ref files that name it.
 Remote invariant (MUST): a manifest object is written only after every object it lists,
 and a ref only after its manifest. A crash anywhere leaves complete objects and possibly
@@ -20,7 +21,7 @@ import threading
 from dataclasses import dataclass
 
 from ledger.errors import BadInput, CorruptObject, LedgerError
-from ledger.sharing import keys, signing
+from ledger.sharing import chunked, keys, signing
 from ledger.sharing import manifest as mf
 from ledger.sharing import remote as rm
 from ledger.sharing.pool import JOBS, NullProgress, Progress, batches, run_all
@@ -107,11 +108,17 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
     up_to_date = backend.exists(rm.object_key(man.id)) and not full
     if not up_to_date:
         present = backend.has_objects(sizes)
+        # a chunked object travels as its chunk list and the chunks the remote lacks (chunked.py);
+        # one the remote holds as a list is there (the list is written after its chunks)
+        big = {o for o in sizes if o not in present and o != man.segment and store.objects.chunked(o)}
+        present |= chunked.held_as_list(backend, big)
+        big -= present
         # The segment is written directly (write_small, durable on its own), the rest staged
         # in batches; sending it first keeps the order of a push independent of where its
         # (time-dependent) id happens to sort, so a rerun passes the same points in the same order.
-        todo = sorted((oid for oid in sizes if oid not in present), key=lambda o: (o != man.segment, o))
-        progress.start(f"push → {backend.url}", len(todo), sum(sizes[o] for o in todo))
+        todo = sorted((oid for oid in sizes if oid not in present and oid not in big),
+                      key=lambda o: (o != man.segment, o))
+        progress.start(f"push → {backend.url}", len(todo) + len(big), sum(sizes[o] for o in todo))
         lock = threading.Lock()
         counted = [0]
 
@@ -127,17 +134,7 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
             else:
                 # Stream from the store's file (the backend hashes what it sends and refuses a
                 # mismatch, so a corrupt local object can never be published under its id).
-                if store.objects.chunked(oid):
-                    # remotes hold whole objects: a chunked one is assembled (verified) first, in a
-                    # work folder (flocked, so a gc meanwhile leaves it alone: Store.work_folder)
-                    work = store.work_folder("push")
-                    try:
-                        store.objects.export_file(oid, work / "object")
-                        backend.put_object(oid, work / "object", on_bytes)
-                    finally:
-                        store.discard_work_folder(work)
-                else:
-                    backend.put_object(oid, store.object_path(oid), on_bytes)
+                backend.put_object(oid, store.object_path(oid), on_bytes)
             faults.point("push.object")
             progress.advance(objects=1)
             return oid
@@ -147,9 +144,12 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
                 run_all(send, batch, jobs)
                 backend.flush()  # the batch is durable and visible before anything names it
                 faults.point("push.batch")
+            if big:
+                chunked.push_objects(store, backend, big, on_bytes, jobs)
+                progress.advance(objects=len(big))
         finally:
             progress.finish()
-        sent_objects, sent_bytes = len(todo), counted[0]
+        sent_objects, sent_bytes = len(todo) + len(big), counted[0]
         _put_blob(backend, man.id, man.canonical())
         faults.point("push.manifest")
     for name, target in sorted(sel.refs.items()):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ledger.errors import BadInput, CorruptObject, StoreCorrupt, UnknownRef
+from ledger.sharing import chunked
 from ledger.sharing import manifest as mf
 from ledger.sharing import remote as rm
 from ledger.store import canonical
@@ -55,8 +56,11 @@ class Source(Protocol):
     def offers(self, names=None) -> list[Offer]: ...      # names: refs as the source names them
     def offers_for(self, ids) -> list[Offer]: ...         # offers that carry any of `ids`
 
-    def read(self, oid: str, size: int | None, dest, on_bytes: Callable[[int], None], *, limit: int = 0) -> str:
+    def read(self, oid: str, size: int | None, dest, on_bytes: Callable[[int], None], *, limit: int = 0,
+             local=None) -> str:
         """Stream object `oid` into `dest` and return the hash of exactly what was written.
+        `local` (chunked.LocalChunks) are chunks the receiver holds: a chunked object on a
+        remote downloads only the others (a bundle carries whole objects and ignores it).
         `size` is the announced size: a different size at the source is refused before any
         byte moves. With `size` None (unknown) at most `limit` bytes may arrive (loose_limit).
         Raises NotHeld if the source does not hold `oid`."""
@@ -164,8 +168,14 @@ class RemoteSource:
                     hits.append(r)
         return self.offers(hits) if hits else []
 
-    def read(self, oid, size, dest, on_bytes, *, limit=0):
+    def read(self, oid, size, dest, on_bytes, *, limit=0, local=None):
         try:
             return self.backend.get_object(oid, dest, on_bytes, expect=size, limit=limit)
         except FileNotFoundError:
-            raise NotHeld(oid) from None
+            pass
+        # not held whole: perhaps as a chunk list (chunked.py), bounded by the announced size
+        cap = chunked.list_limit(size) if size is not None else min(chunked.list_limit(limit), chunked.LIST_MAX)
+        data = self.backend.read_small(chunked.list_key(oid), cap)
+        if data is None:
+            raise NotHeld(oid)
+        return chunked.read_listed(self.backend, oid, data, size, limit, dest, on_bytes, local)
