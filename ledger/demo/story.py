@@ -7,17 +7,16 @@ training, the real gate); nothing is pre-baked. How it is drawn is the caller's 
 `ledger demo` passes the CLI's renderers, `--json` passes none. The demo sits beside the CLI, above
 the API (it imports no CLI module).
 
-On SmolLM2 (`run_real`):                    On the tiny model (`run_tiny`):
-  1. init; import the GGUF file               1. init a store
-  2. seal a suite (10 scored + 4 canaries)    2. seal a suite (10 scored + 4)
-  3. record 150 turns of a tool-call task     3. record experience (200 turns)
-  4. a learn cycle → Accept → gen-1           4. a learn cycle → Accept → gen-1
-  5. DPO on gen-1: a register-only adapter    5. a cycle on bad experience → refused
-     refused, a real one cleared              6. gens, and diff gen-0 gen-1
-  6. 150 more turns, a cycle → gen-2          7. rollback, and roll the rollback back
-  7. answers of gen-0, gen-1, gen-2 as text   8. verify --read-data: clean
-  8. a cycle on bad experience → refused
-  9. gens, diff; 10. rollback and undo; 11. verify --read-data
+On SmolLM2 (`run_real`):                      On the tiny model (`run_tiny`):
+  1. init; import the GGUF file                 1. init a store
+  2. seal a suite (10 scored + 4 canaries)      2. seal a suite (10 scored + 4)
+  3. record 150 turns; gen-0's answers          3. record experience (200 turns)
+  4. a learn cycle → Accept → gen-1; answers    4. a learn cycle → Accept → gen-1
+  5. DPO on gen-1: a register-only adapter      5. a cycle on bad experience → refused
+     refused, a real (on-policy) one cleared    6. gens, and diff gen-0 gen-1
+  6. 150 more turns, a cycle → gen-2; answers   7. rollback, and roll the rollback back
+  7. a cycle on bad experience → refused        8. verify --read-data: clean
+  8. gens, diff; 9. rollback and undo; 10. verify --read-data
 """
 
 from __future__ import annotations
@@ -167,9 +166,9 @@ def _finish(root: Path, store, out: Show, story: dict, t_start: float, first: in
 # --- the story on a real pretrained model -------------------------------------------------------------
 @dataclass(frozen=True)
 class Budget:
-    """How much work the real story does. The default fits ≤ 5 minutes on 2 idle cores (measured:
-    benchmarks/RESULTS.md); the tests run a smaller one (`QUICK`). Every figure is real work:
-    fewer steps train less, they never skip the gate."""
+    """How much work the real story does. The default is what `ledger demo` runs (its target: ≤ 5
+    minutes on 2 idle cores; its measured time is in benchmarks/RESULTS.md); the tests run a
+    smaller one (`QUICK`). Every figure is real work: fewer steps train less, they never skip the gate."""
 
     turns: int = LearnOptions.min_turns   # turns recorded before each learn cycle: what makes one due
     steps: int = 4            # optimizer steps of each learn cycle (LoRA, micro-batch below)
