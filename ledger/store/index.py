@@ -420,12 +420,15 @@ def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
         meta = _meta(con)
         if meta is None:
             return None
-        seqs = [r[0] for r in con.execute(find, [*kinds, *where.values()]).fetchall()]
+        seqs = {r[0] for r in con.execute(find, [*kinds, *where.values()]).fetchall()}
         if not seqs:
             return meta, []
-        rows = con.execute(f"SELECT {_ROW} FROM journal WHERE seq IN ({', '.join('?' * len(seqs))}) ORDER BY seq DESC",
-                           seqs).fetchall()
-        return meta, rows
+        # a seq range (zone maps skip the row groups outside it) and the kind, rather than an IN
+        # list of seqs, which DuckDB tests against every row (~0.6 s for 370 seqs at 1M records)
+        rows = con.execute(f"SELECT {_ROW} FROM journal WHERE seq BETWEEN ? AND ? AND kind IN "
+                           f"({', '.join('?' * len(kinds))}) ORDER BY seq DESC",
+                           [min(seqs), max(seqs), *kinds]).fetchall()
+        return meta, [r for r in rows if r[0] in seqs]
     return _peek(root, read)
 
 
