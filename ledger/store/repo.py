@@ -243,16 +243,31 @@ class Store:
                 # the cache is a starting point only if the journal's record at its offset is its head
                 start, offset = State.from_json(c), c["offset"]
             f = Fold(start)
-            scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=f.add)
+            # refs.json not used as a start is still evidence (rule 6): its head must be the
+            # record at its seq. Note that record's id as the fold passes it.
+            want, seen = (c["seq"] if c else None), {}
+
+            def each(rec):
+                f.add(rec)
+                if rec["seq"] == want:
+                    seen["id"] = rec["id"]
+
+            scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
             if scan.broken_at is not None and offset:
                 f = Fold()
-                scan, start, offset = self.journal.scan(keep=False, each=f.add), State(), 0
+                scan, start, offset = self.journal.scan(keep=False, each=each), State(), 0
+            rewritten = bool(offset == 0 and c and 1 <= c["seq"] <= f.seq and seen.get("id") != c["head"])
             if scan.broken_at is not None:
                 self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it "
                                      "(run `ledger verify`)")
             elif scan.torn and self.tail_committed(scan) is not None:
                 self.warnings.append(f"committed record {scan.last_seq + 1} is damaged; showing state before it "
                                      "(run `ledger verify`)")
+            elif rewritten:
+                # A reader's cache would replace the only record of the old head, and the next
+                # writer would then append to the rewritten history: leave refs.json as it is.
+                self.warnings.append(f"record {c['seq']} differs from the one committed earlier: history was "
+                                     "rewritten (writes are refused; run `ledger verify`)")
             elif offset == 0 and scan.end and not scan.torn and (c is None or c["seq"] <= f.seq):
                 # A whole, clean fold from record 1: what a writer's cache is. It vouches for the
                 # journal's bytes (rule 19) only if nothing was appended while it was read.

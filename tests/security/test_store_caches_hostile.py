@@ -136,3 +136,42 @@ def test_a_sibling_stores_index_is_rebuilt_by_a_writer_with_a_warning(tmp_path):
         tx.payload["i"] = 1
     assert any("another store's" in w and "rebuilt" in w for w in st.warnings), st.warnings
     assert st.index_current()
+
+
+def _rewrite_history(s, seq):
+    """Change record `seq` and re-chain every record after it (same number of records): a
+    whole, well-chained journal that is not the one committed."""
+    from ledger.store.journal import record_id
+    lines, prev, out = s.journal.path.read_bytes().splitlines(keepends=True), None, []
+    for ln in lines:
+        r = json.loads(ln)
+        if r["seq"] == seq:
+            r["actor"] = "forger"
+        if prev is not None:
+            r["prev"] = prev
+        r["id"] = record_id(r)
+        prev = r["id"]
+        out.append(canonical.dumps(r) + b"\n")
+    s.journal.path.write_bytes(b"".join(out))
+
+
+def test_a_reader_does_not_erase_the_evidence_of_a_rewritten_history(tmp_path):
+    # Rule 6: a record at refs.json's seq that is not its head refuses writes. A reader (`cat`,
+    # `show`) that folded the rewritten journal used to write a fresh refs.json vouching for it,
+    # after which the next writer appended and `verify --full` said clean.
+    s, a, _ = _store(tmp_path)
+    _rewrite_history(s, 2)
+    reader = Store.open(s.root)
+    assert reader.state.seq == 3
+    assert any("history was rewritten" in w for w in reader.warnings), reader.warnings
+    before = (s.root / "refs.json").read_bytes()
+    r = _cli(s.root, "cat", "a")
+    assert r.returncode == 0, r.stderr
+    assert (s.root / "refs.json").read_bytes() == before     # the evidence stays
+    import pytest
+
+    from ledger.errors import JournalCorrupt
+    with pytest.raises(JournalCorrupt, match="history was rewritten"):
+        with Store.open(s.root).transaction("t") as tx:
+            tx.payload["i"] = 1
+    assert not verify(Store.open(s.root), full=True).ok
