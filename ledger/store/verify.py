@@ -383,9 +383,15 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
             # writer that refs.json vouches for starts from it and carries it forward, and
             # readers resolve refs through it, so this is an error, and the file is set aside
             # (a cache, rule 8: the next writer re-checks the chain and writes the fold's).
+            # Incremental, the fold compared with starts from the watermark's state, which a
+            # forger could have written instead: only a full fold says which one lies.
             rep.errors.append({"what": "refs-cache", "seq": cseq,
                                "message": f"refs.json's refs or counters at record {cseq} are not the "
-                                          f"journal's fold there (forged or damaged); {_set_aside_refs(store)}"})
+                                          f"journal's fold there (forged or damaged); {_set_aside_refs(store)}"
+                               if w is None else
+                               f"refs.json's refs or counters at record {cseq} are not the fold from the "
+                               "last verify's watermark (one of them is forged or damaged): run "
+                               "`ledger verify --full`, which sets a false refs.json aside"})
 
     # Objects the journal reaches, and their sizes as recorded when they were written.
     sizes = checks.sizes

@@ -41,6 +41,10 @@ def test_refs_json_whose_state_is_not_the_fold_fails_verify(tmp_path):
         rep = verify(Store.open(s.root), full=full)
         assert not rep.ok, rep.warnings
         assert any(e["what"] == "refs-cache" and "refs.json" in e["message"] for e in rep.errors), rep.errors
+        if not full:   # incremental: refs.json or the watermark lies; --full says which
+            assert "verify --full" in rep.errors[0]["message"]
+            rep = verify(Store.open(s.root), full=True)
+            assert any(e["what"] == "refs-cache" for e in rep.errors), rep.errors
         # set aside: nothing resolves through it any more
         assert not (s.root / "refs.json").exists()
         assert Store.open(s.root).resolve("a") == a
@@ -49,7 +53,7 @@ def test_refs_json_whose_state_is_not_the_fold_fails_verify(tmp_path):
     # verify is the check); verify still finds them in the next refs.json and sets it aside
     with Store.open(s.root).transaction("t") as tx:
         tx.payload["i"] = 1
-    rep = verify(Store.open(s.root))
+    rep = verify(Store.open(s.root), full=True)
     assert any(e["what"] == "refs-cache" for e in rep.errors), rep.errors
     assert Store.open(s.root).state.refs["name/a"] == a
     assert verify(Store.open(s.root), full=True).ok
@@ -175,3 +179,22 @@ def test_a_reader_does_not_erase_the_evidence_of_a_rewritten_history(tmp_path):
         with Store.open(s.root).transaction("t") as tx:
             tx.payload["i"] = 1
     assert not verify(Store.open(s.root), full=True).ok
+
+
+def test_a_forged_watermark_state_is_not_blamed_on_a_true_refs_json(tmp_path):
+    # a watermark whose state is not the fold (digest recomputed, record in place) makes an
+    # incremental verify fail and point to --full; --full finds refs.json true and is clean
+    from ledger.store.state import State
+    from ledger.store.verify import WATERMARK, _state_digest
+    s, a, b = _store(tmp_path)
+    assert verify(Store.open(s.root)).ok
+    wp = s.root.joinpath(*WATERMARK)
+    w = json.loads(wp.read_bytes())
+    w["state"]["refs"]["name/a"] = b
+    w["state_digest"] = _state_digest(State.from_json(w["state"]))
+    wp.write_bytes(canonical.dumps(w))
+    rep = verify(Store.open(s.root))
+    assert not rep.ok and "verify --full" in rep.errors[0]["message"], rep.errors
+    assert (s.root / "refs.json").exists()
+    assert verify(Store.open(s.root), full=True).ok
+    assert verify(Store.open(s.root)).ok   # a fresh watermark
