@@ -2,6 +2,11 @@
 of the same objects, measured in the same run; and re-push of an up-to-date store.
 
     .venv/bin/python benchmarks/bench_sharing.py [--large 8 --large-mib 24 --small 2000 --repeat 3]
+    .venv/bin/python benchmarks/bench_sharing.py --edit-mib 256 [--repeat 3]
+
+`--edit-mib N`: bytes moved (counted in the transport, both ways) to push and pull a second
+version of an N MiB random file that differs by a 4 KiB edit, beside `rsync --no-whole-file`
+(rsync's delta transfer) of the same two files in the same run.
 
 The store holds `--large` random blobs of `--large-mib` MiB (weights, adapters) and `--small`
 small structured objects (~1 KiB: receipts, plans, manifests), all reachable from one named
@@ -65,6 +70,81 @@ def build(src: Path, large: int, large_mib: int, small: int) -> tuple[int, int]:
     return len(objs), sum(p.stat().st_size for _, p in objs)
 
 
+class Counting:
+    """A directory remote (remote.DirBackend) that counts the bytes crossing it, both ways."""
+
+    def __new__(cls, root):
+        from ledger.sharing import remote as rm
+
+        class _Counting(rm.DirBackend):
+            up = down = 0
+
+            def put_object(self, oid, src, on_bytes):
+                super().put_object(oid, src, lambda n: (setattr(self, "up", self.up + n), on_bytes(n)))
+
+            def write_small(self, key, data):
+                self.up += len(data)
+                super().write_small(key, data)
+
+            def get_object(self, oid, dest, on_bytes, *, expect=None, limit=0):
+                return super().get_object(oid, dest, lambda n: (setattr(self, "down", self.down + n), on_bytes(n)),
+                                          expect=expect, limit=limit)
+
+            def read_small(self, key, limit):
+                data = super().read_small(key, limit)
+                self.down += len(data or b"")
+                return data
+        return _Counting(root)
+
+
+def edit_bench(mib: int, repeat: int) -> None:
+    """Bytes moved for a 4 KiB edit of an `mib` MiB file: ledger push + pull beside rsync's delta."""
+    from ledger.sharing import fetch, push
+    from ledger.store import Store
+
+    samples: dict[str, list] = {}
+    for r in range(repeat):
+        drop(WORK)
+        WORK.mkdir(parents=True)
+        data = bytearray(os.urandom(mib << 20))
+        files = []
+        for v in (1, 2):
+            if v == 2:
+                data[len(data) // 2:len(data) // 2 + 4096] = os.urandom(4096)
+            files.append(WORK / f"w{v}")
+            files[-1].write_bytes(bytes(data))
+        alice, bob = Store.init(WORK / "alice"), Store.init(WORK / "bob")
+        be = Counting(WORK / "remote")
+        for v, f in enumerate(files, 1):
+            with alice.transaction("add") as tx:
+                oid = tx.put_file(f)
+                tx.outputs.append(oid)
+                tx.refs[f"name/w{v}"] = oid
+            be.up = be.down = 0
+            t0 = time.perf_counter()
+            push.push(alice, be, [f"w{v}"])
+            t1 = time.perf_counter()
+            fetch.pull(Store.open(bob.root), be, [f"w{v}"], namespace="alice")
+            t2 = time.perf_counter()
+            samples.setdefault(f"v{v} push: MiB sent", []).append(be.up / (1 << 20))
+            samples.setdefault(f"v{v} pull: MiB received", []).append(be.down / (1 << 20))
+            samples.setdefault(f"v{v} push: s", []).append(t1 - t0)
+            samples.setdefault(f"v{v} pull: s", []).append(t2 - t1)
+        # the peer, same run: rsync's delta transfer of v2 onto a copy of v1
+        shutil.copy(files[0], WORK / "peer")
+        t0 = time.perf_counter()
+        out = subprocess.run(["rsync", "--no-whole-file", "--stats", str(files[1]), str(WORK / "peer")],
+                             check=True, capture_output=True, text=True).stdout
+        samples.setdefault("rsync --no-whole-file v1→v2: s", []).append(time.perf_counter() - t0)
+        sent = next(int(line.split(":")[1].split()[0].replace(",", "")) for line in out.splitlines()
+                    if line.startswith("Total bytes sent"))
+        samples.setdefault("rsync --no-whole-file v1→v2: MiB sent", []).append(sent / (1 << 20))
+    print(f"4 KiB edit of a {mib} MiB random file, {repeat} runs (min / median / max)")
+    for name, xs in samples.items():
+        print(f"  {name:40s} {min(xs):9.3f} {statistics.median(xs):9.3f} {max(xs):9.3f}")
+    drop(WORK)
+
+
 def median_of(fn, repeat: int) -> float:
     return statistics.median(fn() for _ in range(repeat))
 
@@ -75,7 +155,11 @@ def main() -> None:
     ap.add_argument("--large-mib", type=int, default=24)
     ap.add_argument("--small", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--edit-mib", type=int, default=0, help="measure bytes moved for a 4 KiB edit instead")
     a = ap.parse_args()
+    if a.edit_mib:
+        edit_bench(a.edit_mib, a.repeat)
+        return
     drop(WORK)
     WORK.mkdir(parents=True)
     src = WORK / "src"

@@ -177,3 +177,21 @@ def test_an_oversized_or_inconsistent_chunk_list_is_refused_before_any_chunk_mov
                      (b"x" * 64, "not a chunk list")]:
         _replace(key, lie)
         _refused(bob, be, CorruptObject, why)
+
+
+def test_an_s3_remote_moves_only_the_new_chunks_too(alice, bob, s3_server, s3_bucket):
+    bucket, fs = s3_bucket
+    be = rm.open_backend(f"s3://{bucket}/team", {"endpoint_url": s3_server})
+    data = bytearray(os.urandom(BIG))
+    _add_big(alice, bytes(data), "w1")
+    assert push.push(alice, be, ["w1"]).bytes_sent >= BIG
+    fetch.pull(bob, be, ["w1"], namespace="alice")
+    data[1000:1000 + 4096] = os.urandom(4096)
+    v2 = _add_big(alice, bytes(data), "w2")
+    res = push.push(alice, be, ["w2"])
+    assert res.bytes_sent < 1 << 20, res.bytes_sent
+    assert fs.exists(f"{bucket}/team/{chunked.list_key(v2)}")
+    fetch.pull(Store.open(bob.root), be, ["w2"], namespace="alice")
+    bob = Store.open(bob.root)
+    assert bob.objects.chunked(v2) and bob.get_bytes(v2) == bytes(data)
+    assert_clean(bob.root)
