@@ -195,3 +195,36 @@ def test_an_s3_remote_moves_only_the_new_chunks_too(alice, bob, s3_server, s3_bu
     bob = Store.open(bob.root)
     assert bob.objects.chunked(v2) and bob.get_bytes(v2) == bytes(data)
     assert_clean(bob.root)
+
+
+def test_a_loose_read_of_unknown_size_is_bounded_by_the_room_the_store_has(alice, tmp_path):
+    v1, _, key, size, _ = _pushed(alice, tmp_path)
+    assert chunked.decode(key.read_bytes(), v1, "test", limit=size)[0] == size
+    with pytest.raises(CorruptObject, match="more than the"):
+        chunked.decode(key.read_bytes(), v1, "test", limit=size - 1)
+
+
+def test_the_chunk_list_is_written_only_after_its_chunks_and_a_rerun_sends_only_what_is_missing(
+        alice, bob, tmp_path, monkeypatch):
+    data = os.urandom(BIG)
+    v1 = _add_big(alice, data, "w1")
+    be = Counting(tmp_path / "remote")
+    real = be.write_small
+
+    def fail_on_lists(key, body):
+        if key.startswith("chunked/"):
+            raise RemoteError("the connection dropped")
+        real(key, body)
+
+    monkeypatch.setattr(be, "write_small", fail_on_lists)
+    with pytest.raises(RemoteError):
+        push.push(alice, be, ["w1"])
+    entries = alice.objects.chunk_entries(v1)
+    assert be.has_objects({chunked.chunk_id(d) for d, _ in entries}) == {chunked.chunk_id(d) for d, _ in entries}
+    assert not be.exists(chunked.list_key(v1)) and not be.list("refs")      # nothing names the chunks yet
+    monkeypatch.setattr(be, "write_small", real)
+    be.up = 0
+    push.push(alice, be, ["w1"])
+    assert be.up < 1 << 20, be.up                                          # the list, not the chunks again
+    fetch.pull(bob, be, ["w1"], namespace="alice")
+    assert Store.open(bob.root).get_bytes(v1) == data
