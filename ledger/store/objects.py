@@ -26,6 +26,9 @@ CHUNK = 16 << 20  # 16 MiB: large enough for multi-threaded hashing, small enoug
 MMAP_MIN = 4 << 20
 
 
+STRUCTURED_MAX = 256 << 20  # the largest object read as structure (JSON); as Store.closure
+
+
 def hash_fd(fd: int, size: int) -> str:
     """Hash the first `size` bytes of an open regular file: memory-mapped and multi-threaded
     for large files, as fast as b3sum."""
@@ -342,7 +345,10 @@ class ObjectStore:
         return data
 
     def get_json(self, oid: str):
-        data = self.get_bytes(oid)
+        # bounded: structured objects are never this large (Store.closure treats a larger one as
+        # data), and a chunk index planted in a small object's place could otherwise declare
+        # gigabytes of real, verifying chunks that are assembled before the whole hash fails
+        data = self.get_bytes(oid, max_size=STRUCTURED_MAX)
         try:
             return canonical.loads(data)
         except BadInput as e:

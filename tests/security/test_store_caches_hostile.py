@@ -198,3 +198,35 @@ def test_a_forged_watermark_state_is_not_blamed_on_a_true_refs_json(tmp_path):
     assert (s.root / "refs.json").exists()
     assert verify(Store.open(s.root), full=True).ok
     assert verify(Store.open(s.root)).ok   # a fresh watermark
+
+
+def test_a_planted_chunk_index_cannot_make_a_structured_read_amplify(tmp_path):
+    # A chunk index is not named by its own bytes, so one planted in a small structured
+    # object's place can repeat a real page until it declares gigabytes: every chunk verifies,
+    # and only the whole hash at the end fails. get_json used to assemble all of it in memory
+    # first; now a structured read refuses anything over the structured-object bound up front.
+    import pytest
+
+    from ledger.errors import BadInput, LedgerError
+    from ledger.store import chunks
+    s = Store.init(tmp_path)
+    s.objects.chunked_min = 1 << 20
+    with s.transaction("add") as tx:
+        big = tx.put_bytes(os.urandom(2 << 20))
+        small = tx.put_json({"kind": "note", "text": "x"})
+    size, pages = s.objects._index(big)
+    _, cov, k, (pack, off, _) = pages[0]
+    n = (300 << 20) // cov + 1                      # > 256 MiB declared, from one real page
+    planted = chunks.index_bytes(n * cov, [(pages[0][0], cov, k, (pack, off, 0))] * n)
+    p = s.objects.path(small)
+    os.chmod(p, 0o644)
+    p.unlink()
+    s.objects.index_path(small).write_bytes(planted)
+    reads = []
+    real = s.objects.packs.read
+    s.objects.packs.read = lambda *a, **kw: reads.append(1) or real(*a, **kw)
+    with pytest.raises(BadInput, match="more than"):
+        s.objects.get_json(small)
+    assert len(reads) == 0
+    with pytest.raises(LedgerError):                 # and the store's readers say so, typed
+        Store.open(s.root).get_json(small)
