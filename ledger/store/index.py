@@ -203,6 +203,7 @@ def _foreign(meta: dict, state, store_id: str | None) -> bool:
 
 
 BATCH_RECORDS = 20_000  # records projected per Arrow append: bounds a rebuild's memory at any length
+REBUILD_MEMORY = "192MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
 
 
 def _write(con, records, state, get_json, store_id: str | None = None) -> None:
@@ -248,10 +249,13 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         p.unlink(missing_ok=True)
     con = _connect(new, read_only=False)
     try:
+        # No one transaction around the replay: DuckDB keeps a transaction's rows in memory until
+        # it commits (1.6 GiB at a million records). The new file is invisible until the rename
+        # below, so committing batch by batch (autocommit) changes nothing anyone can see; and
+        # the buffer pool is capped, so memory is one batch whatever the journal's length.
+        con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
         _create(con)
-        con.execute("BEGIN")
         _write(con, records, state, get_json, store_id)
-        con.execute("COMMIT")
         con.execute("CHECKPOINT")
     except BaseException:
         con.close()
