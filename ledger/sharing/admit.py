@@ -3,7 +3,9 @@
 One `import` transaction, under the store lock:
   1. check the offer's signatures against the trust policy — before any object moves;
   2. fetch each object that is missing here, or held but damaged (not a regular file, or not
-     hashing to its id), into tmp/, verifying its announced size and its hash on arrival;
+     hashing to its id), into tmp/, verifying its announced size and its hash on arrival
+     (a chunked object on a remote: its chunk list, then only the chunks not held here, each
+     verified, reassembled into tmp/ and hashed whole — chunked.py);
   3. check the journal segment (ids recompute, prev links, record signatures), that the
      closure is complete, and that every id the offer calls *absent* is named by one of its
      objects (an invented absent id is refused: it would otherwise be a reference nobody can
