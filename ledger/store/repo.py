@@ -246,17 +246,23 @@ class Store:
             # refs.json not used as a start is still evidence (rule 6): its head must be the
             # record at its seq. Note that record's id as the fold passes it.
             want, seen = (c["seq"] if c else None), {}
+            iwant, ihead = self._index_evidence() if not offset else (None, None)
 
             def each(rec):
                 f.add(rec)
                 if rec["seq"] == want:
                     seen["id"] = rec["id"]
+                if rec["seq"] == iwant:
+                    seen["index"] = rec["id"]
 
             scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
             if scan.broken_at is not None and offset:
                 f = Fold()
                 scan, start, offset = self.journal.scan(keep=False, each=each), State(), 0
             rewritten = bool(offset == 0 and c and 1 <= c["seq"] <= f.seq and seen.get("id") != c["head"])
+            if offset == 0 and not rewritten and iwant is not None and iwant <= f.seq \
+                    and seen.get("index") != ihead:
+                rewritten, c = True, {"seq": iwant}
             if scan.broken_at is not None:
                 self.warnings.append(f"journal is damaged at {scan.problem}; showing state before it "
                                      "(run `ledger verify`)")
@@ -413,6 +419,7 @@ class Store:
             self.warnings.append("refs.json did not vouch for the journal (changed since its last writer); "
                                  "re-checked the whole chain")
         want = c["seq"] if c and offset == 0 else None
+        iwant, ihead = self._index_evidence() if offset == 0 else (None, None)
         seen: dict[str, str] = {}
         f = Fold(start)
 
@@ -420,6 +427,8 @@ class Store:
             f.add(rec)
             if rec["seq"] == want:
                 seen["id"] = rec["id"]
+            if rec["seq"] == iwant:
+                seen["index"] = rec["id"]
 
         scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
         if scan.broken_at is not None:
@@ -429,6 +438,11 @@ class Store:
         if want is not None and want >= 1 and want <= st.seq and seen.get("id") != c["head"]:
             raise JournalCorrupt(f"record {c['seq']} differs from the one committed earlier: history was rewritten",
                                  "restore the journal from a bundle or backup")
+        if iwant is not None and iwant <= st.seq and seen.get("index") != ihead:
+            raise JournalCorrupt(f"record {iwant} differs from the one this store's index holds: history was "
+                                 "rewritten or the journal replaced; appends are refused",
+                                 "restore .ledger/journal from a bundle or backup; to keep this journal "
+                                 "instead, run `ledger index rebuild`")
         if c and st.seq < c["seq"]:
             raise JournalCorrupt(f"journal ends at record {st.seq} but record {c['seq']} was seen before: "
                                  "records were removed",
@@ -446,6 +460,15 @@ class Store:
                 raise fsio.io_error(e, "moving a torn journal tail aside") from e
             self.warnings.append(f"moved a torn journal tail ({len(scan.torn)} bytes) aside to {aside.name}")
         return st, scan.end
+
+    def _index_evidence(self) -> tuple[int | None, str | None]:
+        """(seq, head) of this store's index, for rule 6: like refs.json's, its head must be the
+        journal's record at its seq (an index of another store, or from before ids, says nothing).
+        Read only where the whole journal is folded anyway (no refs.json vouched)."""
+        meta = index.indexed_meta(self.root)
+        if meta is None or meta["store"] is None or meta["store"] != self.store_id or meta["seq"] < 1:
+            return None, None
+        return meta["seq"], meta["head"]
 
     def tail_committed(self, scan) -> int | None:
         """Bytes after the last whole record are a torn append unless a cache says the record

@@ -230,3 +230,27 @@ def test_a_planted_chunk_index_cannot_make_a_structured_read_amplify(tmp_path):
     assert len(reads) == 0
     with pytest.raises(LedgerError):                 # and the store's readers say so, typed
         Store.open(s.root).get_json(small)
+
+
+def test_a_journal_replaced_by_another_stores_with_its_refs_json_is_refused(tmp_path):
+    # another store's journal and refs.json copied in: refs.json is ignored (another store's),
+    # so the chain re-check found nothing; the writer appended to the foreign history, rebuilt
+    # the index and `verify` said clean. This store's index still holds this store's head.
+    import pytest
+
+    from ledger.errors import JournalCorrupt
+    s, a, _ = _store(tmp_path / "one")
+    other, _, _ = _store(tmp_path / "two")
+    for name in ("journal", "refs.json"):
+        (s.root / name).write_bytes((other.root / name).read_bytes())
+    reader = Store.open(s.root)
+    reader.state
+    assert any("history was rewritten" in w for w in reader.warnings), reader.warnings
+    assert json.loads((s.root / "refs.json").read_bytes())["store"] == other.store_id  # no vouching cache
+    with pytest.raises(JournalCorrupt, match="index holds"):
+        with Store.open(s.root).transaction("t") as tx:
+            tx.payload["i"] = 1
+    # keeping this journal is a decision: `ledger index rebuild`, then writes go on
+    Store.open(s.root).rebuild_index()
+    with Store.open(s.root).transaction("t") as tx:
+        tx.payload["i"] = 1
