@@ -204,6 +204,7 @@ def _foreign(meta: dict, state, store_id: str | None) -> bool:
 
 BATCH_RECORDS = 20_000  # records projected per Arrow append: bounds a rebuild's memory at any length
 REBUILD_MEMORY = "192MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
+PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
 def _write(con, records, state, get_json, store_id: str | None = None) -> None:
@@ -329,6 +330,10 @@ def _peek(root: Path, read):
     except Exception:
         return None
     try:
+        # a lookup reads a few rows: one thread and a small buffer pool keep a million-record
+        # index from costing a few hundred MiB of cached row groups (291 -> 136 MiB at 1M)
+        con.execute(f"SET memory_limit = '{PEEK_MEMORY}'")
+        con.execute("SET threads = 1")
         return read(con)
     except Exception:
         return None
