@@ -310,7 +310,10 @@ class Journal:
         except OSError:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+            # `end` comes from a cache anyone in the store can write: beyond the file it names
+            # no record (pread would fail on an offset past 2**63)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not 0 < end <= st.st_size or os.pread(fd, 1, end - 1) != b"\n":
                 return None
             return parse_line(self.last_line_before(fd, end))
         except BadInput:
@@ -325,7 +328,10 @@ class Journal:
         except OSError:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+            # `end` comes from a cache anyone in the store can write: beyond the file it names
+            # no record (pread would fail on an offset past 2**63)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not 0 < end <= st.st_size or os.pread(fd, 1, end - 1) != b"\n":
                 return None
             return parse_line(self.last_line_before(fd, end))["id"]
         except BadInput:

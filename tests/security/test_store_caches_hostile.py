@@ -254,3 +254,28 @@ def test_a_journal_replaced_by_another_stores_with_its_refs_json_is_refused(tmp_
     Store.open(s.root).rebuild_index()
     with Store.open(s.root).transaction("t") as tx:
         tx.payload["i"] = 1
+
+
+def test_caches_with_an_offset_beyond_any_file_are_not_used_never_a_crash(tmp_path):
+    # refs.json's and the watermark's offsets are read from files anyone in the store can
+    # write: 2**63 or 10**30 used to reach pread and end in an internal error (exit 1)
+    from ledger.store.verify import WATERMARK
+    s, a, _ = _store(tmp_path)
+    assert verify(Store.open(s.root)).ok
+    wp = s.root.joinpath(*WATERMARK)
+    good_w, good_c = wp.read_bytes(), (s.root / "refs.json").read_bytes()
+    for off in (2**63, 10**30, -1):
+        w = json.loads(good_w)
+        w["offset"] = off
+        wp.write_bytes(canonical.dumps(w))
+        r = _cli(s.root, "verify")
+        assert r.returncode == 0 and "watermark of the last verify was not used" in r.stdout + r.stderr, r
+        c = json.loads(good_c)
+        c["offset"] = off
+        (s.root / "refs.json").write_bytes(canonical.dumps(c))
+        assert Store.open(s.root).resolve("a") == a
+        with Store.open(s.root).transaction("t") as tx:
+            tx.payload["off"] = str(off)
+        good_c = (s.root / "refs.json").read_bytes()
+        assert verify(Store.open(s.root), full=True).ok
+        good_w = wp.read_bytes()
