@@ -207,8 +207,12 @@ class Store:
                 c = json.loads(fsio.read_bounded(fd, fst.st_size))
             finally:
                 os.close(fd)
-            State.from_json(c)
-            int(c["offset"])
+            State.from_cache(c)
+            j = c.get("journal")
+            if not isinstance(c.get("offset"), int) or isinstance(c["offset"], bool) or c["offset"] < 0 \
+                    or not (j is None or (isinstance(j, list) and all(type(x) is int for x in j))) \
+                    or not (c.get("store") is None or isinstance(c["store"], str)):
+                raise ValueError("offset, journal or store")  # written by anyone: every field typed
         except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
             return None
         if c.get("store", self.store_id) != self.store_id:  # no "store": written before store ids
@@ -241,7 +245,7 @@ class Store:
             if c and ident is not None and ident[2] >= c["offset"] \
                     and self.journal.record_id_before(c["offset"]) == c["head"]:
                 # the cache is a starting point only if the journal's record at its offset is its head
-                start, offset = State.from_json(c), c["offset"]
+                start, offset = State.from_cache(c), c["offset"]
             f = Fold(start)
             # refs.json not used as a start is still evidence (rule 6): its head must be the
             # record at its seq. Note that record's id as the fold passes it.
@@ -414,7 +418,7 @@ class Store:
         size = ident[2] if ident else 0
         start, offset = State(), 0
         if self._cache_vouches(c, ident) and self.journal.record_id_before(c["offset"]) == c["head"]:
-            start, offset = State.from_json(c), c["offset"]
+            start, offset = State.from_cache(c), c["offset"]
         elif c and c["offset"] and size >= c["offset"]:
             self.warnings.append("refs.json did not vouch for the journal (changed since its last writer); "
                                  "re-checked the whole chain")

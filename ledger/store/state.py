@@ -54,6 +54,24 @@ class State:
     def from_json(cls, c: dict) -> "State":
         return cls(int(c["seq"]), c["head"], dict(c["refs"]), dict(c.get("counters") or {}))
 
+    @classmethod
+    def from_cache(cls, c) -> "State":
+        """from_json for a cache file (refs.json, the verify watermark): anyone in the store can
+        write one, so every field must have its type (ValueError otherwise: the cache is unusable,
+        never an internal error later)."""
+        def integer(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+        if not isinstance(c, dict) or not integer(c.get("seq")) or c["seq"] < 0:
+            raise ValueError("seq")
+        head, refs, counters = c.get("head"), c.get("refs"), c.get("counters") or {}
+        if not (head is None or is_id(head)) or (head is None) != (c["seq"] == 0):
+            raise ValueError("head")
+        if not isinstance(refs, dict) or not all(isinstance(k, str) and is_id(v) for k, v in refs.items()):
+            raise ValueError("refs")
+        if not isinstance(counters, dict) or not all(isinstance(k, str) and integer(v) for k, v in counters.items()):
+            raise ValueError("counters")
+        return cls(c["seq"], head, dict(refs), dict(counters))
+
     def to_json(self) -> dict:
         return {"seq": self.seq, "head": self.head, "refs": dict(sorted(self.refs.items())),
                 "counters": dict(sorted(self.counters.items()))}

@@ -172,8 +172,10 @@ def load_watermark(store) -> tuple[dict | None, str | None]:
     path = store.root.joinpath(*WATERMARK)
     try:
         w = json.loads(fsio.read_small(path, WATERMARK_MAX))
-        st = State.from_json(w["state"])
-        offset, seq, rid = int(w["offset"]), int(w["seq"]), w["id"]
+        st = State.from_cache(w["state"])
+        offset, seq, rid = w["offset"], w["seq"], w["id"]
+        if type(offset) is not int or type(seq) is not int:
+            raise ValueError("offset or seq")
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):

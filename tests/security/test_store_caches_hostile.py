@@ -279,3 +279,30 @@ def test_caches_with_an_offset_beyond_any_file_are_not_used_never_a_crash(tmp_pa
         good_c = (s.root / "refs.json").read_bytes()
         assert verify(Store.open(s.root), full=True).ok
         good_w = wp.read_bytes()
+
+
+MUTATIONS = [("offset", "5"), ("offset", 5.5), ("offset", True), ("seq", "3"), ("seq", -5), ("head", [1]),
+             ("head", None), ("refs", [["name/a", "x"]]), ("refs", {"name/a": 5}), ("counters", {"x": "y"}),
+             ("counters", [1]), ("journal", [1, 2, "a", 4, 5]), ("journal", {"a": 1}), ("store", 7)]
+
+
+def test_ill_typed_refs_json_or_watermark_is_unusable_never_an_internal_error(tmp_path):
+    # every field of refs.json and of the watermark's state is read from a file anyone in the
+    # store can write: a wrong type makes the cache unusable (as a missing one), never exit 1
+    from ledger.store.verify import WATERMARK
+    s, a, _ = _store(tmp_path)
+    assert verify(Store.open(s.root)).ok
+    wp = s.root.joinpath(*WATERMARK)
+    for i, (key, value) in enumerate(MUTATIONS):
+        c = json.loads((s.root / "refs.json").read_bytes())
+        c[key] = value
+        (s.root / "refs.json").write_bytes(json.dumps(c).encode())
+        if key in ("seq", "head", "refs", "counters"):
+            w = json.loads(wp.read_bytes())
+            w["state"][key] = value
+            wp.write_bytes(json.dumps(w).encode())
+        for args in (("cat", "a"), ("add", "--name", f"f{i}", str(tmp_path / "f")), ("verify",)):
+            (tmp_path / "f").write_text(f"{i}\n")
+            r = _cli(s.root, *args)
+            assert r.returncode == 0, (key, value, args, r.stderr)
+        assert verify(Store.open(s.root)).ok
