@@ -157,6 +157,13 @@ class PackStore:
             if fds is not None:
                 fds[pack], own = fd, False
         try:
+            # where a chunk is comes from an index or page a local writer could have planted:
+            # past the pack's end (even past 2**63) it names no bytes, so say so before pread
+            if off + n > os.fstat(fd).st_size:
+                raise CorruptObject(oid, f"object {oid} is damaged: its chunk at byte {off} lies beyond the end of "
+                                         f"pack {p}",
+                                    "restore the object (`ledger pull`, or `ledger add` of the original); "
+                                    "then `ledger verify --read-data`")
             data = fsio.read_bounded_at(fd, n, off)
         except OSError as e:
             raise fsio.io_error(e, f"reading pack {p}") from e

@@ -306,3 +306,27 @@ def test_ill_typed_refs_json_or_watermark_is_unusable_never_an_internal_error(tm
             r = _cli(s.root, *args)
             assert r.returncode == 0, (key, value, args, r.stderr)
         assert verify(Store.open(s.root)).ok
+
+
+def test_a_chunk_index_naming_an_offset_beyond_its_pack_is_corrupt_naming_the_pack(tmp_path):
+    # an offset past 2**63 used to reach pread (OverflowError: exit 1 from get_bytes and verify)
+    import struct
+
+    import pytest
+
+    from ledger.errors import CorruptObject
+    from ledger.store import chunks
+    s = Store.init(tmp_path)
+    s.objects.chunked_min = 1 << 20
+    with s.transaction("add") as tx:
+        big = tx.put_bytes(os.urandom(3 << 20))
+    ip = s.objects.index_path(big)
+    good = ip.read_bytes()
+    os.chmod(ip, 0o644)
+    off_at = chunks.HEAD.size + chunks.PAGE_REF.size - 8           # the first page's offset field
+    for off in (2**63 + 5, 2**40):
+        ip.write_bytes(good[:off_at] + struct.pack(">Q", off) + good[off_at + 8:])
+        with pytest.raises(CorruptObject, match="beyond the end of pack"):
+            Store.open(s.root).objects.get_bytes(big)
+        rep = verify(Store.open(s.root), full=True)
+        assert any(e["what"] == "corrupt" and e["id"] == big for e in rep.errors), rep.errors
