@@ -202,8 +202,8 @@ def _foreign(meta: dict, state, store_id: str | None) -> bool:
     return meta["seq"] == state.seq and meta["head"] != state.head
 
 
-BATCH_RECORDS = 20_000  # records projected per Arrow append: bounds a rebuild's memory at any length
-REBUILD_MEMORY = "192MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
+BATCH_RECORDS = 5_000  # records projected per Arrow append: bounds a rebuild's memory at any length
+REBUILD_MEMORY = "128MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
 PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
