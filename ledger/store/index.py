@@ -346,6 +346,13 @@ def indexed_meta(root: Path) -> dict | None:
     return _peek(root, _meta)
 
 
+def journal_row_counts(root: Path) -> tuple[int, int, int, int] | None:
+    """(rows, distinct seqs, min seq, max seq) of the index's journal table, read-only (verify
+    --full: rows are checked one by one as lookups read them, a deleted one only by counting)."""
+    return _peek(root, lambda con: tuple(con.execute(
+        "SELECT count(*), count(DISTINCT seq), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM journal").fetchone()))
+
+
 def indexed_id_at(root: Path, seq: int) -> str | None:
     """The id the index holds for journal record `seq` (None if it holds none)."""
     def read(con):

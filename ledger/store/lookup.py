@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
+from ledger.errors import BadInput
 from ledger.store import index
 from ledger.store.journal import record_id
 
@@ -41,9 +42,12 @@ def _matches(rec: dict, kinds: tuple[str, ...], where: dict[str, str]) -> bool:
 
 def _from_row(row) -> dict | None:
     rec = dict(zip(_FIELDS, row))
-    rec["payload"] = json.loads(rec["payload"])
-    rec["inputs"], rec["outputs"] = list(rec["inputs"]), list(rec["outputs"])
-    return rec if record_id(rec) == rec["id"] else None
+    try:
+        rec["payload"] = json.loads(rec["payload"])
+        rec["inputs"], rec["outputs"] = list(rec["inputs"]), list(rec["outputs"])
+        return rec if record_id(rec) == rec["id"] else None
+    except (TypeError, ValueError, BadInput):  # a row edited into another shape: it does not hash either
+        return None
 
 
 def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None) -> Iterator[dict]:

@@ -422,6 +422,16 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
         rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at "
                                                          f"{st.seq} (`ledger index rebuild`)"})
 
+    if w is None and meta and meta["store"] in (None, store.store_id) \
+            and not any(e["what"] == "index" for e in rep.errors):
+        # A lookup checks each row it reads (rule 21); a row deleted from the index (a lookup,
+        # the gate's budget count among them, would miss its record) shows only in the counts.
+        n, rows = meta["seq"], index.journal_row_counts(store.root)
+        if rows is not None and rows != (n, n, min(1, n), n):
+            rep.errors.append({"what": "index", "seq": n,
+                               "message": f"the index's journal table holds {rows[0]} rows ({rows[1]} distinct) for "
+                                          f"records 1..{n}: rows were deleted or added (`ledger index rebuild`)"})
+
     if not store.tmp.is_dir():
         rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})
     tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
