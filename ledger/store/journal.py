@@ -323,21 +323,8 @@ class Journal:
 
     def record_id_before(self, end: int) -> str | None:
         """The id of the whole record that ends at byte `end` (None if there is none there)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            # `end` comes from a cache anyone in the store can write: beyond the file it names
-            # no record (pread would fail on an offset past 2**63)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or not 0 < end <= st.st_size or os.pread(fd, 1, end - 1) != b"\n":
-                return None
-            return parse_line(self.last_line_before(fd, end))["id"]
-        except BadInput:
-            return None
-        finally:
-            os.close(fd)
+        rec = self.record_before(end)
+        return None if rec is None else rec["id"]
 
     def last_line_before(self, fd: int, end: int) -> bytes:
         """The last whole line of the file ending at offset `end` (which is a record boundary)."""

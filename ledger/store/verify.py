@@ -254,6 +254,27 @@ def _start(store, rep: Report, full: bool):
     return w
 
 
+def _chunked_size(store, oid: str, rep: Report) -> int | None:
+    """A chunked object's size from its index, after its pages are read and checked and its packs
+    found (~60 B per chunk); None, with the error reported, when any of that fails."""
+    try:
+        size = store.objects.size(oid)
+        store.objects.check_chunked(oid)
+    except (CorruptObject, StorageIOError) as e:
+        rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
+        return None
+    return size
+
+
+def _size_matches(oid: str, size: int, sizes: dict, rep: Report) -> bool:
+    """Whether a stored object has the size its writer recorded (an error reported if not)."""
+    if oid in sizes and sizes[oid] != size:
+        rep.errors.append({"what": "corrupt", "id": oid,
+                           "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+        return False
+    return True
+
+
 def _check_all_objects(store, reachable: set, sizes: dict, rep: Report, read_data: bool, progress) -> None:
     """Every file in objects/: a stored file of its recorded size (rehashed with read_data);
     those no record reaches are reported as dangling. Objects that aren't regular files (a
@@ -276,16 +297,11 @@ def _check_all_objects(store, reachable: set, sizes: dict, rep: Report, read_dat
             continue
         size = fst.st_size
         if path.name.endswith(SUFFIX):  # a chunked object's index: its size is the one the index gives
-            try:
-                size = store.objects.size(oid)
-                store.objects.check_chunked(oid)  # pages read and checked, packs present (~60 B per chunk)
-            except (CorruptObject, StorageIOError) as e:
-                rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
+            size = _chunked_size(store, oid, rep)
+            if size is None:
                 continue
         total += size
-        if oid in sizes and sizes[oid] != size:
-            rep.errors.append({"what": "corrupt", "id": oid,
-                               "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+        if not _size_matches(oid, size, sizes, rep):
             continue
         if read_data:
             try:
@@ -314,25 +330,17 @@ def _check_named_objects(store, named: set, sizes: dict, rep: Report) -> None:
             fst = os.lstat(path)
         except OSError:
             if store.objects.chunked(oid):  # stored as chunks (ledger/store/chunks.py): check index, pages, packs
-                try:
-                    size = store.objects.size(oid)
-                    store.objects.check_chunked(oid)
-                except (CorruptObject, StorageIOError) as e:
-                    rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
-                    continue
-                total += size
-                if oid in sizes and sizes[oid] != size:
-                    rep.errors.append({"what": "corrupt", "id": oid,
-                                       "message": f"object {oid} has {size} bytes, {sizes[oid]} were written"})
+                size = _chunked_size(store, oid, rep)
+                if size is not None:
+                    total += size
+                    _size_matches(oid, size, sizes, rep)
             continue
         if not stat.S_ISREG(fst.st_mode):
             rep.errors.append({"what": "corrupt", "id": oid,
                                "message": f"object {oid} is a {fsio.file_kind(fst.st_mode)}, not a stored file"})
             continue
         total += fst.st_size
-        if oid in sizes and sizes[oid] != fst.st_size:
-            rep.errors.append({"what": "corrupt", "id": oid,
-                               "message": f"object {oid} has {fst.st_size} bytes, {sizes[oid]} were written"})
+        _size_matches(oid, fst.st_size, sizes, rep)
     rep.stats["objects"] = len(named)
     rep.stats["bytes"] = total
 
