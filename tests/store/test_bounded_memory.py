@@ -68,6 +68,10 @@ def small_blocks(monkeypatch):
 
 
 def _peak(fn) -> int:
+    # Run once untraced first: what the first run grows once (the interpreter's table of interned
+    # strings, which pathlib fills with object file names, is resized in one block of megabytes
+    # when many modules -- torch -- are loaded) is not what a second, equal run holds.
+    fn()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
