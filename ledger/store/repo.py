@@ -246,23 +246,14 @@ class Store:
                     and self.journal.record_id_before(c["offset"]) == c["head"]:
                 # the cache is a starting point only if the journal's record at its offset is its head
                 start, offset = State.from_cache(c), c["offset"]
-            f = Fold(start)
             # refs.json not used as a start is still evidence (rule 6): its head must be the
             # record at its seq. Note that record's id as the fold passes it.
-            want, seen = (c["seq"] if c else None), {}
+            want = c["seq"] if c else None
             iwant, ihead = self._index_evidence() if not offset else (None, None)
-
-            def each(rec):
-                f.add(rec)
-                if rec["seq"] == want:
-                    seen["id"] = rec["id"]
-                if rec["seq"] == iwant:
-                    seen["index"] = rec["id"]
-
-            scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
+            f, scan, seen = self._fold_noting(start, offset, want, iwant)
             if scan.broken_at is not None and offset:
-                f = Fold()
-                scan, start, offset = self.journal.scan(keep=False, each=each), State(), 0
+                start, offset = State(), 0
+                f, scan, seen = self._fold_noting(start, offset, want, iwant)
             rewritten = bool(offset == 0 and c and 1 <= c["seq"] <= f.seq and seen.get("id") != c["head"])
             if offset == 0 and not rewritten and iwant is not None and iwant <= f.seq \
                     and seen.get("index") != ihead:
@@ -291,6 +282,22 @@ class Store:
             self._state = f.state()
             self._scan_end = scan.end
         return self._state
+
+    def _fold_noting(self, start: State, offset: int, want: int | None, iwant: int | None):
+        """Fold the journal from `offset` on top of `start`, streaming, noting the ids of the
+        records at seq `want` (refs.json's head) and `iwant` (the index's head) as they pass:
+        the evidence of rule 6 that readers and writers both check. Returns (fold, scan, seen)."""
+        f, seen = Fold(start), {}
+
+        def each(rec):
+            f.add(rec)
+            if rec["seq"] == want:
+                seen["id"] = rec["id"]
+            if rec["seq"] == iwant:
+                seen["index"] = rec["id"]
+
+        scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
+        return f, scan, seen
 
     def _reader_write_cache(self, st: State, offset: int, ident: list | None) -> None:
         """Write refs.json for a reader that folded the whole journal (no lock: the file is
@@ -424,17 +431,7 @@ class Store:
                                  "re-checked the whole chain")
         want = c["seq"] if c and offset == 0 else None
         iwant, ihead = self._index_evidence() if offset == 0 else (None, None)
-        seen: dict[str, str] = {}
-        f = Fold(start)
-
-        def each(rec):
-            f.add(rec)
-            if rec["seq"] == want:
-                seen["id"] = rec["id"]
-            if rec["seq"] == iwant:
-                seen["index"] = rec["id"]
-
-        scan = self.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
+        f, scan, seen = self._fold_noting(start, offset, want, iwant)
         if scan.broken_at is not None:
             raise JournalCorrupt(f"journal is tampered or damaged at {scan.problem}; appends are refused",
                                  "run `ledger verify`; restore the journal from a bundle or backup")
