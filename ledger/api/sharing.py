@@ -44,11 +44,14 @@ class BundleListing(Wrapped):
 
 
 def bundle_create(refs: Sequence[str], output: str | os.PathLike, *, sign: str | None = None, origin: str | None = None,
-                  progress=None, store: StoreLike = None) -> BundleWritten:
+                  since: Sequence[str] = (), progress=None, store: StoreLike = None) -> BundleWritten:
     """Write the closure of `refs` plus the journal records that made them into one file
-    (`sign`: with this key of yours; `origin`: the receiver's suggested namespace)."""
+    (`sign`: with this key of yours; `origin`: the receiver's suggested namespace; `since`:
+    refs or ids the receiver holds — their closure is left out, and of a large object only
+    the chunks they lack are carried)."""
     s = open_store(store)
-    res = bundle.create(s, list(refs), Path(output), key_name=sign, origin=origin, progress=progress)
+    res = bundle.create(s, list(refs), Path(output), key_name=sign, origin=origin, progress=progress,
+                        since=tuple(since))
     return BundleWritten(result=res, warnings=take_warnings(s))
 
 

@@ -117,15 +117,18 @@ def bundle_create(
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle file to write.")],
     sign: SignOpt = None,
     origin: Annotated[Optional[str], typer.Option("--origin", help="Suggested namespace for the receiver (default: your user name).")] = None,
+    since: Annotated[Optional[List[str]], typer.Option("--since", metavar="REF", help="A ref or id the receiver already holds (repeatable): its closure is left out, and of a large object only the chunks it lacks are carried.")] = None,
     json_: JsonOpt = False,
 ):
     """Write the closure of REFs plus the journal records that made them into one file."""
-    out = api.bundle_create(refs, output, sign=sign, origin=origin, progress=None if json_ else RichProgress(),
-                            store=common.store_dir())
+    out = api.bundle_create(refs, output, sign=sign, origin=origin, since=since or (),
+                            progress=None if json_ else RichProgress(), store=common.store_dir())
     res = out.result
     finish(json_, out, lambda: common.console().print(
         f"wrote {res.path}: {res.objects} objects, {human_bytes(res.bytes)}, {res.segment_records} journal record(s), "
-        f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
+        + (f"{human_bytes(res.data_bytes)} carried for a receiver holding {len(res.base)} base ref(s) "
+           f"({res.chunks_carried} chunk(s)), " if res.base else "")
+        + f"manifest {short(res.manifest)}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
         + (f"\n[yellow]note:[/] {len(res.absent)} id(s) the shared objects name are not held here (digests or lost "
            f"objects), e.g. {short(res.absent[0])}" if res.absent else "")))
 
