@@ -786,7 +786,9 @@ class Store:
             # prunes a ref's target; a hand-written prune record must not hide its loss)
             for oid in self.state.refs.values():
                 pruned.pop(oid, None)
-            self._pruned = pruned
+            # and only what a policy could have removed (the field of the checkpoint or receipt
+            # the entry names): a forged record cannot hide the loss of any other object
+            self._pruned = retention.honoured(self, pruned)
         return self._pruned
 
     def closure(self, roots, missing: set | None = None, damaged: set | None = None) -> set[str]:

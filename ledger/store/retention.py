@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, LedgerError
 from ledger.store import canonical
 from ledger.store.ids import PREFIX, find_ids, hex_of, is_id
 
@@ -210,5 +210,36 @@ def pruned_ids(records) -> dict[str, dict]:
         name = (p.get("policy") or {}).get("name") if isinstance(p.get("policy"), dict) else None
         for e in p.get("removed") or []:
             if isinstance(e, list) and e and isinstance(e[0], str):
-                out[PREFIX + e[0]] = {"seq": r["seq"], "policy": name, "role": e[2] if len(e) > 2 else None}
+                out[PREFIX + e[0]] = {"seq": r["seq"], "policy": name, "role": e[2] if len(e) > 2 else None,
+                                      "of": PREFIX + e[3] if len(e) > 3 and isinstance(e[3], str) else None}
+    return out
+
+
+# the fields a policy prunes, by the role a `prune` record gives them (Pruning.payload)
+ROLE_FIELDS = {"checkpoint adapter": ("checkpoint", "adapter"), "checkpoint optimizer": ("checkpoint", "optimizer"),
+               "checkpoint rng": ("checkpoint", "rng"), "receipt optimizer_state": ("receipt", "optimizer_state"),
+               "receipt rng_state": ("receipt", "rng_state")}
+
+
+def honoured(store, pruned: dict[str, dict]) -> dict[str, dict]:
+    """The entries of `pruned_ids` that a policy could have written: the object the entry
+    names as `of` is held, is a checkpoint (or receipt) and holds the pruned id in the field
+    its role names. Those objects are never pruned themselves, so a true entry always passes;
+    a forged `prune` record naming anything else (a dataset, an `add`'s blob, an object no
+    ref names) does not make its loss "pruned": verify reports it missing."""
+    objs: dict[str, object] = {}
+    out = {}
+    for oid, e in pruned.items():
+        kind_field = ROLE_FIELDS.get(e.get("role"))
+        of = e.get("of")
+        if kind_field is None or not is_id(of):
+            continue
+        if of not in objs:
+            try:
+                objs[of] = store.get_json(of)
+            except LedgerError:   # absent, damaged or a blob: it vouches for nothing
+                objs[of] = None
+        obj = objs[of]
+        if isinstance(obj, dict) and obj.get("kind") == kind_field[0] and obj.get(kind_field[1]) == oid:
+            out[oid] = e
     return out

@@ -71,10 +71,15 @@ def test_refs_json_with_forged_counters_fails_verify(tmp_path):
     assert any(e["what"] == "refs-cache" for e in rep.errors), (rep.errors, rep.warnings)
 
 
-def _prune(s, oid, role="optimizer"):
+def _prune(s, oid, role="optimizer", of=None):
+    """A prune record as a policy writes it: `oid` was the `role` field of checkpoint `of`
+    (made here, naming it, unless given)."""
+    if of is None:
+        with Store.open(s.root).transaction("t") as tx:
+            of = tx.put_json({"kind": "checkpoint", role: oid, "step": 1})
     with Store.open(s.root).transaction("prune") as tx:
         tx.payload.update({"policy": {"name": "superseded-training-state", "version": 1}, "objects_removed": 1,
-                           "bytes_removed": 2, "removed": [[oid[3:], 2, role, oid[3:]]]})
+                           "bytes_removed": 2, "removed": [[oid[3:], 2, f"checkpoint {role}", of[3:]]]})
 
 
 def _lose(s, oid):
@@ -107,6 +112,27 @@ def test_a_prune_record_cannot_hide_the_loss_of_a_live_ref(tmp_path):
     _lose(s, a)
     rep = verify(Store.open(s.root), full=True)
     assert any(e["what"] == "missing" and e["id"] == a for e in rep.errors), rep.errors
+
+
+def test_a_forged_prune_record_cannot_hide_the_loss_of_an_unnamed_object(tmp_path):
+    # an object no ref names (an `add`'s output, a dataset inside a plan) lost after a
+    # hand-written prune record that names it: honoured only if the checkpoint (or receipt) the
+    # entry names holds it in the pruned field — what a policy writes — else it is missing
+    s, a, b = _store(tmp_path)
+    with Store.open(s.root).transaction("add") as tx:
+        x = tx.put_bytes(b"a dataset nobody names by ref\n")
+        tx.outputs.append(x)
+    with Store.open(s.root).transaction("t") as tx:
+        other = tx.put_json({"kind": "checkpoint", "optimizer": b, "step": 1})
+    for of in (x, a, other):        # itself, a blob, a checkpoint that holds something else
+        _prune(s, x, of=of)
+    _lose(s, x)
+    rep = verify(Store.open(s.root), full=True)
+    assert any(e["what"] == "missing" and e["id"] == x for e in rep.errors), rep.errors
+    assert x not in Store.open(s.root).pruned()
+    _prune(s, x)                    # the same loss, recorded as a policy would: pruned, not missing
+    assert verify(Store.open(s.root), full=True).ok
+    assert Store.open(s.root).pruned()[x]["role"] == "checkpoint optimizer"
 
 
 def _cli(root, *args):
