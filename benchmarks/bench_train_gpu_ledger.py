@@ -27,6 +27,9 @@ Parts (each writes its figures into OUT/bench_train_gpu_ledger.json as soon as i
            (the second run reuses the compile cache); --profile times one fused step's kernels.
   sdpa     causal attention of the bench's shape per SDPA backend (forward + backward).
   firststep  the fused realization's first step in a fresh process, cold and warm Inductor cache.
+  childgap  `ledger train` of SmolLM2's architecture sandboxed, unsandboxed, with 16 threads, the
+           child's recipe in process and the bench's fused loop (threads, audit hook): what makes
+           the child's step slower than the same realization in process.
 """
 
 from __future__ import annotations
@@ -632,6 +635,136 @@ def part_loops(a, out):
                 f"{100 * r['mfu']:5.1f}% {peak / 1e9 if peak else float('nan'):8.2f} {r.get('first_step_s') or 0:8.1f}  "
                 + " ".join(f"{x:.3f}" for x in ls))
         save(out)
+
+
+SMOLLM2_SHAPE = dict(hidden=576, layers=30, heads=9, kv=3, inter=1536, vocab=49152, tied=True, rope_theta=100000.0)
+
+
+def smollm2_shaped_base(d: Path) -> Path:
+    """SmolLM2-135M's architecture (30 layers, hidden 576, 9 / 3 heads, MLP 1536, vocab 49,152,
+    tied head) at initializer_range 0.02, saved bf16 without a tokenizer (ledger's byte
+    tokenizer: ids < 260). The real GGUF (98 MB) is over what travels to the GPU machine; for
+    step speed the architecture is what counts, the weights are not."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    sh = SMOLLM2_SHAPE
+    cfg = LlamaConfig(hidden_size=sh["hidden"], num_hidden_layers=sh["layers"], num_attention_heads=sh["heads"],
+                      num_key_value_heads=sh["kv"], intermediate_size=sh["inter"], vocab_size=sh["vocab"],
+                      max_position_embeddings=2048, initializer_range=0.02, tie_word_embeddings=sh["tied"],
+                      rope_theta=sh["rope_theta"], bos_token_id=257, eos_token_id=258, pad_token_id=256)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        m = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    m.save_pretrained(str(d))
+    del m
+    return d
+
+
+def part_childgap(a, out):
+    """Why `ledger train` of a small model ran slower than the same realization in process
+    (SmolLM2: 162 vs 90 ms a step; the 1B: equal). One plan shape (SmolLM2's architecture,
+    16 x 1024), each factor of the child's run taken away in turn:
+      sandboxed            `ledger train` (Landlock, seccomp, audit hook, train.threads = 1)
+      unsandboxed          `ledger train --unsandboxed` (no Landlock or seccomp; same env, hook)
+      sandboxed-threads16  the same plan with [train] threads = 16
+      recipe-in-process    the child's own recipe (SftRecipe) in this process: no sandbox, no
+                           hook, no child environment; it sets torch's threads to the plan's
+      fused-loop           the bench's in-process loop (FusedLlama), before and after the
+                           recipe set one thread, and with the sandbox's audit hook installed
+    Each receipt gives step / host (queueing, before the loss is read) / thread-CPU medians."""
+    import torch
+
+    from ledger.store import Store
+    from ledger.train import job as joblib
+    from ledger.train import run as trainlib
+    from ledger.train import sft
+
+    store = new_store()
+    work = Path(tempfile.mkdtemp(prefix="ledger-gap-"))
+    src = smollm2_shaped_base(work / "base") if not a.tiny else random_base(work / "base", dict(
+        hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64), 0.02)
+    rc, imp, err = ledger(store, "import-base", src, "--name", "smol-shape", timeout=900)
+    assert rc == 0, err
+    sh = SMOLLM2_SHAPE if not a.tiny else dict(hidden=64, layers=2, heads=4, kv=2, inter=128)
+    seq, batch = (a.smol_seq, a.smol_batch) if not a.tiny else (64, 4)
+    data = dataset(store, 64, int(seq * 0.8), padded=True)
+    res: dict = {"shape": dict(sh, seq=seq, batch=batch)}
+    RESULTS["childgap"] = res
+
+    def text(threads=1):
+        t = spec_text(hidden=sh["hidden"], layers=sh["layers"], heads=sh["heads"], kv=sh["kv"], inter=sh["inter"],
+                      seq=seq, batch=batch, r=16, steps=a.steps, data=data, realization=a.realization)
+        t = t.replace("[model]\n", "[model]\nbase = \"smol-shape\"\n", 1)
+        return t.replace("[train]\n", f"[train]\nthreads = {threads}\n", 1)
+
+    def keep(name, r):
+        res[name] = {k: r.get(k) for k in ("steady_tokens_per_s", "step_median_s", "step_cpu_median_s", "first_step_s",
+                                           "sandboxed", "realizations", "error", "losses")}
+        if r.get("receipt"):
+            t = Store.open(store).get_json(r["receipt"])["timings"]
+            res[name]["step_host_median_s"] = t.get("step_host_median_s")
+        log(f"  {name:22s} {json.dumps(res[name], default=str)[:700]}")
+        save(out)
+
+    keep("sandboxed", compile_and_train(store, text(), a.target))
+    keep("unsandboxed", compile_and_train(store, text(), a.target, unsandboxed=True))
+    keep("sandboxed-threads16", compile_and_train(store, text(16), a.target))
+    # the in-process loops on the plan's own rows
+    s = Store.open(store)
+    f = Path(tempfile.mkdtemp()) / "spec.toml"
+    f.write_text(text())
+    rc, c, err = ledger(store, "compile", f, "--target", a.target)
+    assert rc == 0, err
+    plan_id = c["plan"]
+    plan = s.get_json(plan_id)
+    d = Path(tempfile.mkdtemp())
+    from ledger.artefacts import model as modellib
+    from ledger.artefacts import template as templatelib
+    man = modellib.load_manifest(s, plan["inputs"]["base"])
+    trees.materialise_tree(s, man["files"], d / "base")
+    s.export_file(plan["inputs"]["dataset"], d / "data.parquet")
+    rows = sft.encode_rows(sft.read_rows(d / "data.parquet"), seq, templatelib.for_base(s, man))
+    loop = "fused-lora (in process)" if a.device == "cuda" else "peft-defaults"
+
+    def inproc(name):
+        r = run_loop(loop, d / "base", rows, a.device, r=16, alpha=32.0, modules=ALL, lr=1e-4, steps=a.steps - 2,
+                     warmup=2, batch=batch)
+        r["threads"] = torch.get_num_threads()
+        res[name] = {k: r.get(k) for k in ("steady_tokens_per_s", "step_median_s", "step_min_s", "threads", "losses")}
+        log(f"  {name:22s} {json.dumps(res[name], default=str)[:700]}")
+        save(out)
+
+    inproc("fused-loop")
+    # the child's recipe in this process (it sets torch's intra-op threads to the plan's)
+    from ledger.plan import compile as comp
+
+    held = Store.open(store)    # holds the work folder live while the recipe runs
+    pl = comp.load(held, plan_id)
+    w = joblib.new_work(held, "train")
+    trainlib.prepare(held, pl, None, w, None)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    rec = sft.SftRecipe(w)
+    rec.setup()
+    rec.train()
+    t = rec.save()["timings"]
+    res["recipe-in-process"] = {k: t.get(k) for k in ("steady_tokens_per_s", "step_median_s", "step_cpu_median_s",
+                                                      "step_host_median_s", "first_step_s")}
+    res["recipe-in-process"]["threads"] = torch.get_num_threads()
+    log(f"  {'recipe-in-process':22s} {json.dumps(res['recipe-in-process'])}")
+    save(out)
+    del rec
+    inproc("fused-loop-threads1")
+    # the sandbox's audit hook, installed here as the child's sitecustomize installs it
+    from ledger.sandbox import audit_hook
+
+    cfgf = work / "audit.json"
+    cfgf.write_text(json.dumps({"log": str(work / "audit.log"), "max_lines": 2000, "read": ["/"],
+                                "write": ["/"], "exec": ["/"]}))
+    (work / "audit.log").write_text("")
+    os.environ["LEDGER_SANDBOX_AUDIT"] = str(cfgf)
+    audit_hook.install()
+    inproc("fused-loop-threads1-hook")
 
 
 def part_firststep(a, out):

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import ledger
 from ledger import errors, records
 from ledger.errors import InternalError, LedgerError, Refused, SandboxViolation
 from ledger.sandbox import SandboxPolicy, run_sandboxed
@@ -454,9 +455,26 @@ def new_work(store, prefix: str) -> Path:
     return work
 
 
+# The child imports THE ledger package this process runs, by its folder -- the one folder of it
+# the sandbox grants (ledger.sandbox.policy.system_allowances) -- never whatever `ledger` its own
+# sys.path would find: a checkout that is not installed (its folder is not on the child's path,
+# which gets no PYTHONPATH of ours), an editable install of any mode (a .pth naming the checkout
+# would need the checkout listed, which is not granted), or another installed version (a child
+# running other code than its parent records).
+_START = ("import importlib.util, runpy, sys\n"
+          "spec = importlib.util.spec_from_file_location('ledger', {init!r}, submodule_search_locations=[{pkg!r}])\n"
+          "mod = importlib.util.module_from_spec(spec)\n"
+          "sys.modules['ledger'] = mod\n"
+          "spec.loader.exec_module(mod)\n"
+          "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+
+
 def module_argv(module: str, work: Path) -> list[str]:
-    """`python -m MODULE WORK`: how every ledger child starts."""
-    return [sys.executable, "-m", module, str(work)]
+    """`python -c <start> WORK`, which runs MODULE as `python -m MODULE WORK` would, over this
+    process's ledger package (see _START): how every ledger child starts."""
+    pkg = os.path.dirname(os.path.abspath(ledger.__file__))
+    return [sys.executable, "-c", _START.format(init=os.path.join(pkg, "__init__.py"), pkg=pkg, module=module),
+            str(work)]
 
 
 def policy_for(store, work: Path, *, gpu: bool = False, network: bool = False) -> SandboxPolicy:

@@ -400,7 +400,7 @@ class SftRecipe:
         every = self.plan.runtime.checkpoint_every
         perm_cache: dict = {}
         self.tokens, self.stopped = 0, None
-        self.step_times, self.step_cpu, self.step_tokens = [], [], []
+        self.step_times, self.step_cpu, self.step_tokens, self.step_host = [], [], [], []
         self.fwd_peak = 0
         prog = open(self.out / "progress.jsonl", "a", buffering=1) if dist.writer else None
         self.t_loop = time.perf_counter()
@@ -413,7 +413,9 @@ class SftRecipe:
                 g["lr"] = lr
             total = 0.0
             step_tok = 0
+            host = 0.0
             for k in range(accum):
+                h0 = time.perf_counter()
                 m_index = (step - 1) * accum + k
                 if dist.world == 1:
                     rows = batch_indices(m_index, B, n, c.seeds.data, perm_cache)
@@ -434,6 +436,9 @@ class SftRecipe:
                     if self.cuda:
                         self.fwd_peak = max(self.fwd_peak, torch.cuda.memory_allocated())
                     (loss / accum).backward()
+                # the host's share: until here the work is only queued on a GPU (no sync yet), so
+                # a host time near the step time says the step waits on Python, not on the GPU
+                host += time.perf_counter() - h0
                 total += loss.item()
             step_loss = dist.mean(total / accum)
             if dist.world > 1:
@@ -458,6 +463,7 @@ class SftRecipe:
             # CPU time of the compute thread: unlike wall time, not moved by other processes' load
             self.step_cpu.append(time.thread_time() - c0)
             self.step_tokens.append(step_tok)
+            self.step_host.append(host)
         self.t_end = time.perf_counter()
         if prog is not None:
             prog.close()
@@ -498,6 +504,7 @@ class SftRecipe:
                         "train_s": loop_s,
                         "step_median_s": timing_list[len(timing_list) // 2] if timing_list else None,
                         "step_cpu_median_s": sorted(self.step_cpu)[len(self.step_cpu) // 2] if self.step_cpu else None,
+                        "step_host_median_s": sorted(self.step_host)[len(self.step_host) // 2] if self.step_host else None,
                         "tokens_per_s": self.tokens / loop_s if loop_s > 0 else None,
                         "steady_tokens_per_s": steady_tok / steady_s if steady_s > 0 else None,
                         "steady_steps": len(st) - warm, "first_step_s": st[0] if st else None},

@@ -201,3 +201,29 @@ def test_a_failed_childs_last_words():
     assert trainlib._last_words(torchrun) == "rank 1 failed first, exit status 9; then rank 0, exit status -15"
     assert trainlib._last_words("Traceback...\nValueError: bad\n\n---\n") == "ValueError: bad"
     assert trainlib._last_words("") is None
+
+
+def test_the_child_runs_the_parents_ledger_package_wherever_it_lies(tmp_path):
+    """MUST (docs/sandbox.md): a training child imports the ledger package its parent runs, by
+    its folder (the one the sandbox grants) -- here a copy on no path of the child's, which its
+    own sys.path (the editable install) would not find, and which is all the sandbox grants."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import ledger
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(Path(ledger.__file__).parent, copy / "ledger", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "ledger" / "_where.py").write_text("import ledger\nprint('LEDGER', ledger.__file__)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    script = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport ledger\n"
+              "from ledger.sandbox import SandboxPolicy, run_sandboxed\nfrom ledger.train import job\n"
+              "r = run_sandboxed(job.module_argv('ledger._where', sys.argv[2]), SandboxPolicy())\n"
+              "print(r.returncode, r.sandboxed, r.stdout_tail.strip(), r.stderr_tail[-800:])\n")
+    p = subprocess.run([sys.executable, "-c", script, str(copy), str(work)], capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[:4] == ["0", "True", "LEDGER", str(copy / "ledger" / "__init__.py")], p.stdout
