@@ -253,6 +253,7 @@ class DirBackend:
 
 # --- S3-compatible object storage (s3fs / fsspec) ---------------------------------------
 SMALL_PUT = 16 << 20   # below this an object is sent in one PUT (read, hashed, then sent)
+LIST_WHOLE = 32        # has_objects: more fan-out folders than this to list -> list objects/ once
 
 
 # --- remotes through fsspec ----------------------------------------------------------------
@@ -339,6 +340,8 @@ class FsspecBackend:
         # paths as the filesystem itself spells them (memory:// and sftp:// root them at "/";
         # HTTP paths are whole URLs), so that listings strip back to keys
         self.base = self.url if self.read_only else self.fs._strip_protocol(self.url).rstrip("/")
+        self._listed: dict[str, set[str]] = {}   # has_objects: fan-out folder -> ids listed there
+        self.list_calls = 0                       # listings has_objects made (tests count them)
 
     # --- plumbing --------------------------------------------------------------------------
     def _p(self, key: str) -> str:
@@ -399,12 +402,32 @@ class FsspecBackend:
         return sorted(p[len(strip):] if p.startswith(strip) else p for p in found)
 
     def has_objects(self, oids):
-        # few ids: one existence check each; many: one listing of objects/ is far fewer requests
+        # Few ids: one existence check each. Many: listings, each made once per backend (one
+        # push): a fan-out folder objects/ab/ the first time an id falls in it, or all of
+        # objects/ at once when a call touches more than LIST_WHOLE folders not listed yet.
+        # A chunked push asks 1000 ids a call (chunked.ASK): it used to list the whole prefix
+        # on every call, i.e. the remote's every key once per 1000 chunks pushed.
         oids = list(oids)
         if len(oids) <= 64 or self.read_only:
             return {o for o in oids if self.exists(object_key(o))}
-        present = {PREFIX + k[len("objects/"):].replace("/", "") for k in self.list("objects/")}
-        return {o for o in oids if o in present}
+        todo = sorted({object_key(o)[:len("objects/ab/")] for o in oids} - self._listed.keys())
+        if len(todo) > LIST_WHOLE:
+            todo = ["objects/"]
+            for k in (f"objects/{i:02x}/" for i in range(256)):
+                self._listed.setdefault(k, set())
+        for prefix in todo:
+            for k in self.list(prefix):
+                if k.startswith("objects/") and len(k) == len("objects/ab/") + 62:
+                    self._listed.setdefault(k[:len("objects/ab/")], set()).add(PREFIX + k[8:10] + k[11:])
+            self._listed.setdefault(prefix, set())
+        self.list_calls += len(todo)
+        return {o for o in oids if o in self._listed.get(object_key(o)[:len("objects/ab/")], ())}
+
+    def _note_present(self, oid: str) -> None:
+        """An upload of ours committed: a listing made before it still answers right."""
+        fan = object_key(oid)[:len("objects/ab/")]
+        if fan in self._listed:
+            self._listed[fan].add(oid)
 
     def put_object(self, oid, src, on_bytes):
         self._writable(f"upload {oid}")
@@ -423,6 +446,7 @@ class FsspecBackend:
 
         if not self.transactional:
             self._renamed(key, stream)
+            self._note_present(oid)
             return
         size = os.lstat(src).st_size
         if size <= SMALL_PUT:  # one PUT: read, hash, then send
@@ -434,6 +458,7 @@ class FsspecBackend:
                 raise _hash_mismatch(oid, got)
             self._call(f"uploading {oid}", self.fs.pipe_file, self._p(key), data)
             on_bytes(size)
+            self._note_present(oid)
             return
 
         def staged():
@@ -448,6 +473,7 @@ class FsspecBackend:
                 f.discard()
                 raise
         self._call(f"uploading {oid}", staged)
+        self._note_present(oid)
 
     def _renamed(self, key: str, write) -> None:
         """Write under tmp/ and move into place, so a reader sees the whole file or none."""

@@ -106,3 +106,32 @@ def test_s3_remote_through_the_cli(alice, bob, s3_server, s3_bucket, cli):
     assert_clean(bob.root)
     p = cli(bob, "remote", "list", "--json")
     assert json.loads(p.stdout)[0]["options"] == {"endpoint_url": s3_server}
+
+
+def test_has_objects_lists_each_part_of_the_remote_once_per_push_not_once_per_batch(alice, s3_server, s3_bucket):
+    """A chunked push asks 1000 ids a call: each call used to list all of objects/ again.
+    Now a backend lists a fan-out folder (or, for a call touching many, objects/ whole) once,
+    and what it uploads itself counts as present without listing again."""
+    from ledger.store.ids import hash_bytes
+
+    bucket, fs = s3_bucket
+    push.push(alice, _backend(s3_server, bucket, "many"), ["HEAD"])
+    held = sorted(oid for oid, _ in alice.objects.iter_ids())
+    be = _backend(s3_server, bucket, "many")
+    calls = []
+    real = be.list
+    be.list = lambda prefix: calls.append(prefix) or real(prefix)
+    few = [f"b3:ab{i:062x}" for i in range(100)]                 # 100 ids in one fan-out folder
+    assert not be.has_objects(few)
+    assert calls == ["objects/ab/"]                              # that folder only, not the remote
+    spread = [f"b3:{i:02x}" + "0" * 62 for i in range(256)]      # one id in every fan-out folder
+    for _ in range(3):                                           # batch after batch
+        assert be.has_objects(spread + held) == set(held)
+        assert not be.has_objects(few)
+    assert calls == ["objects/ab/", "objects/"], calls           # one whole listing, then none
+    p = alice.root.parent / "new.bin"
+    p.write_bytes(b"x" * 100)
+    oid = hash_bytes(p.read_bytes())
+    be.put_object(oid, p, lambda n: None)                        # an upload of ours: present, unlisted
+    assert oid in be.has_objects([oid] + spread)
+    assert len(calls) == 2
