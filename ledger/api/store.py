@@ -14,7 +14,7 @@ from typing import Any, BinaryIO, Callable, Mapping
 
 from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human_bytes, store_root, take_warnings
 from ledger.api._open import open_store
-from ledger.errors import BadInput, Locked, StoreCorrupt, UnknownRef
+from ledger.errors import BadInput, CorruptObject, Locked, StoreCorrupt, UnknownRef
 from ledger.store import Store, canonical, index, lookup, retention
 from ledger.store.add import add_path
 from ledger.store.lock import Lock
@@ -90,11 +90,22 @@ def cat(ref: str, out: BinaryIO | None = None, *, store: StoreLike = None) -> Ca
     s = open_store(store)
     oid = s.resolve(ref)
     size = s.objects.size(oid)
+    if s.objects.chunked(oid):
+        # A chunk index is not named by its own bytes: one planted in an object's place can
+        # repeat real pages to declare terabytes that every chunk verifies and only the whole
+        # hash, at the end, refutes — hours of reading. The size the records that wrote the
+        # object give it bounds the read before it starts (docs/store-format.md, C2).
+        recorded = lookup.recorded_sizes(s, oid)
+        if recorded and size not in recorded:
+            raise CorruptObject(oid, f"object {oid} is damaged: its chunk index declares {size} bytes, the journal "
+                                     f"recorded {', '.join(map(str, sorted(recorded)))}; nothing was read",
+                                "restore the object (`ledger repair --from SOURCE`, or `ledger add` of the "
+                                "original); `ledger verify` names what else is damaged")
     if out is None:
         if size > MAX_INLINE_BYTES:
             raise BadInput(f"{oid} is {human_bytes(size)}; --json carries objects up to 64 MiB",
                            "use `ledger cat` without --json")
-        return Catted(oid, size, s.get_bytes(oid))
+        return Catted(oid, size, s.get_bytes(oid), warnings=take_warnings(s))
     if size > MAX_INLINE_BYTES:
         with tempfile.TemporaryDirectory() as td:
             tmp = Path(td) / "obj"
@@ -103,7 +114,7 @@ def cat(ref: str, out: BinaryIO | None = None, *, store: StoreLike = None) -> Ca
                 shutil.copyfileobj(f, out, 1 << 20)
     else:
         out.write(s.get_bytes(oid))
-    return Catted(oid, size)
+    return Catted(oid, size, warnings=take_warnings(s))
 
 
 @dataclass(frozen=True)

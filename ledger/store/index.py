@@ -464,3 +464,17 @@ def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
             return None
         return meta, con.execute(sql, ["b3:" + hexpart, limit]).fetchall()
     return _peek(root, read)
+
+
+def rows_writing(root: Path, oid: str):
+    """(meta, rows) like lookup_rows, for the journal rows of the records whose `objects` name
+    `oid` (the transactions that wrote it, with its size), newest first."""
+    sql = (f"SELECT {_ROW} FROM journal WHERE seq IN (SELECT seq FROM objects WHERE id = ?) "
+           "ORDER BY seq DESC")
+
+    def read(con):
+        meta = _meta(con)
+        if meta is None:
+            return None
+        return meta, con.execute(sql, [oid]).fetchall()
+    return _peek(root, read)

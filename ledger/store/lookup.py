@@ -108,6 +108,22 @@ def _answer(store, found, match: Callable[[dict], bool]) -> Iterator[dict]:
         yield rec
 
 
+def recorded_sizes(store, oid: str) -> set[int]:
+    """The sizes the records that wrote `oid` give it (`payload.objects`: [id, size, kind]),
+    from the index plus the journal after it (see the module doc). Empty if no record wrote it.
+    What a chunk index declares is checked against this before a long read (`ledger cat`): an
+    index is not named by its own bytes, so only the journal vouches for an object's size."""
+    def writes(r: dict) -> bool:
+        objs = r["payload"].get("objects")
+        return isinstance(objs, list) and any(isinstance(o, list) and o and o[0] == oid for o in objs)
+
+    out: set[int] = set()
+    for r in _answer(store, index.rows_writing(store.root, oid), writes):
+        out.update(o[1] for o in r["payload"]["objects"]
+                   if isinstance(o, list) and len(o) > 1 and o[0] == oid and type(o[1]) is int)
+    return out
+
+
 def latest(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None,
            pred: Callable[[dict], bool] | None = None) -> dict | None:
     """The newest record of `kinds` matching `where` (and `pred(payload)`, if given), or None."""

@@ -258,6 +258,44 @@ def test_a_planted_chunk_index_cannot_make_a_structured_read_amplify(tmp_path):
         Store.open(s.root).get_json(small)
 
 
+def test_a_planted_chunk_index_cannot_make_cat_read_for_hours(tmp_path, monkeypatch):
+    # The same planted index, read by `ledger cat` (which streams, so memory was bounded): it
+    # read every declared byte — each chunk verifying — before the whole hash failed at the
+    # end, i.e. time without bound (40 bytes of index per page repeated, whatever it covers). The size the
+    # journal recorded for the object refuses it before any chunk is read, index or no index.
+    import io
+
+    import pytest
+
+    from ledger import api
+    from ledger.errors import CorruptObject
+    from ledger.store import chunks
+    s = Store.init(tmp_path)
+    s.objects.chunked_min = 1 << 20
+    with s.transaction("add") as tx:
+        big = tx.put_bytes(os.urandom(2 << 20))
+        small = tx.put_bytes(b"a small blob\n" * 100)
+    size, pages = s.objects._index(big)
+    _, cov, k, (pack, off, _) = pages[0]
+    n = (1 << 30) // cov + 1                        # a GiB declared, 40 bytes of index per repeat of one real page
+    planted = chunks.index_bytes(n * cov, [(pages[0][0], cov, k, (pack, off, 0))] * n)
+    p = s.objects.path(small)
+    os.chmod(p, 0o644)
+    p.unlink()
+    s.objects.index_path(small).write_bytes(planted)
+    reads = []
+    real = chunks.PackStore.read
+    monkeypatch.setattr(chunks.PackStore, "read", lambda self, *a, **kw: reads.append(1) or real(self, *a, **kw))
+    for drop_index in (False, True):               # from the index, and from a walk of the journal
+        if drop_index:
+            (s.root / "index.duckdb").unlink()
+        with pytest.raises(CorruptObject, match="declares .* recorded 1300"):
+            api.cat(small, io.BytesIO(), store=s.root)
+        assert reads == []
+    out = io.BytesIO()                             # a true chunked object still reads
+    assert api.cat(big, out, store=s.root).size == 2 << 20 and len(out.getvalue()) == 2 << 20
+
+
 def test_a_journal_replaced_by_another_stores_with_its_refs_json_is_refused(tmp_path):
     # another store's journal and refs.json copied in: refs.json is ignored (another store's),
     # so the chain re-check found nothing; the writer appended to the foreign history, rebuilt
