@@ -155,11 +155,16 @@ template <> struct Dequant<WF_Q4> {
 // covers k in [ch*4E, ch*4E + 4E), this lane's 16 bytes start at k0 = ch*4E + t*E.
 // The E/4 mma of one 16-byte vector go to NACC independent accumulators: one chain of
 // dependent mma (each ~30+ cycles) per vector would make the 4-bit path latency-bound.
-template <int WF, int NW, int U, int RT>
+struct NoHook {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
+// hook(base) runs at the top of every step of the loop (LoRA: warp 0 fetches t = A x mid-stream).
+template <int WF, int NW, int U, int RT, class Hook = NoHook>
 __device__ __forceinline__ void tile_mma(const unsigned char* __restrict__ P, long long row_bytes,
                                          const u16* __restrict__ qscale, int row0, int nrows,
                                          const u16* __restrict__ x, int M, int K, int c_begin,
-                                         int c_end, float (&c)[RT][4]) {
+                                         int c_end, float (&c)[RT][4], Hook hook = Hook()) {
   constexpr int E = Fmt<WF>::E;
   constexpr int NACC = E / 4 < 4 ? E / 4 : 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -217,6 +222,7 @@ __device__ __forceinline__ void tile_mma(const unsigned char* __restrict__ P, lo
   };
   load_step(c_begin + warp);
   for (int base = c_begin + warp; base < nchunks; base += NW * U) {
+    hook(base);
     uint4 cw[U][RT][2];
     uint4 cx[U][E / 8];
     u32 cs[U][RT][2];
@@ -536,14 +542,60 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
     }
   }
 
+  // t = A x is fetched by warp 0 in the middle of its weight stream (the producers finished
+  // long before), not after it: waiting for the flags and loading t's slices from L2 after the
+  // stream put two L2 round trips into every block's tail (~3 us of the LoRA kernel's cost over
+  // the plain matvec at 8192^2 on an H200). -DLEDGER_LORA_T_AT_END restores the old order.
+#ifdef LEDGER_LORA_T_AT_END
+  constexpr bool MIDT = false;
+#else
+  constexpr bool MIDT = LORA && S == 0;
+#endif
   float c[RT][4];
-  if constexpr (S > 0)
+  if constexpr (S > 0) {
     tile_mma_async<WF, NW, U, RT, S>(ring, W, row_bytes, (const u16*)wscale, row0, N, x, M, K, c);
-  else
+  } else if constexpr (MIDT) {
+    const int nch = K / (4 * Fmt<WF>::E);
+    const int mid_base = ((nch + NW * U - 1) / (NW * U) - 1) / 2 * (NW * U);  // one of warp 0's steps
+    auto fetch_t = [&](int base) {
+      if ((threadIdx.x >> 5) != 0 || base != mid_base) return;  // warp 0 only: warp-uniform
+      const int lane = threadIdx.x;
+      int ok = lora_mode == 0;
+      if (ok && lane < nprod) {  // lane i polls producer i (nprod <= 32), in parallel
+        const u64 t0 = global_ns();
+        while (ld_acquire(flags + lane) != epoch) {
+          if (global_ns() - t0 > LEDGER_WAIT_NS) { ok = 0; break; }
+          __nanosleep(64);
+        }
+      }
+      ok = __all_sync(0xffffffffu, ok);
+      if (ok) {  // t = sum of the slices, in slice order
+        for (int i = lane; i < 8 * LEDGER_MAXR; i += 32) {
+          const int col = i / LEDGER_MAXR, rank = i % LEDGER_MAXR;
+          if (col < M && rank < r) {
+            float v = __ldcg(tbuf + i);
+            for (int p = 1; p < LEDGER_SLICES; ++p) v += __ldcg(tbuf + p * 8 * LEDGER_MAXR + i);
+            tsm[i] = v;
+          }
+        }
+      }
+      if (lane == 0) t_ready = ok;
+    };
+    tile_mma<WF, NW, U, RT>(W, row_bytes, (const u16*)wscale, row0, N, x, M, K, 0, nch, c, fetch_t);
+  } else {
     tile_mma<WF, NW, U, RT>(W, row_bytes, (const u16*)wscale, row0, N, x, M, K, 0, K / (4 * Fmt<WF>::E), c);
-  block_reduce<NW, RT>(c, red, sums);
+  }
+  block_reduce<NW, RT>(c, red, sums);  // its barriers also publish warp 0's t_ready and tsm
 
-  if (LORA) {
+  if (MIDT) {
+    if (!t_ready) {  // forward-progress path: compute t here (same code, same order, same bits)
+      for (int a = 0; a < nA; ++a)
+        for (int p = 0; p < LEDGER_SLICES; ++p)
+          lora_t_slice<NW>(A, r, a, p, x, M, K, red, tsums, tsm, p == 0 ? 1 : 2);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  } else if (LORA) {
     if (threadIdx.x < 32) {  // lane i polls producer i (nprod <= 32), in parallel
       int ok = lora_mode == 0;
       if (ok && threadIdx.x < nprod) {
@@ -587,6 +639,256 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
       for (int k = 0; k < r; ++k) l = fmaf(bf16_to_f32(b[k]), tt[k], l);
       v = fmaf(lora_scale, l, v);
     }
+    y[(long long)col * N + n] = f32_to_bf16(v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 weights through fp16 tensor cores ("x16"): y = s[n] * sum_k q[n, k] x[m, k].
+//
+// Why: the bf16 int8 path spends ~11 ALU instructions per 4 weights (4 byte_perm into the
+// mantissa of 2^23, 4 FADD, 2 byte_perm, 1 XOR) because bf16's 8-bit significand cannot hold
+// q + 128 in one OR; in the SASS of the bf16 kernel that is ~45 of the ~79 instructions per
+// 16-byte weight vector, and the kernel streams at 65 % of copy. fp16 holds 1024 + u (u = q + 128,
+// 0..255) exactly, and one byte_perm builds two such halves: per 4 weights one XOR, two PRMT and
+// two HADD2 (subtract 1152), all exact. The price is x in fp16: each block stages x once in
+// shared memory, scaled by a power of two 2^-p chosen from max|x| so that the largest element
+// lands in [2^14, 2^15) (no overflow; bf16's 8 significant bits are exact in fp16's 11 down to
+// 2^-14, i.e. 2^-28 of max|x|, below which an element loses bits it cannot affect at fp32
+// accumulation). y is scaled back by 2^p (exact). Products are exact, accumulation is fp32.
+// The weight loads of the first step are issued before x is staged, so that DRAM latency and
+// the staging overlap. The register pipeline is written ping-pong (two named buffers, loop
+// unrolled by two) so that no register copies are needed between steps.
+// Requirement: M * (K + XPAD) <= LEDGER_XS_MAX fp16 elements (M = 1 up to K = 16384).
+#ifndef LEDGER_XS_MAX
+#define LEDGER_XS_MAX 16448
+#endif
+#define LEDGER_XPAD 8  // fp16 elements of padding per staged x row (bank spread for M > 1)
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 add_f16x2(u32 a, u32 b) {
+  u32 d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ u32 f32x2_to_f16x2(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));  // hi -> upper half
+  return d;
+}
+
+// As ld_weights, but volatile: the first step's loads must be issued before x is staged.
+__device__ __forceinline__ uint4 ld_weights_first(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// 16 int8 -> 8 fp16x2 pairs, pair p = elements (2p, 2p+1) of the vector; exact.
+__device__ __forceinline__ void dequant_i8_f16(const uint4& v, u32 (&p)[8]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const u32 u = words(v, w) ^ 0x80808080u;                                   // q + 128
+    p[2 * w] = add_f16x2(__byte_perm(u, 0x64646464u, 0x4140), 0xE480E480u);     // (1024 + u) - 1152
+    p[2 * w + 1] = add_f16x2(__byte_perm(u, 0x64646464u, 0x4342), 0xE480E480u);
+  }
+}
+
+// 32 q4b32 weights (one scale block of one row) -> 16 fp16x2 pairs, pair p = elements (2p, 2p+1).
+// The interleave of formats.py puts pair i of word w at nibble i of each 16-bit half: i = 0 and
+// 2 (after >> 8) sit in bits [0, 4) -> 1024 + q, i = 1 and 3 in bits [4, 8) -> 1024 + 16 q; one
+// HADD2 (- 1032) or HFMA2 (* 1/16 - 72) gives q - 8 exactly, one HMUL2 applies the scale (one
+// rounding, to fp16's 11 bits). Per word: 1 shift, 4 lop3, 4 exact fp16 ops, 4 HMUL2 -- the bf16
+// path needs 3 shifts, 4 lop3 and 8 bf16 FMAs, and ptxas spends ~136 instructions per 16-byte
+// vector on it in all.
+__device__ __forceinline__ u32 lop3_or_and(u32 a, u32 mask, u32 orv) {  // (a & mask) | orv
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(orv));
+  return d;
+}
+__device__ __forceinline__ u32 mul_f16x2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ u32 fma_f16x2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ void dequant_q4_f16(const uint4& v, u32 s2, u32 (&p)[16]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const u32 q = words(v, w), q8 = q >> 8;
+    p[4 * w + 0] = mul_f16x2(add_f16x2(lop3_or_and(q, 0x000F000Fu, 0x64006400u), 0xE408E408u), s2);
+    p[4 * w + 1] = mul_f16x2(fma_f16x2(lop3_or_and(q, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u), s2);
+    p[4 * w + 2] = mul_f16x2(add_f16x2(lop3_or_and(q8, 0x000F000Fu, 0x64006400u), 0xE408E408u), s2);
+    p[4 * w + 3] = mul_f16x2(fma_f16x2(lop3_or_and(q8, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u), s2);
+  }
+}
+
+// bf16 scale bits -> fp16x2 (both halves), exact for scales in [2^-14, 65504]
+__device__ __forceinline__ u32 scale_f16x2(u32 sbits) {
+  const float f = __uint_as_float(sbits << 16);
+  return f32x2_to_f16x2(f, f);
+}
+
+template <int WF, int NW, int U, int RT, bool LORA, int S>
+__global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
+    decode_linear_x16(const unsigned char* __restrict__ W, const void* __restrict__ wscale,
+                      const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
+                      const u16* __restrict__ A, const u16* __restrict__ Bm, float lora_scale, int r,
+                      float* __restrict__ tbuf, u32* __restrict__ flags, u32 epoch, int lora_mode) {
+  static_assert((WF == WF_INT8 || WF == WF_Q4) && !LORA && S == 0,
+                "x16 path: int8 or q4b32 weights, no LoRA, register pipeline");
+  constexpr int E = Fmt<WF>::E;   // weights per 16-byte vector
+  constexpr int ROWS = 16 * RT;
+  constexpr int NACC = 4;
+  __shared__ float red[NW * ROWS * 8];
+  __shared__ float sums[ROWS * 8];
+  __shared__ __align__(16) u16 xs[LEDGER_XS_MAX];
+  __shared__ u32 wmax[NW];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * ROWS;
+  const int nchunks = K / (4 * E);
+  const int XR = K + LEDGER_XPAD;  // staged row stride (fp16 elements)
+  const long long row_bytes = WF == WF_Q4 ? (long long)K / 2 : (long long)K;
+  const int nblk = K / 32;  // q4 scale blocks per row
+
+  const unsigned char* prow[RT][2];
+  const u16* srow[RT][2];
+  bool rok[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + rt * 16 + g + 8 * h;
+      rok[rt][h] = row < N;
+      const int rr = rok[rt][h] ? row : 0;
+      prow[rt][h] = W + (long long)rr * row_bytes + t * 16;
+      srow[rt][h] = (const u16*)wscale + (long long)rr * nblk + t;
+    }
+  const bool xok = g < M;
+  const int xoff = (xok ? g : 0) * XR + t * E;
+
+  uint4 wa[U][RT][2], wb[U][RT][2];
+  u32 sa[U][RT][2], sb[U][RT][2];
+  auto load = [&](uint4 (&wv)[U][RT][2], u32 (&sc)[U][RT][2], int base, bool first) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool ok = base + u * NW < nchunks;
+      const int ch = ok ? base + u * NW : 0;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const void* p = prow[rt][h] + (long long)ch * 64;
+          const bool on = ok && rok[rt][h];
+          wv[u][rt][h] = on ? (first ? ld_weights_first(p) : ld_weights(p)) : make_uint4(0u, 0u, 0u, 0u);
+          if (WF == WF_Q4) sc[u][rt][h] = on ? (u32)__ldg(srow[rt][h] + ch * 4) : 0u;
+          else sc[u][rt][h] = 0u;
+        }
+    }
+  };
+  load(wa, sa, warp, true);
+
+  // Stage x: max|x| (as bf16 magnitude bits), then x * 2^-p as fp16 into xs[m * XR + k].
+  const int nvec = M * K / 8;
+  u32 mx = 0;
+  for (int i = threadIdx.x; i < nvec; i += NW * 32) {
+    const uint4 v = __ldg((const uint4*)x + i);
+    mx = __vmaxu2(mx, __vmaxu2(__vmaxu2(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu),
+                               __vmaxu2(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)));
+  }
+  mx = __vmaxu2(mx, mx >> 16) & 0xFFFFu;
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if (lane == 0) wmax[warp] = mx;
+  __syncthreads();
+  mx = 0;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) mx = max(mx, wmax[w]);
+  int p = (int)(mx >> 7) - 141;  // bf16 exponent field e: max|x| < 2^(e-126); scaled into [2^14, 2^15)
+  p = p < -126 ? -126 : (p > 114 ? 114 : p);  // 2^-p and 2^p stay normal fp32
+  const float inscale = __int_as_float((127 - p) << 23);
+  const float outscale = __int_as_float((127 + p) << 23);
+  const int kv = K / 8;
+  for (int i = threadIdx.x; i < nvec; i += NW * 32) {
+    const uint4 v = __ldg((const uint4*)x + i);
+    const int m = i / kv, k8 = (i - m * kv) * 8;
+    uint4 o;
+    o.x = f32x2_to_f16x2(__uint_as_float(v.x << 16) * inscale, __uint_as_float(v.x & 0xFFFF0000u) * inscale);
+    o.y = f32x2_to_f16x2(__uint_as_float(v.y << 16) * inscale, __uint_as_float(v.y & 0xFFFF0000u) * inscale);
+    o.z = f32x2_to_f16x2(__uint_as_float(v.z << 16) * inscale, __uint_as_float(v.z & 0xFFFF0000u) * inscale);
+    o.w = f32x2_to_f16x2(__uint_as_float(v.w << 16) * inscale, __uint_as_float(v.w & 0xFFFF0000u) * inscale);
+    *(uint4*)(xs + m * XR + k8) = o;
+  }
+  __syncthreads();
+
+  float acc[RT][NACC][4];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int q = 0; q < NACC; ++q) acc[rt][q][0] = acc[rt][q][1] = acc[rt][q][2] = acc[rt][q][3] = 0.f;
+
+  auto compute = [&](const uint4 (&wv)[U][RT][2], const u32 (&sc)[U][RT][2], int base) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool ok = base + u * NW < nchunks;
+      const int ch = ok ? base + u * NW : 0;
+      u32 xp[E / 2];
+      const bool xon = ok && xok;
+#pragma unroll
+      for (int j = 0; j < E / 8; ++j) {
+        const uint4 xv = xon ? *(const uint4*)(xs + xoff + ch * 4 * E + 8 * j) : make_uint4(0u, 0u, 0u, 0u);
+        xp[4 * j] = xv.x; xp[4 * j + 1] = xv.y; xp[4 * j + 2] = xv.z; xp[4 * j + 3] = xv.w;
+      }
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        u32 a0[E / 2], a1[E / 2];
+        if constexpr (WF == WF_Q4) {
+          dequant_q4_f16(wv[u][rt][0], scale_f16x2(sc[u][rt][0]), a0);
+          dequant_q4_f16(wv[u][rt][1], scale_f16x2(sc[u][rt][1]), a1);
+        } else {
+          dequant_i8_f16(wv[u][rt][0], a0);
+          dequant_i8_f16(wv[u][rt][1], a1);
+        }
+#pragma unroll
+        for (int j = 0; j < E / 4; ++j)
+          mma_f16(acc[rt][j % NACC], a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
+      }
+    }
+  };
+  // ping-pong: compute one buffer while the other one's loads are in flight
+  constexpr int STEP = NW * U;
+  for (int base = warp; base < nchunks; base += 2 * STEP) {
+    if (base + STEP < nchunks) load(wb, sb, base + STEP, false);
+    compute(wa, sa, base);
+    if (base + STEP >= nchunks) break;
+    if (base + 2 * STEP < nchunks) load(wa, sa, base + 2 * STEP, false);
+    compute(wb, sb, base + STEP);
+  }
+
+  float c[RT][4];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[rt][i] = (acc[rt][0][i] + acc[rt][1][i]) + (acc[rt][2][i] + acc[rt][3][i]);
+  block_reduce<NW, RT>(c, red, sums);
+  for (int i = threadIdx.x; i < ROWS * 8; i += NW * 32) {
+    const int col = i / ROWS, row = i % ROWS, n = row0 + row;
+    if (col >= M || n >= N) continue;
+    float v = sums[i] * outscale;
+    if (WF == WF_INT8) v *= ((const float*)wscale)[n];
     y[(long long)col * N + n] = f32_to_bf16(v);
   }
 }

@@ -109,3 +109,40 @@ def unpack_q4b32(packed) -> np.ndarray:
         out[:, :, 2 * i] = (word >> (4 * i)) & 0xF
         out[:, :, 2 * i + 1] = (word >> (16 + 4 * i)) & 0xF
     return out.reshape(n, kh * 2)
+
+
+# --- the int8 x16 path (decode_linear_x16), bit for bit -------------------------------------
+# x is staged in fp16 scaled by 2^-p, p chosen from max|x| so that the largest element lands in
+# [2^14, 2^15): no fp16 overflow, and every bf16 element down to 2^-28 of max|x| is exact in fp16.
+X16_P_MIN, X16_P_MAX = -126, 114  # 2^-p and 2^p stay normal fp32
+
+
+def x16_exponent(x_bits) -> int:
+    """The kernel's p: bf16 exponent field of max|x| minus 141, clamped to [-126, 114]."""
+    mag = np.asarray(x_bits, dtype=np.uint16) & np.uint16(0x7FFF)
+    e = int(mag.max()) >> 7 if mag.size else 0
+    return max(X16_P_MIN, min(X16_P_MAX, e - 141))
+
+
+def x16_stage(x_bits) -> tuple[np.ndarray, int]:
+    """(x * 2^-p as float16 -- the fp32 product rounded to nearest even, as cvt.rn.f16x2.f32 --, p)."""
+    p = x16_exponent(x_bits)
+    scaled = bf16_bits_to_f32(x_bits) * np.float32(2.0 ** -p)  # exact: a power of two
+    return scaled.astype(np.float16), p
+
+
+def byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA's __byte_perm (default mode): result byte i = byte (s >> 4i) & 7 of the pair (y:x)."""
+    src = (int(y) << 32) | int(x)
+    return sum(((src >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+def int8_word_to_f16_pairs(word: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's dequant_i8_f16 on one 32-bit word (4 int8, element 0 in the low byte): two
+    fp16 pairs (elements 0,1 and 2,3) = byte_perm into 1024 + (q + 128), then + (-1152)."""
+    u = int(word) ^ 0x80808080
+    pairs = []
+    for sel in (0x4140, 0x4342):
+        h = np.array([byte_perm(u, 0x64646464, sel)], dtype="<u4").view(np.float16)  # [low, high]
+        pairs.append((h.astype(np.float32) + np.float32(-1152.0)).astype(np.float16))  # add.rn.f16x2
+    return pairs[0], pairs[1]

@@ -21,6 +21,8 @@ MAX_M = 8          # the mma's n = 8 side holds the batch
 MAX_R = 64         # LEDGER_MAXR in the source
 LORA_SLICES = 8    # LEDGER_SLICES in the source: producer blocks per 16 ranks of t = A x
 NVRTC_BASE_OPTIONS = ("-std=c++17", "--ptxas-options=-v")
+X16_PAD = 8        # LEDGER_XPAD in the source: fp16 padding per staged row of x
+X16_MAX = 16448    # LEDGER_XS_MAX in the source: fp16 elements of x staged in shared memory
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,12 @@ class Requirements:
     dtypes: dict            # operand -> dtype
     k_multiple: int         # K must be a multiple of this (one 16-byte load per lane, whole chunks)
     lora: bool
+    max_mk: int = 0         # M * (K + XPAD) fp16 elements staged in shared memory must fit (0: no limit)
 
     def body(self) -> dict:
         return {"min_compute_capability": f"{self.min_cc[0]}.{self.min_cc[1]}", "dtypes": dict(self.dtypes),
                 "k_multiple": self.k_multiple, "max_m": MAX_M,
+                **({"max_m_times_k_plus_8": self.max_mk} if self.max_mk else {}),
                 **({"lora_rank": f"multiple of 8, <= {MAX_R}"} if self.lora else {})}
 
     def check_shape(self, kernel: str, shape: Shape) -> None:
@@ -86,6 +90,9 @@ class Requirements:
             no("N and K must be positive")
         if shape.k % self.k_multiple:
             no(f"K={shape.k} is not a multiple of {self.k_multiple}")
+        if self.max_mk and shape.m * (shape.k + X16_PAD) > self.max_mk:
+            no(f"M*(K+{X16_PAD})={shape.m * (shape.k + X16_PAD)} fp16 elements of x do not fit the "
+               f"{self.max_mk} staged in shared memory")
         if self.lora:
             if shape.r < 8 or shape.r > MAX_R or shape.r % 8:
                 no(f"LoRA rank r={shape.r} must be a multiple of 8 between 8 and {MAX_R}")
@@ -112,6 +119,7 @@ class KernelSpec:
     reference: str                      # name of the torch realization in ledger.kernels.reference
     baseline: str                       # what the gate compares against (a torch realization)
     configs: tuple[tuple[int, int, int, int], ...]   # (warps/block, unroll, row tiles, stages) compiled in
+    template: str = "decode_linear"     # the kernel template in decode_linear.cu
 
     @property
     def source_file(self) -> str:
@@ -122,7 +130,7 @@ class KernelSpec:
 
     def entry(self, cfg: tuple[int, int, int, int]) -> str:
         nw, u, rt, st = cfg
-        return f"decode_linear<{WF[self.weight_format]},{nw},{u},{rt},{'true' if self.lora else 'false'},{st}>"
+        return f"{self.template}<{WF[self.weight_format]},{nw},{u},{rt},{'true' if self.lora else 'false'},{st}>"
 
     def entries(self) -> tuple[str, ...]:
         return tuple(self.entry(c) for c in self.configs)
@@ -206,6 +214,10 @@ CONFIGS = {
     "int8": ((8, 1, 1, 0), (4, 1, 1, 0), (8, 2, 1, 0), (4, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0),
              (4, 2, 1, 4)),
     "q4b32": ((8, 1, 1, 0), (4, 1, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0), (4, 1, 2, 4)),
+    # int8 through fp16 tensor cores (decode_linear_x16): register pipeline only
+    "int8-x16": ((4, 1, 1, 0), (4, 2, 1, 0), (8, 1, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0),
+                 (4, 2, 2, 0), (8, 2, 2, 0), (4, 4, 1, 0)),
+    "q4b32-x16": ((4, 1, 1, 0), (8, 1, 1, 0), (4, 2, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0)),
 }
 # bf16 output: rounding alone gives rel_l2 ~ 2^-9 / sqrt(3) ~ 1.1e-3; an fp32-accumulating,
 # correctly indexed kernel lands near 1.5e-3; accumulating in bf16 or dropping a chunk lands
@@ -240,6 +252,22 @@ _register(KernelSpec(
     tolerance=TOLERANCE, oracle=oracles.linear_int8, reference="linear_int8", baseline="linear_int8",
     configs=CONFIGS["int8"]))
 _register(KernelSpec(
+    name="linear-int8-x16",
+    summary="int8 per-channel weight decode linear on fp16 tensor cores (x staged as fp16 * 2^-p)",
+    weight_format="int8", lora=False,
+    requirements=Requirements((8, 0), {**_BF16, "W": "int8", "scale": "fp32 per row", "x staged": "fp16 * 2^-p"},
+                              64, False, max_mk=X16_MAX),
+    tolerance=TOLERANCE, oracle=oracles.linear_int8, reference="linear_int8", baseline="linear_int8",
+    configs=CONFIGS["int8-x16"], template="decode_linear_x16"))
+_register(KernelSpec(
+    name="linear-q4b32-x16",
+    summary="4-bit block (32, bf16 scale) weight decode linear on fp16 tensor cores (x staged as fp16 * 2^-p)",
+    weight_format="q4b32", lora=False,
+    requirements=Requirements((8, 0), {**_BF16, "W": "4-bit q4b32", "scale": "bf16 per 32, used in fp16",
+                                       "x staged": "fp16 * 2^-p"}, 128, False, max_mk=X16_MAX),
+    tolerance=TOLERANCE, oracle=oracles.linear_q4b32, reference="linear_q4b32", baseline="linear_q4b32",
+    configs=CONFIGS["q4b32-x16"], template="decode_linear_x16"))
+_register(KernelSpec(
     name="linear-q4b32",
     summary="4-bit block (32, bf16 scale) weight decode linear, dequantized on the fly",
     weight_format="q4b32", lora=False,
@@ -265,4 +293,7 @@ def default_sweep(spec: KernelSpec) -> tuple[Shape, ...]:
             Shape(8, 14336, 4096, r), Shape(1, 4096, 14336, r)]
     if spec.lora:
         base += [Shape(2, 3000, 2048, 64), Shape(1, 1024, 1024, 8), Shape(8, 2048, 4096, 24)]
+    if spec.requirements.max_mk:  # x staged in shared memory: the batch classes at a K that fits
+        fits = [s for s in base if s.m * (s.k + X16_PAD) <= spec.requirements.max_mk]
+        base = fits + [Shape(5, 777, 3072, r), Shape(2, 14336, 4096, r), Shape(1, 4096, 16384 - X16_PAD - 56, r)]
     return tuple(base)

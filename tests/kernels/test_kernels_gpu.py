@@ -84,3 +84,22 @@ def test_gate_refuses_a_broken_kernel_on_device():
                       side_by_side=False, config=cfg)
     d = K.gate(t, b)
     assert not d.accepted and d.code == "Wrong", d.reason
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-6, 1e6, 1e30])
+def test_int8_x16_at_any_range_of_x(scale):
+    """x far outside fp16's range (both ways) still gives the oracle: the kernel stages x * 2^-p."""
+    import numpy as np
+
+    from ledger.kernels import formats as F
+    from ledger.kernels import oracles, runtime
+
+    spec = S.get("linear-int8-x16")
+    mod = runtime.load(K.build(spec.name, "local"))
+    for sh in (S.Shape(1, 4096, 4096), S.Shape(3, 1000, 2048)):
+        inp = spec.make_inputs(sh, np.random.default_rng(13))
+        inp["x"] = F.f32_to_bf16_bits(F.bf16_bits_to_f32(inp["x"]) * np.float32(scale))
+        ref = spec.oracle(inp)
+        y = runtime.DecodeLinear(mod, spec, sh, runtime.to_device(inp))(poison=True).get()
+        rel_l2, _ = oracles.relative_errors(F.bf16_bits_to_f64(y), ref)
+        assert rel_l2 < 3e-3, (sh, scale, rel_l2)
