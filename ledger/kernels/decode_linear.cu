@@ -741,22 +741,16 @@ __device__ __forceinline__ u32 scale_f16x2(u32 sbits) {
   return f32x2_to_f16x2(f, f);
 }
 
-template <int WF, int NW, int U, int RT, bool LORA, int S>
-__global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
-    decode_linear_x16(const unsigned char* __restrict__ W, const void* __restrict__ wscale,
-                      const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
-                      const u16* __restrict__ A, const u16* __restrict__ Bm, float lora_scale, int r,
-                      float* __restrict__ tbuf, u32* __restrict__ flags, u32 epoch, int lora_mode) {
-  static_assert((WF == WF_INT8 || WF == WF_Q4) && !LORA && S == 0,
-                "x16 path: int8 or q4b32 weights, no LoRA, register pipeline");
+// FULL: every row of the block's tile is < N and every warp has the same, even number of steps
+// (nchunks % (2 NW U) == 0), so no load needs a predicate (the blocks of a decode-shaped layer
+// all take this path; the last tile of an odd N and odd K splits take the general one).
+template <int WF, int NW, int U, int RT, bool FULL>
+__device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, const void* __restrict__ wscale,
+                                         const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
+                                         float* red, float* sums, u16* xs, u32* wmax) {
   constexpr int E = Fmt<WF>::E;   // weights per 16-byte vector
   constexpr int ROWS = 16 * RT;
   constexpr int NACC = 4;
-  __shared__ float red[NW * ROWS * 8];
-  __shared__ float sums[ROWS * 8];
-  __shared__ __align__(16) u16 xs[LEDGER_XS_MAX];
-  __shared__ u32 wmax[NW];
-
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * ROWS;
@@ -773,7 +767,7 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + rt * 16 + g + 8 * h;
-      rok[rt][h] = row < N;
+      rok[rt][h] = FULL || row < N;
       const int rr = rok[rt][h] ? row : 0;
       prow[rt][h] = W + (long long)rr * row_bytes + t * 16;
       srow[rt][h] = (const u16*)wscale + (long long)rr * nblk + t;
@@ -786,7 +780,7 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
   auto load = [&](uint4 (&wv)[U][RT][2], u32 (&sc)[U][RT][2], int base, bool first) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool ok = base + u * NW < nchunks;
+      const bool ok = FULL || base + u * NW < nchunks;
       const int ch = ok ? base + u * NW : 0;
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
@@ -843,7 +837,7 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
   auto compute = [&](const uint4 (&wv)[U][RT][2], const u32 (&sc)[U][RT][2], int base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool ok = base + u * NW < nchunks;
+      const bool ok = FULL || base + u * NW < nchunks;
       const int ch = ok ? base + u * NW : 0;
       u32 xp[E / 2];
       const bool xon = ok && xok;
@@ -891,6 +885,24 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
     if (WF == WF_INT8) v *= ((const float*)wscale)[n];
     y[(long long)col * N + n] = f32_to_bf16(v);
   }
+}
+
+template <int WF, int NW, int U, int RT, bool LORA, int S>
+__global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
+    decode_linear_x16(const unsigned char* __restrict__ W, const void* __restrict__ wscale,
+                      const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
+                      const u16* __restrict__ A, const u16* __restrict__ Bm, float lora_scale, int r,
+                      float* __restrict__ tbuf, u32* __restrict__ flags, u32 epoch, int lora_mode) {
+  static_assert((WF == WF_INT8 || WF == WF_Q4) && !LORA && S == 0,
+                "x16 path: int8 or q4b32 weights, no LoRA, register pipeline");
+  constexpr int ROWS = 16 * RT;
+  __shared__ float red[NW * ROWS * 8];
+  __shared__ float sums[ROWS * 8];
+  __shared__ __align__(16) u16 xs[LEDGER_XS_MAX];
+  __shared__ u32 wmax[NW];
+  const bool full = (blockIdx.x + 1) * ROWS <= N && (K / (4 * Fmt<WF>::E)) % (2 * NW * U) == 0;
+  if (full) x16_body<WF, NW, U, RT, true>(W, wscale, x, y, M, N, K, red, sums, xs, wmax);
+  else x16_body<WF, NW, U, RT, false>(W, wscale, x, y, M, N, K, red, sums, xs, wmax);
 }
 
 // Keeps the GPU busy for `ns` nanoseconds so that the host can queue timed launches

@@ -42,9 +42,13 @@ def test_kernel_matches_oracle(name):
 @pytest.mark.parametrize("name", sorted(S.KERNELS))
 def test_every_compiled_config_is_correct(name):
     spec = S.get(name)
-    shape = S.Shape(3, 1040, 4 * spec.requirements.k_multiple * 9, 24 if spec.lora else 0)
+    r = 24 if spec.lora else 0
+    # an odd tile count and a K no step count divides (the guarded path), and a shape every tile
+    # and every warp covers in full, with an even number of steps (the x16 kernels' FULL path)
+    shapes = [S.Shape(3, 1040, 4 * spec.requirements.k_multiple * 9, r),
+              S.Shape(2, 512, 64 * spec.requirements.k_multiple, r)]
     for cfg in spec.configs:
-        t = K.test(name, [shape], seed=11, config=cfg)
+        t = K.test(name, shapes, seed=11, config=cfg)
         assert t.unwritten == 0 and t.worst_rel_l2 is not None and t.worst_rel_l2 <= t.tolerance, (cfg, t.body())
 
 
