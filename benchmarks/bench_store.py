@@ -207,10 +207,35 @@ def _base_and_adapters(s) -> tuple[int, int, int]:
     return base, adapters, n
 
 
-def bench_retention(cycles: int) -> dict:
-    """Storage after `cycles` real learn cycles of the tiny demo (the cycle's own code: train with
-    checkpoints, judge, commit), before and after `gc --prune` under the default retention policy;
-    the per-cycle growth after pruning projects 100 cycles."""
+def _by_kind(s) -> dict:
+    """{kind: [objects, bytes on disk, bytes of content]} of every object present: structured
+    objects by their `kind`, blobs as "blob" (adapters, optimizer and RNG states, datasets)."""
+    out: dict = {}
+    for oid, p in s.objects.iter_ids():
+        if not p.is_file():
+            continue
+        disk = p.stat().st_size
+        size = s.objects.size(oid)
+        kind = "blob"
+        data = s.objects.structure(oid, 1 << 20) if size <= 1 << 20 else None
+        if data is not None:
+            try:
+                kind = json.loads(data).get("kind", "json")
+            except ValueError:
+                pass
+        k = out.setdefault(kind, [0, 0, 0])
+        k[0] += 1
+        k[1] += disk
+        k[2] += size
+    return out
+
+
+def bench_retention(cycles: int, every: int = 10) -> dict:
+    """Storage over `cycles` real learn cycles of the tiny demo (the cycle's own code: record the
+    story's turns, train with checkpoints, judge, commit), measured — not projected — under the
+    default retention policy: `gc --prune` runs every `every` cycles and after the last (the
+    policy's outcome does not depend on when it runs). Object bytes are bytes on disk (a
+    compressed structured object counts as its `.z` file); the journal is reported beside them."""
     import json as _json
 
     from ledger import experience
@@ -228,37 +253,40 @@ def bench_retention(cycles: int) -> dict:
     seallib.seal(s, seallib.write_demo_suite(work / "suite"))
     rows = []
     t0 = time.perf_counter()
+    turns = 0
+    start = _store_bytes(s)
     for k in range(1, cycles + 1):
-        experience.record(s, experience.parse_turns("\n".join(_json.dumps(t) for t in good_turns(GOOD_TURNS, k))))
+        tc = time.perf_counter()
+        batch = good_turns(GOOD_TURNS, k)
+        turns += len(batch)
+        experience.record(s, experience.parse_turns("\n".join(_json.dumps(t) for t in batch)))
         res = run_cycle(s, LearnOptions(min_turns=1, min_hours=0))
-        before = _store_bytes(s)
+        pruned = 0
+        if k % every == 0 or k == cycles:
+            pruned = gc.prune(s).retained_bytes
+        now = _store_bytes(s)
         base, adapters, n = _base_and_adapters(s)
-        keep = Store.open(work)
-        plan = gc.plan(keep)
-        rows.append({"cycle": k, "verdict": res.verdict, "bytes_kept_all": before, "base": base,
-                     "adapters": adapters, "trained": n, "superseded_bytes": plan.retained_bytes})
-        print(f"  cycle {k}: {res.verdict}; objects {before / 1e6:.2f} MB = "
-              f"{before / (base + adapters):.2f}x base+adapters ({(base + adapters) / 1e6:.2f} MB); "
-              f"prunable {plan.retained_bytes / 1e6:.2f} MB", flush=True)
+        rows.append({"cycle": k, "verdict": res.verdict, "bytes": now, "base": base, "adapters": adapters,
+                     "trained": n, "pruned_bytes": pruned, "journal": s.journal.path.stat().st_size,
+                     "cycle_s": round(time.perf_counter() - tc, 2)})
+        print(f"  cycle {k}: {res.verdict} in {rows[-1]['cycle_s']:.1f} s; objects {now / 1e6:.3f} MB = "
+              f"{now / (base + adapters):.3f}x base+adapters ({(base + adapters) / 1e6:.3f} MB)"
+              + (f"; pruned {pruned / 1e6:.2f} MB" if pruned else ""), flush=True)
     wall = time.perf_counter() - t0
-    # the store as it would be if `gc --prune` had run after every cycle: prune once at the end
-    # (the policy's outcome does not depend on when it runs), then measure
-    done = gc.prune(s)
-    after = _store_bytes(s)
-    base, adapters, n = _base_and_adapters(s)
-    r = {"cycles": cycles, "wall_s": round(wall, 1), "rows": rows, "after_prune_bytes": after,
-         "base_bytes": base, "adapter_bytes": adapters, "removed": len(done.retained),
-         "removed_bytes": done.retained_bytes, "prune_record": done.record}
-    r["ratio_kept_all"] = rows[-1]["bytes_kept_all"] / (base + adapters)
+    after = rows[-1]["bytes"]
+    base, adapters, n = rows[-1]["base"], rows[-1]["adapters"], rows[-1]["trained"]
+    kinds = _by_kind(s)
+    r = {"cycles": cycles, "prune_every": every, "wall_s": round(wall, 1), "rows": rows, "after_prune_bytes": after,
+         "base_bytes": base, "adapter_bytes": adapters, "trained": n, "turns": turns, "start_bytes": start,
+         "journal_bytes": rows[-1]["journal"], "by_kind": kinds, "compressed": s.compresses}
     r["ratio_after_prune"] = after / (base + adapters)
-    # what is neither base nor an adapter grows per cycle: project it to 100 cycles
     other = after - base - adapters
-    per_cycle_adapter = adapters / max(n, 1)
-    per_cycle_other = other / cycles
-    r["projected_100"] = (base + 100 * (per_cycle_adapter + per_cycle_other)) / (base + 100 * per_cycle_adapter)
-    r["per_cycle_adapter_bytes"], r["per_cycle_other_bytes"] = per_cycle_adapter, per_cycle_other
-    unpruned_growth = (rows[-1]["bytes_kept_all"] - base) / cycles
-    r["projected_100_kept_all"] = (base + 100 * unpruned_growth) / (base + 100 * per_cycle_adapter)
+    r["per_cycle_adapter_bytes"] = adapters / max(n, 1)
+    r["per_cycle_other_bytes"] = (other - (start - base)) / cycles   # what a cycle adds besides its adapter
+    # the ratio's floor if a cycle stored nothing but its adapter and its turns (the user's data)
+    turn_disk = kinds.get("turns", [0, 0, 0])[1]
+    r["turns_disk_per_cycle"] = turn_disk / cycles
+    r["ratio_floor_turns_only"] = (base + adapters + turn_disk + (start - base)) / (base + adapters)
     drop_tree(work)
     return r
 
@@ -295,6 +323,8 @@ def main():
     ap.add_argument("--skip-ingest", action="store_true")
     ap.add_argument("--skip-cli", action="store_true")
     ap.add_argument("--retention-cycles", type=int, default=0, help="run N real demo cycles and measure retention")
+    ap.add_argument("--prune-every", type=int, default=10, help="gc --prune every N cycles (and after the last)")
+    ap.add_argument("--json-out", help="write the figures as JSON to this file too")
     ap.add_argument("--edit-gib", type=float, default=0, help="a 4 KiB edit of a file this large: bytes added")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -328,12 +358,17 @@ def main():
               f"(target <= 1 MiB; stored whole it would add {e['bytes'] / (1 << 20):.0f} MiB); "
               f"first add {e['first_add_s']:.2f} s, edited add {e['edit_add_s']:.2f} s")
     if a.retention_cycles:
-        print(f"retention: {a.retention_cycles} real demo cycles")
-        out["retention"] = r = bench_retention(a.retention_cycles)
-        print(f"  kept all: {r['ratio_kept_all']:.2f}x base+adapters; after gc --prune (default policy): "
-              f"{r['ratio_after_prune']:.3f}x ({r['removed']} objects, {r['removed_bytes'] / 1e6:.2f} MB removed)")
-        print(f"  projected to 100 cycles: {r['projected_100']:.3f}x with the default policy (target <= 1.05), "
-              f"{r['projected_100_kept_all']:.2f}x keeping everything")
+        print(f"retention: {a.retention_cycles} real demo cycles, gc --prune every {a.prune_every}")
+        out["retention"] = r = bench_retention(a.retention_cycles, a.prune_every)
+        print(f"  after {r['cycles']} cycles under the default policy: objects {r['after_prune_bytes'] / 1e6:.3f} MB = "
+              f"{r['ratio_after_prune']:.3f}x base+adapters (base {r['base_bytes'] / 1e6:.3f} MB + {r['trained']} adapters "
+              f"{r['adapter_bytes'] / 1e6:.3f} MB; target <= 1.05); compressed objects: {r['compressed']}")
+        print(f"  per cycle: adapter {r['per_cycle_adapter_bytes'] / 1e3:.1f} KB, everything else "
+              f"{r['per_cycle_other_bytes'] / 1e3:.1f} KB (turn batches {r['turns_disk_per_cycle'] / 1e3:.1f} KB); "
+              f"journal {r['journal_bytes'] / 1e6:.2f} MB; wall {r['wall_s']:.0f} s")
+        print(f"  floor if a cycle kept only its adapter and its turns: {r['ratio_floor_turns_only']:.3f}x")
+        for kind, (n, disk, size) in sorted(r["by_kind"].items(), key=lambda kv: -kv[1][1]):
+            print(f"    {kind:16s} {n:5d} objects {disk / 1e3:10.1f} KB on disk ({size / 1e3:.1f} KB content)")
     if not a.skip_cli:
         out["cli"] = c = bench_cli(a.records)
         print(f"CLI on a journal of {c['records']:,} records ({c['journal_bytes'] / (1 << 20):.0f} MiB)")
@@ -343,6 +378,8 @@ def main():
         print(f"  ledger query (CLI) {c['ledger_query_cli_s'] * 1000:.0f} ms; aggregate in process {c['query_aggregate_in_process_s'] * 1000:.1f} ms (target <= 100)")
         print(f"  index rebuild      {c['index_rebuild_s']:.1f} s")
     print(json.dumps(out))
+    if a.json_out:
+        Path(a.json_out).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def held_state(store, oid: str) -> str:
     """"intact", "missing" or "damaged" (present but a special file, a link, or wrong bytes)."""
     if store.objects.intact(oid):
         return "intact"
-    for p in (store.object_path(oid), store.objects.index_path(oid)):
+    for p in (store.object_path(oid), store.objects.index_path(oid), store.objects.zpath(oid)):
         try:
             os.lstat(p)
             return "damaged"
@@ -172,13 +172,18 @@ def check_closed(store, man: mf.Manifest, arrivals: Arrivals, what: str) -> None
             continue
         if oid not in arrivals.pending and store.objects.chunked(oid):
             continue  # stored as chunks: a large blob, never structure (as Store.closure)
-        fd, st = fsio.open_regular(arrivals.path(oid))
-        try:
-            if os.pread(fd, 1, 0) != b"{":
+        if oid not in arrivals.pending and store.objects.compressed(oid):
+            data = store.objects.structure(oid)  # held compressed (store/compress.py): read verified
+            if data is None:
                 continue
-            data = fsio.read_bounded(fd, min(size, st.st_size))
-        finally:
-            os.close(fd)
+        else:
+            fd, st = fsio.open_regular(arrivals.path(oid))
+            try:
+                if os.pread(fd, 1, 0) != b"{":
+                    continue
+                data = fsio.read_bounded(fd, min(size, st.st_size))
+            finally:
+                os.close(fd)
         try:
             obj = canonical.loads(data)
         except BadInput:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import records
-from ledger.errors import BadInput, Refused, UnknownRef
+from ledger.errors import BadInput, CorruptObject, MissingObject, Refused, UnknownRef
 from ledger.sharing import chunked, keys
 from ledger.sharing import remote as rm
 from ledger.sharing.admit import JSON_SCAN_LIMIT, Arrivals, ImportResult, admit, check_namespace, held_state
@@ -156,16 +156,24 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
 
 def children(store, oid: str) -> set[str]:
     """The ids a held structured object names (empty for blobs and for large objects)."""
-    try:
-        fd, st = fsio.open_regular(store.object_path(oid))
-    except (FileNotFoundError, fsio.NotRegular):
-        return set()
-    try:
-        if st.st_size > JSON_SCAN_LIMIT or os.pread(fd, 1, 0) != b"{":
+    if store.objects.compressed(oid):  # held compressed (store/compress.py): read verified
+        try:
+            data = store.objects.structure(oid, JSON_SCAN_LIMIT)
+        except (MissingObject, CorruptObject, fsio.StorageIOError):
             return set()
-        data = fsio.read_bounded(fd, st.st_size)
-    finally:
-        os.close(fd)
+        if data is None:
+            return set()
+    else:
+        try:
+            fd, st = fsio.open_regular(store.object_path(oid))
+        except (FileNotFoundError, fsio.NotRegular):
+            return set()
+        try:
+            if st.st_size > JSON_SCAN_LIMIT or os.pread(fd, 1, 0) != b"{":
+                return set()
+            data = fsio.read_bounded(fd, st.st_size)
+        finally:
+            os.close(fd)
     try:
         return find_ids(canonical.loads(data))
     except BadInput:

@@ -131,6 +131,11 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
             if oid == man.segment:
                 _put_blob(backend, oid, seg)
                 on_bytes(len(seg))
+            elif store.objects.compressed(oid):
+                # held compressed (store/compress.py): a remote holds the object's own bytes
+                data = store.objects.get_bytes(oid)
+                _put_blob(backend, oid, data)
+                on_bytes(len(data))
             else:
                 # Stream from the store's file (the backend hashes what it sends and refuses a
                 # mismatch, so a corrupt local object can never be published under its id).

@@ -191,7 +191,7 @@ def prune(store, policy: retention.Policy | None = None) -> GcPlan:
             for oid, *_ in p.retained:
                 store.objects.remove(oid)
             for oid, _ in p.unreachable:
-                for path in (store.objects.path(oid), store.objects.index_path(oid)):
+                for path in (store.objects.path(oid), store.objects.index_path(oid), store.objects.zpath(oid)):
                     if os.path.lexists(path):
                         _remove_object_file(path)
             for path, _ in p.packs:

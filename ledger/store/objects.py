@@ -6,6 +6,10 @@ never rewritten. Every read re-checks the hash (BLAKE3 is cheap), so nothing cor
 An object of at least chunks.THRESHOLD bytes is stored as content-defined chunks in packs
 instead, with an index `objects/ab/cd….c` (ledger/store/chunks.py); its id is still the hash of
 its whole content, and `stream`, `get_bytes`, `export_file` and `intact` read both forms.
+A structured object (canonical JSON, `put_bytes(compress=True)`) may be stored zstd-compressed as
+`objects/ab/cd….z` (ledger/store/compress.py); its id is the hash of its uncompressed bytes, and
+every read decompresses (bounded) and rehashes. `structure` is how gc, verify and sharing look
+inside an object for the ids it names, whichever form it has.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 import blake3
 
 from ledger.errors import AmbiguousRef, BadInput, CorruptObject, MissingObject, UnknownRef
-from ledger.store import canonical, chunks, faults, fsio
+from ledger.store import canonical, chunks, compress, faults, fsio
 from ledger.store.ids import PREFIX, PREFIX_RE, hash_bytes, hex_of, is_id
 
 CHUNK = 16 << 20  # 16 MiB: large enough for multi-threaded hashing, small enough for the 200 MiB budget
@@ -58,6 +62,11 @@ def _hash_window(h, fd: int, off: int, n: int) -> None:
             h.update(view[off - start:])
 
 
+def _strip(name: str) -> str:
+    """The hex part of a file name in a fan-out directory (a `.c` or `.z` form is its object)."""
+    return name.removesuffix(chunks.SUFFIX).removesuffix(compress.SUFFIX)
+
+
 def _reader(data):
     """read_into(view, offset) over bytes in memory (ObjectStore._put_chunked)."""
     src = memoryview(data)
@@ -90,10 +99,15 @@ class ObjectStore:
         p = self.path(oid)
         return p.with_name(p.name + chunks.SUFFIX)
 
+    def zpath(self, oid: str) -> Path:
+        """Where a compressed structured object lives (ledger/store/compress.py)."""
+        p = self.path(oid)
+        return p.with_name(p.name + compress.SUFFIX)
+
     def has(self, oid: str) -> bool:
-        """A regular file is stored under this id, whole or as a chunk index (not a link,
-        directory or FIFO)."""
-        for p in (self.path(oid), self.index_path(oid)):
+        """A regular file is stored under this id, whole, as a chunk index or compressed (not a
+        link, directory or FIFO)."""
+        for p in (self.path(oid), self.index_path(oid), self.zpath(oid)):
             try:
                 if stat.S_ISREG(os.lstat(p).st_mode):
                     return True
@@ -113,14 +127,83 @@ class ObjectStore:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
+    def compressed(self, oid: str) -> bool:
+        """The object is stored compressed: something is at its `.z` name and no whole copy is (a
+        link, FIFO or directory there is then read as CorruptObject, never as missing)."""
+        return not self._lexists(self.path(oid)) and self._lexists(self.zpath(oid))
+
+    def _read_compressed(self, oid: str) -> bytes:
+        """The verified bytes of a compressed object: the file read bounded (Z4), decompressed
+        no further than its header declares, rehashed against the id."""
+        p = self.zpath(oid)
+        try:
+            raw = fsio.read_small(p, compress.file_limit())
+        except FileNotFoundError:
+            raise MissingObject(oid) from None
+        except NotADirectoryError:
+            raise self._fanout_damaged(oid) from None
+        except fsio.NotRegular as e:
+            raise self._not_regular(oid, e.kind) from None
+        except ValueError:
+            raise CorruptObject(oid, f"object {oid} is damaged: {p} is larger than a compressed object can be") from None
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+        data = compress.decode(raw, oid, p)
+        if hash_bytes(data) != oid:
+            raise CorruptObject(oid)
+        return data
+
+    def compressed_size(self, oid: str) -> int:
+        """The uncompressed size a compressed object's header declares (header checked only)."""
+        p = self.zpath(oid)
+        try:
+            fd, _ = fsio.open_regular(p)
+        except FileNotFoundError:
+            raise MissingObject(oid) from None
+        except fsio.NotRegular as e:
+            raise self._not_regular(oid, e.kind) from None
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+        try:
+            head = os.pread(fd, compress.HEADER.size, 0)
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+        finally:
+            os.close(fd)
+        return compress.declared_size(head, oid, p)
+
+    def structure(self, oid: str, limit: int | None = None) -> bytes | None:
+        """The bytes of `oid` if it is structure to look for ids in (starts with `{`, at most
+        `limit` bytes, default STRUCTURED_MAX), else None (a blob, a large or chunked object).
+        Whole copies are peeked, not rehashed (as reachability always did); compressed ones are
+        decompressed and so verified. MissingObject, CorruptObject and I/O errors propagate."""
+        limit = STRUCTURED_MAX if limit is None else limit
+        if self.compressed(oid):
+            if self.compressed_size(oid) > limit:
+                return None
+            data = self._read_compressed(oid)
+            return data if data[:1] == b"{" else None
+        fd, st = self.open(oid)
+        try:
+            if st.st_size > limit or os.pread(fd, 1, 0) != b"{":
+                return None
+            return fsio.read_bounded(fd, st.st_size)
+        except OSError as e:
+            raise fsio.io_error(e, f"reading object {oid}") from e
+        finally:
+            os.close(fd)
+
     def _fanout_damaged(self, oid: str) -> CorruptObject:
         return CorruptObject(oid, f"{self.path(oid).parent} is not a directory: objects/ is damaged",
                              f"move {self.path(oid).parent} aside; then restore what `ledger verify` names")
 
     def size(self, oid: str) -> int:
-        """The object's size in bytes (a chunked object's is in its index)."""
+        """The object's size in bytes (a chunked object's is in its index, a compressed one's in
+        its header)."""
         if self.chunked(oid):
             return self._index(oid)[0]
+        if self.compressed(oid):
+            return self.compressed_size(oid)
         try:
             st = os.lstat(self.path(oid))
         except FileNotFoundError:
@@ -209,6 +292,10 @@ class ObjectStore:
             finally:
                 for fd in fds.values():
                     os.close(fd)
+        elif self.compressed(oid):
+            data = self._read_compressed(oid)
+            h.update(data)
+            yield memoryview(data)
         else:
             fd, st = self.open(oid)
             try:
@@ -277,6 +364,8 @@ class ObjectStore:
     def files(self, oid: str) -> list[Path]:
         """Every file that holds the object's bytes: the object file, or a chunked object's
         index and packs (what a sandbox must be granted to read it)."""
+        if self.compressed(oid):
+            return [self.zpath(oid)]   # read through the store (a child opens a Store to read it)
         if not self.chunked(oid):
             return [self.path(oid)]
         return [self.index_path(oid)] + sorted(self.packs.path(p) for p in self.packs_of(oid))
@@ -286,6 +375,12 @@ class ObjectStore:
         if self.chunked(oid):
             try:
                 return self._chunked_intact(oid)
+            except (MissingObject, CorruptObject):
+                return False
+        if self.compressed(oid):
+            try:
+                self._read_compressed(oid)
+                return True
             except (MissingObject, CorruptObject):
                 return False
         try:
@@ -307,15 +402,16 @@ class ObjectStore:
                 continue
             if len(sub.name) == 2:
                 for f in sorted(sub.iterdir()):
-                    # a chunk index `<hex>.c` is the object `<hex>` (and a whole copy may sit beside it)
-                    yield PREFIX + sub.name + f.name.removesuffix(chunks.SUFFIX), f
+                    # a chunk index `<hex>.c` or a compressed `<hex>.z` is the object `<hex>`
+                    # (and a whole copy may sit beside it)
+                    yield PREFIX + sub.name + _strip(f.name), f
 
     def resolve_prefix(self, prefix: str) -> str:
         p = prefix[len(PREFIX):] if prefix.startswith(PREFIX) else prefix
         if not PREFIX_RE.match(p):
             raise UnknownRef(f"unknown name or id: {prefix!r}")
         sub = self.dir / p[:2]
-        matches = sorted({PREFIX + p[:2] + f.name.removesuffix(chunks.SUFFIX) for f in sub.iterdir()
+        matches = sorted({PREFIX + p[:2] + _strip(f.name) for f in sub.iterdir()
                           if f.name.startswith(p[2:])}) if sub.is_dir() else []
         if not matches:
             raise UnknownRef(f"no object matches {prefix!r}")
@@ -331,6 +427,11 @@ class ObjectStore:
             if max_size is not None and size > max_size:
                 raise BadInput(f"object {oid} is {size} bytes, more than the {max_size} expected here")
             return b"".join(bytes(b) for b in self.stream(oid))
+        if self.compressed(oid):
+            size = self.size(oid)
+            if max_size is not None and size > max_size:
+                raise BadInput(f"object {oid} is {size} bytes, more than the {max_size} expected here")
+            return self._read_compressed(oid)
         fd, st = self.open(oid)
         try:
             if max_size is not None and st.st_size > max_size:
@@ -355,6 +456,9 @@ class ObjectStore:
             raise BadInput(f"object {oid} is not a structured (JSON) object", "use `ledger cat` for blobs") from e
 
     def verify_file(self, oid: str) -> None:
+        if self.compressed(oid):
+            self._read_compressed(oid)
+            return
         if self.chunked(oid):
             for _ in self.stream(oid):  # names the damaged chunk, if one is
                 pass
@@ -371,6 +475,18 @@ class ObjectStore:
         """Stream an object to `dest`, verifying while copying; dest appears only if it is good."""
         dest = Path(dest)
         tmp = dest.with_name(f".{dest.name}.ledger-tmp-{os.getpid()}")
+        if self.compressed(oid):
+            data = self._read_compressed(oid)  # verified before anything is written
+            try:
+                with open(tmp, "wb") as fo:
+                    fo.write(data)
+                    fo.flush()
+                    os.fsync(fo.fileno())
+                os.replace(tmp, dest)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+            return
         if self.chunked(oid):
             try:
                 with open(tmp, "wb") as fo:
@@ -454,18 +570,29 @@ class ObjectStore:
                 return False
             if len(data) >= self.chunked_min:
                 return self._put_chunked(_reader(data), len(data), lambda _: None, oid, share=False)[0]
-            return self._write_new(data, oid)[1]
+            return self._write_new(data, oid, compressed=self._lexists(self.zpath(oid)))[1]
         if self.intact(oid):
             return False
         return self.put_file(Path(source), expect=oid, share=False)[2]  # refuses a copy that hashes otherwise
 
-    def put_bytes(self, data: bytes) -> tuple[str, bool]:
+    def put_bytes(self, data: bytes, compressed: bool = False) -> tuple[str, bool]:
+        """Store `data` (returns id, newly stored). `compressed`: a structured object, stored as
+        `.z` if zstd makes it at least 1/8 smaller (Z1) — unless a whole copy is in its place
+        (damaged: replaced by a whole copy, so reads, which prefer the whole copy, see it)."""
         oid = hash_bytes(data)
         if self.intact(oid):  # an existing copy is checked, so a re-put repairs a damaged one
             return oid, False
         if len(data) >= self.chunked_min:
             return oid, self._put_chunked(_reader(data), len(data), lambda _: None, oid)[0]
-        return self._write_new(data, oid)
+        return self._write_new(data, oid, compressed=compressed and not self._lexists(self.path(oid)))
+
+    @staticmethod
+    def _lexists(p: Path) -> bool:
+        try:
+            os.lstat(p)
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def _put_chunked(self, read_into, size: int, on_fresh, oid: str | None = None, check=None,
                      share: bool = True) -> tuple[bool, str]:
@@ -551,7 +678,12 @@ class ObjectStore:
             tmp.unlink(missing_ok=True)
             raise
 
-    def _write_new(self, data: bytes, oid: str) -> tuple[str, bool]:
+    def _write_new(self, data: bytes, oid: str, compressed: bool = False) -> tuple[str, bool]:
+        dest = None
+        if compressed:
+            z = compress.encode(data)
+            if z is not None:
+                data, dest = z, self.zpath(oid)
         tmp = fsio.tmp_path(self.tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -561,7 +693,7 @@ class ObjectStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            return oid, self._install(tmp, oid)
+            return oid, self._install(tmp, oid, dest)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             raise fsio.io_error(e, "writing an object") from e
@@ -748,7 +880,7 @@ class ObjectStore:
     def remove(self, oid: str) -> None:
         """Unlink the object's file (a whole copy and a chunk index alike); its chunks are gc's."""
         removed = False
-        for p in (self.path(oid), self.index_path(oid)):
+        for p in (self.path(oid), self.index_path(oid), self.zpath(oid)):
             try:
                 p.unlink()
                 removed = True

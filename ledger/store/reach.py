@@ -106,16 +106,10 @@ def _children(store, oid: str) -> set[str]:
     """Ids inside structured object `oid` (the same rule as Store.closure); an object that is
     missing, damaged, large or not JSON has none to follow."""
     try:
-        fd, st = store.objects.open(oid)
+        data = store.objects.structure(oid, STRUCTURED_MAX)  # whole or compressed (store/compress.py)
     except (MissingObject, CorruptObject, fsio.StorageIOError):
         return set()
-    try:
-        if st.st_size > STRUCTURED_MAX or os.pread(fd, 1, 0) != b"{":
-            return set()
-        data = fsio.read_bounded(fd, st.st_size)
-    finally:
-        os.close(fd)
-    if PREFIX.encode() not in data:
+    if data is None or PREFIX.encode() not in data:
         return set()   # no id anywhere in it: nothing to parse for (most turn batches)
     try:
         return find_ids(canonical.loads(data))

@@ -32,7 +32,7 @@ from ledger.errors import (
     UnknownRef,
     UnsupportedFormat,
 )
-from ledger.store import canonical, faults, fsio, index, retention, schema, trees
+from ledger.store import canonical, compress, faults, fsio, index, retention, schema, trees
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import Journal, default_actor, make_record, stat_identity
 from ledger.store.lock import Lock
@@ -40,7 +40,8 @@ from ledger.store.objects import ObjectStore
 from ledger.store.paths import DIRNAME, find_root
 from ledger.store.state import Fold, State, check_ref_changes
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: objects may be stored compressed (`.z`, store/compress.py); 1 is read and upgraded
+FORMATS = (1, 2)
 @dataclass
 class Transaction:
     """One transaction: the objects it writes and the one record it appends on exit."""
@@ -61,14 +62,14 @@ class Transaction:
         self.objects[oid] = (size, kind)
         return oid
 
-    def put_bytes(self, data: bytes, kind: str = "blob") -> str:
-        oid, _ = self.store.objects.put_bytes(bytes(data))
+    def put_bytes(self, data: bytes, kind: str = "blob", compressed: bool = False) -> str:
+        oid, _ = self.store.objects.put_bytes(bytes(data), compressed=compressed and self.store.compresses)
         return self._note(oid, len(data), kind)
 
     def put_json(self, obj, kind: str | None = None) -> str:
         data = canonical.dumps(obj)
         k = kind or (obj.get("kind") if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else "json")
-        return self.put_bytes(data, k)
+        return self.put_bytes(data, k, compressed=True)  # structured: stored compressed where it pays (Z1)
 
     def put_file(self, path: str | Path, kind: str = "blob", progress=None) -> str:
         path = Path(path)
@@ -163,9 +164,14 @@ class Store:
         root = find_root(dir)
         store = cls(root)
         fmt = store.config["format"]
-        if fmt != FORMAT_VERSION:
+        if fmt not in FORMATS or isinstance(fmt, bool):
             raise UnsupportedFormat(f"store format {fmt!r} is not understood by this ledger (knows {FORMAT_VERSION})")
         return store
+
+    @property
+    def compresses(self) -> bool:
+        """Structured objects are written compressed (format 2 and the zstandard wheel; Z1, Z6)."""
+        return self.config.get("format") == FORMAT_VERSION and compress.available()
 
     @property
     def config(self) -> dict:
@@ -186,6 +192,16 @@ class Store:
         writer gives it one."""
         sid = self.config.get("id")
         return sid if isinstance(sid, str) else None
+
+    def _ensure_format(self) -> None:
+        """Upgrade a format-1 store to format 2 (lock holder only; Z6): its objects stay as they
+        are, new structured objects may be compressed, and a ledger that knows only format 1
+        refuses the store instead of finding `.z` objects missing."""
+        if self.config.get("format") == FORMAT_VERSION:
+            return
+        cfg = {**self.config, "format": FORMAT_VERSION}
+        fsio.atomic_write(self.root / "config", canonical.dumps(cfg) + b"\n", self.tmp)
+        self._config = cfg
 
     def _ensure_id(self) -> None:
         """Migrate a store made before store ids: give it one (lock holder only)."""
@@ -580,6 +596,7 @@ class Store:
         try:
             self._ensure_dirs()
             self._ensure_id()
+            self._ensure_format()
             yield
         finally:
             self.lock.release()
@@ -801,7 +818,7 @@ class Store:
                 continue
             seen.add(oid)
             try:
-                fd, st = self.objects.open(oid)
+                data = self.objects.structure(oid)  # whole or compressed (store/compress.py)
             except MissingObject:
                 if self.objects.chunked(oid):
                     continue  # stored as chunks: a large blob, never structure (ledger/store/chunks.py)
@@ -812,12 +829,8 @@ class Store:
                 if damaged is not None:
                     damaged.add(oid)
                 continue
-            try:
-                if st.st_size > (256 << 20) or os.pread(fd, 1, 0) != b"{":
-                    continue
-                data = fsio.read_bounded(fd, st.st_size)
-            finally:
-                os.close(fd)
+            if data is None:
+                continue
             try:
                 obj = canonical.loads(data)
             except BadInput:
