@@ -141,7 +141,7 @@ class LocalChunks:
 
     def __init__(self, store):
         self.packs = store.objects.packs
-        self.known = dict(self.packs.known())
+        self.known = self.packs.known()   # the persistent chunk index (chunks.ChunkIndex), bounded memory
 
     def get(self, digest: bytes, n: int, oid: str) -> bytes | None:
         loc = self.known.get(digest)

@@ -29,6 +29,8 @@ is read; one that does not hash to its name is CorruptObject naming the object a
 
 from __future__ import annotations
 
+import json
+import mmap
 import os
 import stat
 import struct
@@ -55,6 +57,15 @@ TRAILER = struct.Struct(">32sQI")        # a pack's chunk: digest, offset, lengt
 TAIL = struct.Struct(">Q16s")            # a pack's chunk count, PACK_MAGIC
 SUFFIX = ".c"
 
+# the persistent chunk index, cache/chunks.idx (a cache: rule 8; the format is in docs/store-format.md)
+CACHE_NAME = "chunks.idx"
+CACHE_MAGIC = b"ledger-chunkidx\x01"
+CACHE_HEAD = struct.Struct(">16s48sIIQ")      # magic, store id (ASCII, NUL-padded), packs, reserved (0), entries
+CACHE_ENTRY = struct.Struct(">32s16sQII")     # chunk digest, pack, offset, length, its index in the pack's trailer
+FANOUT = struct.Struct(">65537I")             # start of each first-two-bytes bucket of entries (and the end)
+SPILL = 1 << 18          # entries sorted in memory at once while the cache is built (~25 MiB)
+OVERLAY_MIN = 1 << 14    # entries of packs the cache does not cover that are held in memory before it is rewritten
+
 
 def cut(view) -> list[tuple[int, int]]:
     """(offset, length) of each chunk of `view` (a bytes-like object), in order."""
@@ -79,10 +90,11 @@ class PackStore:
     def __init__(self, root: Path):
         self.dir = root / "packs"
         self.tmp = root / "tmp"
-        self._known: dict[bytes, Location] = {}   # chunk digest -> location, from the trailers read
-        self._loaded: set[bytes] = set()          # packs whose trailers are in _known
+        self.root = root
+        self._index: ChunkIndex | None = None     # where each known chunk is (cache/chunks.idx + new packs)
         self.packs_written = 0                    # the tests and benchmarks count them
         self.chunks_written = 0
+        self.index_builds = 0                     # times cache/chunks.idx was (re)written by this process
 
     def path(self, pack: bytes) -> Path:
         h = pack.hex()
@@ -119,22 +131,68 @@ class PackStore:
             raise CorruptObject(None, f"pack {p} has a damaged trailer")
         return out
 
-    def known(self) -> dict[bytes, Location]:
-        """Every chunk the packs present hold (trailers read once per pack per process; packs
-        gone since are dropped). A damaged trailer only means its chunks are written again."""
+    def trailer_start(self, pack: bytes) -> tuple[int, int]:
+        """(byte where a pack's trailer starts, chunks it lists); CorruptObject if damaged."""
+        p = self.path(pack)
+        fd, st = fsio.open_regular(p)
+        try:
+            if st.st_size < TAIL.size:
+                raise CorruptObject(None, f"pack {p} is truncated")
+            count, magic = TAIL.unpack(os.pread(fd, TAIL.size, st.st_size - TAIL.size))
+        finally:
+            os.close(fd)
+        start = st.st_size - TAIL.size - count * TRAILER.size
+        if magic != PACK_MAGIC or start < 0:
+            raise CorruptObject(None, f"pack {p} has a damaged trailer")
+        return start, count
+
+    def iter_trailer(self, pack: bytes, block: int = 1 << 16):
+        """(digest, offset, length, i) of every chunk a pack's trailer lists, read `block` entries
+        at a time (a pack of a 100 GiB object lists ~1.8M chunks: never all in memory)."""
+        start, count = self.trailer_start(pack)
+        fd, _ = fsio.open_regular(self.path(pack))
+        try:
+            for first in range(0, count, block):
+                k = min(block, count - first)
+                data = fsio.read_bounded_at(fd, k * TRAILER.size, start + first * TRAILER.size)
+                if len(data) != k * TRAILER.size:
+                    raise CorruptObject(None, f"pack {self.path(pack)} has a damaged trailer")
+                for j, (d, off, n) in enumerate(TRAILER.iter_unpack(data)):
+                    if off + n > start:
+                        raise CorruptObject(None, f"pack {self.path(pack)} has a damaged trailer")
+                    yield d, off, n, first + j
+        finally:
+            os.close(fd)
+
+    def known(self) -> "ChunkIndex":
+        """Where each chunk the packs present hold is (`.get(digest)` -> location or None): the
+        persistent index cache/chunks.idx for the packs it covers, the trailers of the packs it
+        does not (read once per process), packs gone since dropped. The writer (the lock
+        holder: only writers call this) rewrites the cache when it is missing, another store's,
+        damaged, or when the packs it does not cover hold more than OVERLAY_MIN chunks and an
+        eighth of those it does. A damaged trailer only means its chunks are written again."""
         present = {name for name, _ in self.iter_packs()}
-        for gone in self._loaded - present:
-            self._known = {d: loc for d, loc in self._known.items() if loc[0] != gone}
-        self._loaded &= present
-        for name in sorted(present - self._loaded):
-            try:
-                entries = self.trailer(name)
-            except (OSError, fsio.NotRegular, CorruptObject):
-                continue
-            for d, off, n in entries:
-                self._known.setdefault(d, (name, off, n))
-            self._loaded.add(name)
-        return self._known
+        if self._index is None:
+            self._index = ChunkIndex.open(self)
+        self._index.refresh(present)
+        if self._index.due():
+            self.rebuild_index(present)
+        return self._index
+
+    def rebuild_index(self, present: set[bytes] | None = None) -> None:
+        """Write cache/chunks.idx anew from the trailers of the packs present (bounded memory:
+        entries are spilled to tmp/ in ranges of the digest and sorted a range at a time),
+        then use it. Atomic (tmp/ + rename): a reader sees the old file or the new one."""
+        present = {name for name, _ in self.iter_packs()} if present is None else present
+        if self._index is not None:
+            self._index.close()
+        try:
+            _build_cache(self, sorted(present))
+        except OSError as e:   # ENOSPC/EIO: typed, and nothing of it left in tmp/ (rule 10)
+            raise fsio.io_error(e, "writing the chunk index cache/chunks.idx") from e
+        self.index_builds += 1
+        self._index = ChunkIndex.open(self)
+        self._index.refresh(present)
 
     def read(self, loc: Location, digest: bytes, oid: str, fds: dict | None = None) -> bytes:
         """A chunk's verified bytes; CorruptObject naming object `oid` and the pack's path."""
@@ -284,9 +342,10 @@ class PackWriter:
         if new_dir:
             fsio.fsync_dir(self.packs.dir)
         self.packs.packs_written += 1
-        for d, loc in self.mine.items():
-            self.packs._known.setdefault(d, loc)
-        self.packs._loaded.add(self.name)
+        if self.packs._index is not None:
+            self.packs._index.add_pack(self.name, self.mine)
+            if self.packs._index.denied:
+                self.packs.rebuild_index()    # a hit its trailer denied: the file lies (forged or stale)
 
     def abort(self) -> None:
         """Drop the unfinished pack (a failed or refused write)."""
@@ -360,3 +419,237 @@ def regular_size(path: Path) -> int | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+# --- the persistent chunk index (cache/chunks.idx) ------------------------------------------
+def store_id(root: Path) -> str:
+    """This store's id from its config ("" for a store made before ids): what the chunk index
+    records, so an index copied from another store is not used (rule 15's "whose they are")."""
+    try:
+        cfg = json.loads(fsio.read_small(root / "config", 64 << 10))
+    except (OSError, ValueError, fsio.NotRegular):
+        return ""
+    sid = cfg.get("id") if isinstance(cfg, dict) else None
+    return sid if isinstance(sid, str) and sid.isascii() and len(sid) <= 48 else ""
+
+
+class ChunkIndex:
+    """Where each chunk of the packs present is: cache/chunks.idx (sorted entries, mapped, a
+    binary search in the bucket of the digest's first two bytes) for the packs it covers, plus
+    an overlay read from the trailers of the packs it does not (at most OVERLAY_MIN chunks or an
+    eighth of the index, else the writer rewrites the file). Memory does not grow with the
+    chunks stored: ~100 B per chunk in a dict before, now the overlay and the mapped pages read.
+
+    Trust: the file is a cache any local process could have written. It is used only if it is
+    this store's (its id) and whole (its length adds up); a hit is used only if its pack is
+    present and the pack's own trailer lists the same chunk at the same place (one 44-byte read),
+    so a forged or stale entry is a miss — the chunk is written again — never a location that
+    holds other bytes. Entries of packs gc removed are misses too."""
+
+    FDS = 16   # pack files kept open for the trailer checks of hits
+
+    def __init__(self, packs: PackStore, mm=None, covered=(), count: int = 0, problem: str | None = None):
+        self.packs = packs
+        self.mm = mm
+        self.covered = set(covered)
+        self.count = count
+        self.problem = problem            # why the file is not usable (missing, another store's, damaged)
+        self.overlay: dict[bytes, Location] = {}
+        self.loaded: set[bytes] = set()   # packs whose trailers are in the overlay
+        self.present: set[bytes] = set()
+        self.over = False                 # the uncovered packs hold more than the overlay may
+        self.denied = False               # a hit the pack's trailer denied
+        self._fan = CACHE_HEAD.size + 16 * len(self.covered)
+        self._ent = self._fan + FANOUT.size
+        self._starts: dict[bytes, tuple[int, int] | None] = {}
+        self._fds: dict[bytes, int] = {}
+
+    @classmethod
+    def open(cls, packs: PackStore) -> "ChunkIndex":
+        path = packs.root / "cache" / CACHE_NAME
+        try:
+            fd, st = fsio.open_regular(path)
+        except FileNotFoundError:
+            return cls(packs, problem="missing")
+        except (OSError, fsio.NotRegular):
+            return cls(packs, problem="unreadable")
+        try:
+            head = os.pread(fd, CACHE_HEAD.size, 0)
+            if len(head) < CACHE_HEAD.size:
+                return cls(packs, problem="damaged")
+            magic, sid, npacks, reserved, count = CACHE_HEAD.unpack(head)
+            if magic != CACHE_MAGIC or reserved:
+                return cls(packs, problem="damaged")
+            if sid.rstrip(b"\0").decode("ascii", "replace") != store_id(packs.root):
+                return cls(packs, problem="another store's")
+            if st.st_size != CACHE_HEAD.size + 16 * npacks + FANOUT.size + count * CACHE_ENTRY.size:
+                return cls(packs, problem="damaged")
+            mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        covered = [bytes(mm[CACHE_HEAD.size + 16 * i:CACHE_HEAD.size + 16 * (i + 1)]) for i in range(npacks)]
+        return cls(packs, mm, covered, count)
+
+    def limit(self) -> int:
+        return min(SPILL, max(OVERLAY_MIN, self.count // 8))
+
+    def refresh(self, present: set[bytes]) -> None:
+        """Follow the packs present now: read the trailers of new packs the file does not cover
+        (until the overlay is full), drop packs gone."""
+        self.present = set(present)
+        for gone in self.loaded - self.present:
+            self.overlay = {d: loc for d, loc in self.overlay.items() if loc[0] != gone}
+        self.loaded &= self.present
+        for name in sorted(self.present - self.covered - self.loaded):
+            if len(self.overlay) > self.limit():
+                self.over = True
+                return
+            try:
+                entries = list(self.packs.iter_trailer(name))
+            except (OSError, fsio.NotRegular, CorruptObject):
+                continue
+            for d, off, n, _ in entries:
+                self.overlay.setdefault(d, (name, off, n))
+            self.loaded.add(name)
+        self.over = len(self.overlay) > self.limit()
+
+    def due(self) -> bool:
+        """Whether the writer should rewrite the file (missing, unusable, too much outside it,
+        or covering packs gc removed)."""
+        if not self.present:
+            return False
+        return self.problem is not None or self.over or bool(self.covered - self.present)
+
+    def add_pack(self, name: bytes, mine: dict[bytes, Location]) -> None:
+        """A pack this process just wrote (its chunks' locations are its own, not the file's)."""
+        for d, loc in mine.items():
+            self.overlay.setdefault(d, loc)
+        self.loaded.add(name)
+        self.present.add(name)
+
+    def get(self, digest: bytes, default=None):
+        loc = self.overlay.get(digest)
+        if loc is not None:
+            return loc
+        if self.mm is None or len(digest) != 32:
+            return default
+        b = int.from_bytes(digest[:2], "big")
+        lo, hi = struct.unpack_from(">II", self.mm, self._fan + 4 * b)
+        if not lo <= hi <= self.count:
+            self.problem = "damaged"
+            return default
+        mm, ent, size = self.mm, self._ent, CACHE_ENTRY.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            at = ent + mid * size
+            key = mm[at:at + 32]
+            if key < digest:
+                lo = mid + 1
+            elif key > digest:
+                hi = mid
+            else:
+                _, pack, off, n, i = CACHE_ENTRY.unpack_from(mm, at)
+                if pack not in self.present or not self._vouched(pack, digest, off, n, i):
+                    return default
+                return (pack, off, n)
+        return default
+
+    def _vouched(self, pack: bytes, digest: bytes, off: int, n: int, i: int) -> bool:
+        """The pack's trailer lists this chunk at this place (else the entry is forged or stale)."""
+        try:
+            if pack not in self._starts:
+                try:
+                    self._starts[pack] = self.packs.trailer_start(pack)
+                except (OSError, fsio.NotRegular, CorruptObject):
+                    self._starts[pack] = None
+            where = self._starts[pack]
+            if where is None or i >= where[1]:
+                return self._stale()
+            fd = self._fds.get(pack)
+            if fd is None:
+                if len(self._fds) >= self.FDS:
+                    os.close(self._fds.pop(next(iter(self._fds))))
+                fd = self._fds[pack] = fsio.open_regular(self.packs.path(pack))[0]
+            ok = os.pread(fd, TRAILER.size, where[0] + i * TRAILER.size) == TRAILER.pack(digest, off, n)
+        except (OSError, fsio.NotRegular):
+            return self._stale()
+        return ok or self._stale()
+
+    def _stale(self) -> bool:
+        self.problem = "stale or forged"   # rewritten after this write (PackWriter.close) or by the next
+        self.denied = True
+        return False
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _build_cache(packs: PackStore, names: list[bytes]) -> None:
+    """Write cache/chunks.idx for the packs `names` from their trailers: entries go to at most
+    ceil(total / SPILL) spill files in tmp/ by digest range, each then sorted in memory and
+    appended, so memory stays ~SPILL entries whatever the store holds. A pack whose trailer is
+    damaged is left out (its chunks are then written again, as before)."""
+    covered, total = [], 0
+    for name in names:
+        try:
+            total += packs.trailer_start(name)[1]
+            covered.append(name)
+        except (OSError, fsio.NotRegular, CorruptObject):
+            continue
+    nspill = max(1, -(-total // SPILL))
+    packs.tmp.mkdir(exist_ok=True)
+    spills = [fsio.tmp_path(packs.tmp) for _ in range(nspill)] if nspill > 1 else []
+    held: list[bytes] = []
+    files = [open(p, "xb") for p in spills]
+    try:
+        for name in covered:
+            try:
+                for d, off, n, i in packs.iter_trailer(name):
+                    rec = CACHE_ENTRY.pack(d, name, off, n, i)
+                    if files:
+                        files[int.from_bytes(d[:2], "big") * nspill >> 16].write(rec)
+                    else:
+                        held.append(rec)
+            except (OSError, fsio.NotRegular, CorruptObject):
+                continue   # entries it gave before the damage stay: each hit is checked against the trailer
+        for f in files:
+            f.close()
+        dest = packs.root / "cache" / CACHE_NAME
+        dest.parent.mkdir(exist_ok=True)
+        out = fsio.tmp_path(packs.tmp)
+        spills.append(out)      # removed below unless renamed into place
+        fan = [0] * 65537
+        count = 0
+        with open(out, "xb") as fo:
+            fo.write(b"\0" * CACHE_HEAD.size + b"".join(sorted(covered)) + b"\0" * FANOUT.size)
+
+            def emit(recs: list[bytes]) -> None:
+                nonlocal count
+                recs.sort()
+                last = None
+                for r in recs:
+                    if r[:32] == last:
+                        continue    # the same chunk in two packs: one location is enough
+                    last = r[:32]
+                    fan[int.from_bytes(r[:2], "big") + 1] += 1
+                    count += 1
+                    fo.write(r)
+            if not files:
+                emit(held)
+            for p in spills[:-1]:
+                data = p.read_bytes()
+                emit([data[j:j + CACHE_ENTRY.size] for j in range(0, len(data), CACHE_ENTRY.size)])
+            for b in range(65536):
+                fan[b + 1] += fan[b]
+            fo.seek(0)
+            fo.write(CACHE_HEAD.pack(CACHE_MAGIC, store_id(packs.root).encode("ascii"), len(covered), 0, count))
+            fo.seek(CACHE_HEAD.size + 16 * len(covered))
+            fo.write(FANOUT.pack(*fan))
+        os.replace(out, dest)   # a cache (rule 8): no fsync; a torn file fails its length check
+    finally:
+        for f in files:
+            f.close()
+        for p in spills:
+            p.unlink(missing_ok=True)
