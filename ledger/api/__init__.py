@@ -95,7 +95,8 @@ VERBS: dict[str, tuple[str, ...]] = {
     ),
     "store": (
         "Initialised", "init", "Added", "tree_size", "add", "Catted", "cat", "Shown", "show", "read_json",
-        "Verified", "verify", "Collected", "gc", "QueryResult", "query", "Rebuilt", "index_rebuild",
+        "Verified", "verify", "Collected", "gc", "Repacked", "repack", "QueryResult", "query", "Rebuilt",
+        "index_rebuild",
         "Unlocked", "unlock",
     ),
     "training": (

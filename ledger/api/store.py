@@ -219,6 +219,24 @@ def gc(*, prune: bool = False, policy: str | None = None, store: StoreLike = Non
 
 
 @dataclass(frozen=True)
+class Repacked(Wrapped):
+    """ledger.store.repack's RepackPlan in `result` (applied, or what would be done)."""
+
+
+def repack(*, apply: bool = False, min_dead: float = 0.5, store: StoreLike = None) -> Repacked:
+    """Packs of chunks at least `min_dead` of whose bytes no object names (after gc): with
+    `apply`, their live chunks are copied into one new pack, the indexes of the objects that
+    named them rewritten, then they are removed (docs/store-format.md C11). Ids never change."""
+    if not 0 < min_dead <= 1:
+        raise BadInput(f"--min-dead {min_dead} is not a fraction in (0, 1]", "e.g. --min-dead 0.5")
+    s = open_store(store)
+    from ledger.store import repack as rp  # only this command reads every chunk index
+
+    res = rp.repack(s, min_dead) if apply else rp.plan(s, min_dead)
+    return Repacked(result=res, warnings=take_warnings(s))
+
+
+@dataclass(frozen=True)
 class QueryResult(Result):
     """The columns and rows of one read-only SQL query over the index."""
     columns: tuple[str, ...]

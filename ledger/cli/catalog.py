@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'log': ('ledger.cli.store_cmds', 'The journal, newest records last.'),
     'verify': ('ledger.cli.store_cmds', 'Check the journal chain, the caches and the objects (exit 4 on faults): the records after the last clean verify, or all of them with --full.'),
     'gc': ('ledger.cli.store_cmds', 'List (or with --prune delete) objects that no journal record reaches, and the superseded checkpoints and optimizer states the retention policy removes (recorded as a `prune` record).'),
+    'repack': ('ledger.cli.store_cmds', "Rewrite packs of chunks that are mostly dead after gc: live chunks move to one new pack, the objects' indexes follow, the old packs go (ids and content never change)."),
     'query': ('ledger.cli.store_cmds', 'Run read-only SQL against the DuckDB index.'),
     'unlock': ('ledger.cli.store_cmds', 'Clear the store lock if (and only if) its holder is dead.'),
     'index': ('ledger.cli.store_cmds', 'The DuckDB index (a rebuildable cache of the journal).'),

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
     app.command("log")(log)
     app.command("verify")(verify)
     app.command("gc")(gc)
+    app.command("repack")(repack)
     app.command("query")(query)
     app.command("unlock")(unlock)
     idx = typer.Typer(help="The DuckDB index (a rebuildable cache of the journal).", no_args_is_help=True)
@@ -154,6 +155,26 @@ def gc(
         c.print(f"{verb} {len(p.unreachable)} unreachable object(s), {human_bytes(p.bytes)}; "
                 f"{len(p.tmp_files)} temporary file(s); kept {p.reachable} reachable"
                 + ("" if prune else "  [dim](dry run: pass --prune)[/]"))
+    finish(json_, res, render)
+
+
+def repack(
+    apply: Annotated[bool, typer.Option("--apply", help="Actually repack (default: dry run).")] = False,
+    min_dead: Annotated[float, typer.Option("--min-dead", help="Repack a pack once this share of its chunk bytes is named by no object.")] = 0.5,
+    json_: JsonOpt = False,
+):
+    """Rewrite packs of chunks that are mostly dead after gc: live chunks move to one new pack,
+    the objects' indexes follow, the old packs go (ids and content never change)."""
+    res = api.repack(apply=apply, min_dead=min_dead, store=common.store_dir())
+    p = res.result
+
+    def render():
+        c = common.console()
+        verb = "repacked" if apply else "would repack"
+        for path, size, live in p.packs[:50]:
+            c.print(f"  {path}  {human_bytes(live)} live of {human_bytes(size)}")
+        c.print(f"{verb} {len(p.packs)} pack(s) named by {len(p.objects)} object(s), reclaiming "
+                f"{human_bytes(p.reclaimed)}" + ("" if apply else "  [dim](dry run: pass --apply)[/]"))
     finish(json_, res, render)
 
 
