@@ -52,6 +52,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
+    ap.add_argument("--serving", action="store_true",
+                    help="instead: each quantized kernel and its x16 variant (their own configuration "
+                         "choice) at the matrix shapes of SmolLM2 and a 7B Llama, for the serving rule")
     a = ap.parse_args()
     import torch
     import torch._inductor.config as ic
@@ -63,8 +66,6 @@ def main() -> int:
     arch = f"sm_{info['cc'][0]}{info['cc'][1]}"
     print(f"device {info['name']} torch {torch.__version__} cupy {info['cupy']}", flush=True)
     mods = {n: R.load(H.build(n, arch)) for n in NAMES}
-    # the LoRA kernel as it was before session 6 (t = A x fetched after the weight stream)
-    lora_old = R.load(H.build("lora-linear-bf16", arch, defines=("LEDGER_LORA_T_AT_END",)))
     spin = R.spin_function(mods["linear-bf16"])
     torch.set_float32_matmul_precision("high")
     ic.coordinate_descent_tuning = True
@@ -75,6 +76,8 @@ def main() -> int:
     def int8_gptfast(x, w, scale):
         return Fn.linear(x, w.to(dtype=x.dtype)) * scale
 
+    if a.serving:
+        return serving(a, info, mods, spin, out_dir)
     out = {"device": info, "torch": torch.__version__, "launches": a.launches, "rounds": a.rounds,
            "inductor": {"coordinate_descent_tuning": True}, "shapes": {}}
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
@@ -99,9 +102,6 @@ def main() -> int:
             for cfg in configs:
                 ops = [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]
                 cands.append((f"ledger {name} {cfg}" + (" auto" if cfg == auto else ""), ops, nbytes))
-            if spec.lora:
-                ops = [R.DecodeLinear(lora_old, spec, sh, d, auto) for d in sets]
-                cands.append((f"ledger lora-linear-bf16 t-at-end (before session 6) {auto}", ops, nbytes))
             try:
                 if name == "linear-bf16":
                     cands.append(("torch F.linear (cuBLAS)", [lambda t=t: Fn.linear(t["x"], t["w"]) for t in ts], nbytes))
@@ -187,7 +187,6 @@ def main() -> int:
         i8p, _ = best("torch._weight_int8pack_mm")
         for prefix, tgt, other, oname in (
                 ("ledger lora-linear-bf16 (", 0.88, cl, "tuned torch.compile LoRA"),
-                ("ledger lora-linear-bf16 t-at-end", 0.88, cl, "tuned torch.compile LoRA"),
                 ("ledger linear-int8 ", 0.80, ci8, "tuned torch.compile int8"),
                 ("ledger linear-int8-x16", 0.80, ci8, "tuned torch.compile int8"),
                 ("ledger linear-q4b32 ", 0.70, tg, "tinygemm int4"),
@@ -206,6 +205,36 @@ def main() -> int:
             print(line, flush=True)
     out["finished"] = time.time()
     (out_dir / "bench_strongest.json").write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+SERVING_SHAPES = [(960, 960), (2560, 960), (960, 2560), (2048, 2048), (8192, 2048), (2048, 8192),
+                  (4096, 4096), (11008, 4096), (4096, 11008), (49152, 2048)]
+
+
+def serving(a, info, mods, spin, out_dir) -> int:
+    """ledger's int8 / q4b32 kernels against their x16 variants, alternating, at serving shapes."""
+    out = {"device": info, "launches": a.launches, "rounds": a.rounds, "shapes": {}}
+    for n, k in SERVING_SHAPES:
+        row, cands, keep = {}, [], []
+        for name in ("linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16"):
+            spec = S.get(name)
+            sh = S.Shape(1, n, k)
+            nbytes = spec.weight_bytes(sh)
+            sets = [R.random_device_inputs(spec, sh, 700 + c) for c in range(H.rotation_copies(nbytes, info["l2_bytes"]))]
+            keep.append(sets)
+            cfg = R.auto_config(mods[name], spec, sh)
+            cands.append((f"{name} {cfg}", [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]))
+        med: dict[str, list] = {c[0]: [] for c in cands}
+        for _ in range(a.rounds):
+            for label, fns in cands:
+                med[label] += list(R.time_calls(fns, a.launches, 20, spin).seconds)
+        for label, _ in cands:
+            row[label] = statistics.median(med[label])
+        out["shapes"][f"1x{n}x{k}"] = row
+        print(f"1x{n}x{k}: " + "  ".join(f"{lab} {v * 1e6:.2f} us" for lab, v in row.items()), flush=True)
+        (out_dir / "bench_serving.json").write_text(json.dumps(out, indent=1, default=str))
+        del keep, cands
     return 0
 
 

@@ -7,7 +7,8 @@ Why each part (docs/kernels.md has the kernels' figures):
     The adapter is folded in fp32, then the merged weight is quantized once per generation.
   * int8 / q4b32: decode reads every weight once per token, so bytes are time; the 4-bit base
     reads 0.5625 B a weight instead of 2. The matvecs (M <= 8 rows) are ledger's
-    `linear-int8` / `linear-q4b32` kernels; a matrix whose K the kernel cannot take (q4b32 needs
+    `linear-int8` / `linear-q4b32` kernels, or their fp16-tensor-core variants `-x16` for the
+    large matrices that fit them (X16_OF below); a matrix whose K no kernel can take (q4b32 needs
     K % 128 == 0, int8 K % 64) is served by torch's dequantize + F.linear, and `realizations`
     says so per matrix -- selection, never a silent fallback. "bf16" keeps the merged weight
     dense and uses cuBLAS (ledger's own bf16 matvec ties it and its gate refuses it).
@@ -39,6 +40,12 @@ from ledger.kernels import qlinear
 
 FORMATS = ("bf16", "int8", "q4b32")
 KERNEL_OF = {"int8": "linear-int8", "q4b32": "linear-q4b32"}
+# The fp16-tensor-core variants (x staged in shared memory as fp16 * 2^-p; docs/kernels.md): they
+# need M * (K + 8) <= 16448, and pay a fixed staging prologue, so a matrix takes them only from
+# X16_MIN_WEIGHTS weights up -- measured on an H200 (benchmarks/RESULTS.md, session 6), below
+# that the bf16-path kernel was as fast or faster. Selection by shape, recorded per matrix.
+X16_OF = {"int8": "linear-int8-x16", "q4b32": "linear-q4b32-x16"}
+X16_MIN_WEIGHTS = {"int8": 4096 * 4096 + 1, "q4b32": 4096 * 4096}
 MAX_ROWS = 8    # the decode kernels' mma n-side (ledger.kernels.specs.MAX_M)
 
 
@@ -71,23 +78,37 @@ class Kernels:
         self.R, self.S = R, S
         info = R.device_info()
         arch = arch or f"sm_{info['cc'][0]}{info['cc'][1]}"
-        self.builds = {fmt: harness.build(name, arch) for fmt, name in KERNEL_OF.items()}
-        self.modules = {fmt: R.load(b) for fmt, b in self.builds.items()}
-        self.code_objects = {KERNEL_OF[f]: b.code_object for f, b in self.builds.items()}
+        names = (*KERNEL_OF.values(), *X16_OF.values())
+        self.builds = {name: harness.build(name, arch) for name in names}
+        self.modules = {name: R.load(b) for name, b in self.builds.items()}
+        self.code_objects = {name: b.code_object for name, b in self.builds.items()}
 
-    def supports(self, fmt: str, n: int, k: int, m: int = 1) -> str | None:
-        """Why the kernel cannot take this matrix, or None."""
-        spec = self.S.get(KERNEL_OF[fmt])
+    def _why_not(self, name: str, n: int, k: int, m: int) -> str | None:
+        spec = self.S.get(name)
         try:
             spec.requirements.check_shape(spec.name, self.S.Shape(m, n, k, 0))
         except RealizationUnavailable as e:
             return e.message
         return None
 
+    def kernel_for(self, fmt: str, n: int, k: int, m: int = 1) -> str | None:
+        """The kernel that serves an [n, k] matrix in `fmt` (None: neither can take it)."""
+        if n * k >= X16_MIN_WEIGHTS[fmt] and self._why_not(X16_OF[fmt], n, k, m) is None:
+            return X16_OF[fmt]
+        return KERNEL_OF[fmt] if self._why_not(KERNEL_OF[fmt], n, k, m) is None else None
+
+    def supports(self, fmt: str, n: int, k: int, m: int = 1) -> str | None:
+        """Why no kernel can take this matrix, or None."""
+        return None if self.kernel_for(fmt, n, k, m) else self._why_not(KERNEL_OF[fmt], n, k, m)
+
     def bind(self, mat: Matrix):
         """A launcher y[1, n] = x[1, k] W^T for `mat` (one block grid fixed for M = 1)."""
-        spec = self.S.get(KERNEL_OF[mat.fmt])
-        mod = self.modules[mat.fmt]
+        name = self.kernel_for(mat.fmt, mat.n, mat.k)
+        if name is None:
+            raise RealizationUnavailable(f"no ledger kernel takes a {mat.n}x{mat.k} {mat.fmt} matrix",
+                                         self._why_not(KERNEL_OF[mat.fmt], mat.n, mat.k, 1) or "")
+        spec = self.S.get(name)
+        mod = self.modules[name]
         shape = self.S.Shape(1, mat.n, mat.k, 0)
         cfg = self.R.auto_config(mod, spec, shape)
         fn = mod.function(spec.entry(cfg))
@@ -160,7 +181,7 @@ class CudaLlama:
             m = Matrix(fmt, n, k, q.contiguous(), sc.contiguous(), "torch-dequant")
             why = self.kernels.supports(fmt, n, k) if self.kernels is not None else "no CUDA device"
             if why is None:
-                m.realization = f"ledger:{KERNEL_OF[fmt]}"
+                m.realization = f"ledger:{self.kernels.kernel_for(fmt, n, k)}"
                 m.launch = self.kernels.bind(m)
         self.realizations[name] = m.realization
         return m

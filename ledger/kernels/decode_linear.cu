@@ -155,16 +155,11 @@ template <> struct Dequant<WF_Q4> {
 // covers k in [ch*4E, ch*4E + 4E), this lane's 16 bytes start at k0 = ch*4E + t*E.
 // The E/4 mma of one 16-byte vector go to NACC independent accumulators: one chain of
 // dependent mma (each ~30+ cycles) per vector would make the 4-bit path latency-bound.
-struct NoHook {
-  __device__ __forceinline__ void operator()(int) const {}
-};
-
-// hook(base) runs at the top of every step of the loop (LoRA: warp 0 fetches t = A x mid-stream).
-template <int WF, int NW, int U, int RT, class Hook = NoHook>
+template <int WF, int NW, int U, int RT>
 __device__ __forceinline__ void tile_mma(const unsigned char* __restrict__ P, long long row_bytes,
                                          const u16* __restrict__ qscale, int row0, int nrows,
                                          const u16* __restrict__ x, int M, int K, int c_begin,
-                                         int c_end, float (&c)[RT][4], Hook hook = Hook()) {
+                                         int c_end, float (&c)[RT][4]) {
   constexpr int E = Fmt<WF>::E;
   constexpr int NACC = E / 4 < 4 ? E / 4 : 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -222,7 +217,6 @@ __device__ __forceinline__ void tile_mma(const unsigned char* __restrict__ P, lo
   };
   load_step(c_begin + warp);
   for (int base = c_begin + warp; base < nchunks; base += NW * U) {
-    hook(base);
     uint4 cw[U][RT][2];
     uint4 cx[U][E / 8];
     u32 cs[U][RT][2];
@@ -542,60 +536,18 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
     }
   }
 
-  // t = A x is fetched by warp 0 in the middle of its weight stream (the producers finished
-  // long before), not after it: waiting for the flags and loading t's slices from L2 after the
-  // stream put two L2 round trips into every block's tail (~3 us of the LoRA kernel's cost over
-  // the plain matvec at 8192^2 on an H200). -DLEDGER_LORA_T_AT_END restores the old order.
-#ifdef LEDGER_LORA_T_AT_END
-  constexpr bool MIDT = false;
-#else
-  constexpr bool MIDT = LORA && S == 0;
-#endif
   float c[RT][4];
-  if constexpr (S > 0) {
+  if constexpr (S > 0)
     tile_mma_async<WF, NW, U, RT, S>(ring, W, row_bytes, (const u16*)wscale, row0, N, x, M, K, c);
-  } else if constexpr (MIDT) {
-    const int nch = K / (4 * Fmt<WF>::E);
-    const int mid_base = ((nch + NW * U - 1) / (NW * U) - 1) / 2 * (NW * U);  // one of warp 0's steps
-    auto fetch_t = [&](int base) {
-      if ((threadIdx.x >> 5) != 0 || base != mid_base) return;  // warp 0 only: warp-uniform
-      const int lane = threadIdx.x;
-      int ok = lora_mode == 0;
-      if (ok && lane < nprod) {  // lane i polls producer i (nprod <= 32), in parallel
-        const u64 t0 = global_ns();
-        while (ld_acquire(flags + lane) != epoch) {
-          if (global_ns() - t0 > LEDGER_WAIT_NS) { ok = 0; break; }
-          __nanosleep(64);
-        }
-      }
-      ok = __all_sync(0xffffffffu, ok);
-      if (ok) {  // t = sum of the slices, in slice order
-        for (int i = lane; i < 8 * LEDGER_MAXR; i += 32) {
-          const int col = i / LEDGER_MAXR, rank = i % LEDGER_MAXR;
-          if (col < M && rank < r) {
-            float v = __ldcg(tbuf + i);
-            for (int p = 1; p < LEDGER_SLICES; ++p) v += __ldcg(tbuf + p * 8 * LEDGER_MAXR + i);
-            tsm[i] = v;
-          }
-        }
-      }
-      if (lane == 0) t_ready = ok;
-    };
-    tile_mma<WF, NW, U, RT>(W, row_bytes, (const u16*)wscale, row0, N, x, M, K, 0, nch, c, fetch_t);
-  } else {
+  else
     tile_mma<WF, NW, U, RT>(W, row_bytes, (const u16*)wscale, row0, N, x, M, K, 0, K / (4 * Fmt<WF>::E), c);
-  }
-  block_reduce<NW, RT>(c, red, sums);  // its barriers also publish warp 0's t_ready and tsm
+  block_reduce<NW, RT>(c, red, sums);
 
-  if (MIDT) {
-    if (!t_ready) {  // forward-progress path: compute t here (same code, same order, same bits)
-      for (int a = 0; a < nA; ++a)
-        for (int p = 0; p < LEDGER_SLICES; ++p)
-          lora_t_slice<NW>(A, r, a, p, x, M, K, red, tsums, tsm, p == 0 ? 1 : 2);
-    }
-    cp_async_wait_all();
-    __syncthreads();
-  } else if (LORA) {
+  // t is fetched here, after the weight stream. Fetching it mid-stream in warp 0 instead (to
+  // take its two L2 round trips out of the tail) was measured slower on an H200 (session 6:
+  // 39.23 vs 38.80 us at 8192^2, 37.25 vs 35.68 us at 14336x4096): warp 0's stall delays its
+  // share of the stream by more than the tail gains.
+  if (LORA) {
     if (threadIdx.x < 32) {  // lane i polls producer i (nprod <= 32), in parallel
       int ok = lora_mode == 0;
       if (ok && threadIdx.x < nprod) {

@@ -169,3 +169,30 @@ def test_the_image_policy_grants_the_gpu_only_when_asked(tmp_path):
     assert (cpu.gpu, gpu.gpu) == (False, True) and not gpu.network
     # the image's seccomp filter follows the policy: the GPU's (the driver's unix sockets) is another
     assert confine.rules(gpu)[1] != confine.rules(cpu)[1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int8", "q4b32"])
+def test_large_matrices_are_served_by_the_x16_kernels(fmt):
+    """Selection by shape: the fp16-tensor-core variant for a large matrix that fits it, the
+    bf16-path kernel for a small one or an x that does not fit shared memory; the bound x16
+    launcher computes the dequantized matvec."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from ledger.kernels import qlinear
+
+    ks = cd.Kernels()
+    assert ks.kernel_for(fmt, 1024, 512) == cd.KERNEL_OF[fmt]
+    assert ks.kernel_for(fmt, 8192, 4096) == cd.X16_OF[fmt]
+    assert ks.kernel_for(fmt, 4096, 32768) == cd.KERNEL_OF[fmt]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    w = torch.randn(8192, 4096, device="cuda", generator=g) / 64
+    q, s = qlinear.quantize(w, fmt)
+    m = cd.Matrix(fmt, 8192, 4096, q.contiguous(), s.contiguous())
+    launch = ks.bind(m)
+    x = torch.randn(1, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    y = torch.empty(1, 8192, device="cuda", dtype=torch.bfloat16)
+    launch(x, y)
+    torch.cuda.synchronize()
+    ref = x.float() @ m.dense(torch.float32).T
+    assert float((y.float() - ref).norm() / ref.norm()) < 5e-3

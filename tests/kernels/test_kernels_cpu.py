@@ -422,3 +422,22 @@ def test_x16_requirement_refuses_an_x_that_does_not_fit():
         spec.requirements.check_shape(spec.name, S.Shape(2, 64, 8192 + 64))
     assert spec.requirements.body()["max_m_times_k_plus_8"] == S.X16_MAX
     assert all(e.startswith("decode_linear_x16<1,") for e in spec.entries())
+
+
+def test_measured_best_configs_override_the_rule_only_where_stored():
+    """The configurations measured fastest offline (specs.MEASURED_BEST) are returned for their
+    exact (kernel, SMs, M, N, K); any other shape, or a device with other SMs, gets the rule."""
+    spec = S.get("linear-int8-x16")
+    bps = dict.fromkeys(spec.configs, 2)
+    key = ("linear-int8-x16", 132, 1, 8192, 8192)
+    assert S.MEASURED_BEST[key] in spec.configs
+    assert spec.choose_config(S.Shape(1, 8192, 8192), 132, bps) == S.MEASURED_BEST[key]
+    rule = dataclasses.replace(spec, name="not-stored")
+    assert spec.choose_config(S.Shape(1, 8192, 8192), 114, bps) == rule.choose_config(S.Shape(1, 8192, 8192), 114, bps)
+    assert spec.choose_config(S.Shape(2, 8192, 8192), 132, bps) == rule.choose_config(S.Shape(2, 8192, 8192), 132, bps)
+    # a stored configuration the device cannot make resident is not returned
+    no_room = {**bps, S.MEASURED_BEST[key]: 0}
+    assert spec.choose_config(S.Shape(1, 8192, 8192), 132, no_room) != S.MEASURED_BEST[key]
+    for (name, _sms, m, n, k), cfg in S.MEASURED_BEST.items():
+        assert cfg in S.get(name).configs and cfg[3] == 0
+        S.get(name).requirements.check_shape(name, S.Shape(m, n, k))
