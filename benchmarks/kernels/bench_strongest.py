@@ -66,6 +66,8 @@ def main() -> int:
     arch = f"sm_{info['cc'][0]}{info['cc'][1]}"
     print(f"device {info['name']} torch {torch.__version__} cupy {info['cupy']}", flush=True)
     mods = {n: R.load(H.build(n, arch)) for n in NAMES}
+    # the x16 kernels with one step in flight during the x staging (session 6's first run), A/B
+    one_ahead = {n: R.load(H.build(n, arch, defines=("LEDGER_X16_ONE_AHEAD",))) for n in SWEPT}
     spin = R.spin_function(mods["linear-bf16"])
     torch.set_float32_matmul_precision("high")
     ic.coordinate_descent_tuning = True
@@ -102,6 +104,9 @@ def main() -> int:
             for cfg in configs:
                 ops = [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]
                 cands.append((f"ledger {name} {cfg}" + (" auto" if cfg == auto else ""), ops, nbytes))
+            if name in SWEPT and not a.serving:
+                ops = [R.DecodeLinear(one_ahead[name], spec, sh, d, auto) for d in sets]
+                cands.append((f"A/B {name} one step ahead during staging {auto}", ops, nbytes))
             try:
                 if name == "linear-bf16":
                     cands.append(("torch F.linear (cuBLAS)", [lambda t=t: Fn.linear(t["x"], t["w"]) for t in ts], nbytes))

@@ -746,7 +746,12 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
         }
     }
   };
+  constexpr int STEP = NW * U;
   load(wa, sa, warp, true);
+#ifndef LEDGER_X16_ONE_AHEAD
+  // two steps in flight while x is staged (the loop below keeps one ahead, as before)
+  if (warp + STEP < nchunks) load(wb, sb, warp + STEP, true);
+#endif
 
   // Stage x: max|x| (as bf16 magnitude bits), then x * 2^-p as fp16 into xs[m * XR + k].
   const int nvec = M * K / 8;
@@ -815,7 +820,7 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
     }
   };
   // ping-pong: compute one buffer while the other one's loads are in flight
-  constexpr int STEP = NW * U;
+#ifdef LEDGER_X16_ONE_AHEAD
   for (int base = warp; base < nchunks; base += 2 * STEP) {
     if (base + STEP < nchunks) load(wb, sb, base + STEP, false);
     compute(wa, sa, base);
@@ -823,6 +828,15 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
     if (base + 2 * STEP < nchunks) load(wa, sa, base + 2 * STEP, false);
     compute(wb, sb, base + STEP);
   }
+#else
+  for (int base = warp; base < nchunks; base += 2 * STEP) {
+    compute(wa, sa, base);
+    if (base + 2 * STEP < nchunks) load(wa, sa, base + 2 * STEP, false);
+    if (base + STEP >= nchunks) break;
+    compute(wb, sb, base + STEP);
+    if (base + 3 * STEP < nchunks) load(wb, sb, base + 3 * STEP, false);
+  }
+#endif
 
   float c[RT][4];
 #pragma unroll
