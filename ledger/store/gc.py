@@ -23,7 +23,8 @@ import stat
 from dataclasses import dataclass
 
 from ledger.errors import JournalCorrupt
-from ledger.store import fsio, reach, retention
+from ledger.store import chunks, fsio, gcstate, reach, retention
+from ledger.store.state import Fold, State
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,12 @@ def _scan_tmp(store) -> tuple[tuple, tuple, tuple]:
     return tuple(files), tuple(dead), tuple(live)
 
 
-def _dead_packs(store, going: set[str]) -> tuple:
-    """Packs (ledger/store/chunks.py) that no chunked object staying in the store (present, not
-    in `going`) uses: (path, size)."""
+def _dead_packs(store, chunked: list[str], going: set[str]) -> tuple:
+    """Packs (ledger/store/chunks.py) that no chunked object staying in the store (listed with
+    a chunk index, not in `going`) uses: (path, size)."""
     live: set[bytes] = set()
-    for oid, p in store.objects.iter_ids():
-        if oid in going or not p.name.endswith(".c"):
+    for oid in chunked:
+        if oid in going:
             continue
         try:
             live |= store.objects.packs_of(oid)
@@ -116,36 +117,71 @@ def _dead_packs(store, going: set[str]) -> tuple:
     return tuple(dead)
 
 
-def plan(store, policy: retention.Policy | None = None) -> GcPlan:
-    """What `gc --prune` would remove under `policy` (default: superseded-training-state,
-    ledger/store/retention.py); reads only (no lock)."""
-    pol = policy or retention.DEFAULT
-    # Streamed, in bounded memory (ledger/store/reach.py): the journal one record at a time, ids
-    # as 64-bit keys. A broken chain, or a record the fold cannot apply, is JournalCorrupt before
-    # anything is judged. A file not named like an object is left alone (verify reports it).
+def _walk(store) -> reach.Walk:
+    """Both closures (ledger/store/reach.py) up to the journal's end: from gc's saved state when
+    it is usable (rule 22: only the records after it are read), else from record 1. A broken
+    chain, or a record the fold cannot apply, is JournalCorrupt before anything is judged. The
+    state is saved again for the next gc (a cache: written whole or not at all)."""
+    saved, why = gcstate.load(store)
+    if why:
+        store.warnings.append(f"gc's saved reach state was not used ({why}): walked every record")
+    if saved is None:
+        w, start, offset = reach.Walk(store), State(), 0
+    else:
+        w = reach.Walk(store, saved.reach, saved.not_kept, saved.inputs, saved.unresolved, saved.special)
+        start, offset = saved.state, saved.offset
+    f = Fold(start)
+
+    def each(rec):
+        f.add(rec)
+        w.add_record(rec)
+
     try:
-        keys, _ = reach.roots(store)
+        scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
     except JournalCorrupt as e:
         raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
-    reachable = reach.closure(store, keys)
-    unreachable = []
-    for oid, path in reach.unreachable(store, reachable):
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if path.name.endswith(".c") and size:
+    if scan.broken_at is not None:
+        raise JournalCorrupt(f"journal chain is broken at {scan.problem}; gc refuses to judge reachability",
+                             "run `ledger verify`")
+    w.retry_unresolved()
+    if saved is None or f.seq != start.seq or w.opened:
+        r, nk, inputs = w.result()
+        failed = gcstate.save(store, f.state(), scan.end, r, nk, inputs, w.unresolved, w.special)
+        if failed:
+            store.warnings.append(f"could not save gc's reach state ({failed}): the next gc walks every record again")
+    return w
+
+
+def plan(store, policy: retention.Policy | None = None) -> GcPlan:
+    """What `gc --prune` would remove under `policy` (default: superseded-training-state,
+    ledger/store/retention.py). Takes no lock and writes nothing but gc's own cache (rule 22)."""
+    pol = policy or retention.DEFAULT
+    w = _walk(store)
+    reachable = w.reach.array()
+    unreachable, chunked = [], []
+    for items, keys in reach.listing(store):
+        mask = reach.member(reachable, keys)
+        for i, (oid, path) in enumerate(items):
+            if path.endswith(chunks.SUFFIX):
+                chunked.append(oid)
+            if mask[i]:
+                continue
             try:
-                size = store.objects.size(oid)  # a chunk index: the object's size is in it
-            except Exception:  # noqa: BLE001 - a damaged index is removed all the same
-                pass
-        unreachable.append((oid, size))
-    retained = retention.plan(store, store.journal.stream(), pol).remove
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+            if path.endswith(chunks.SUFFIX) and size:
+                try:
+                    size = store.objects.size(oid)  # a chunk index: the object's size is in it
+                except Exception:  # noqa: BLE001 - a damaged index is removed all the same
+                    pass
+            unreachable.append((oid, size))
+    retained = retention.select(store, pol, w).remove
     going = {o for o, _ in unreachable} | {o for o, *_ in retained}
     files, dead, live = _scan_tmp(store)
     return GcPlan(tuple(unreachable), files, dead, live, len(reachable), policy=pol.name, retained=retained,
-                  packs=_dead_packs(store, going))
+                  packs=_dead_packs(store, chunked, going))
 
 
 def _remove_dead_folder(path) -> bool:

@@ -1,37 +1,49 @@
-"""Reachability in bounded memory, for gc at any journal length.
+"""Reachability in bounded memory and in time that grows with what changed, for gc at any length.
 
 docs/store-format.md rule 9: reachable is the closure, through ids inside structured objects,
 of every id in every journal record. Holding every record (2+ GiB at a million records) or a
-Python set of every id string (~150 bytes an id) does not fit a year of history; here the
-journal is streamed (`Journal.stream`: one record at a time) and ids are kept as the first 64
-bits of their hash in sorted numpy arrays (8 bytes an id).
+Python set of every id string (~150 bytes an id) does not fit a year of history; ids are kept
+as the first 64 bits of their hash in sorted numpy arrays (8 bytes an id).
 
 A 64-bit key can only err one way: an unreachable object whose key equals a reachable one's
 looks reachable and is kept (a chance of about n²/2⁶⁵, 3·10⁻⁶ at ten million objects); a
 reachable object always finds its own key. gc keeps too much in that case, never too little.
 
-The closure walks the object store's listing in passes: the first opens the structured objects
-among the roots, each later one only the objects first reached in the pass before (a
-generation's adapter tree, then its files), so memory is the key arrays plus one fan-out
-batch, whatever the history's length.
+Objects are immutable, and records are only ever appended, so the closure of records 1..N is
+a subset of the closure of records 1..N+k: one walk computes two closures at once (rule 9's,
+and the retention policy's, which starts from the ids records *name* — not their
+`payload.objects` — and does not follow a checkpoint's or receipt's training-state fields),
+and ledger/store/gcstate.py keeps both, keyed by the record they were folded to, so the next
+gc reads only the records after it and opens only the objects they reach first (rule 22).
+Opening one is `classify`: its children are taken only from bytes that hash to its id; an
+object that is missing or damaged is *unresolved* (no children yet) and is looked at again by
+every gc, so one that arrives later (a pull, a repair) has its children followed then.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np  # gc's key arrays: 8 bytes an id instead of a Python string's ~150
 
 from ledger.errors import BadInput, CorruptObject, MissingObject
 from ledger.store import canonical, fsio
-from ledger.store.ids import PREFIX, find_ids, is_id
-from ledger.store.state import State, fold
+from ledger.store.ids import PREFIX, find_ids, hash_bytes
+from ledger.store.objects import hash_fd
 
 STRUCTURED_MAX = 256 << 20   # as Store.closure: a larger object is data, never followed
-_FLUSH = 1 << 18             # pending keys merged into the sorted array this often
+_FLUSH = 1 << 18             # keys added one at a time are merged into a sorted array this often
 _BATCH = 1 << 13             # listed objects judged per vectorised lookup
-_IDS = 1 << 12               # ids of records gathered as strings before they become keys
+_READ_WHOLE = 16 << 20       # objects up to this size are read in one piece to hash and parse them
+_NAME = re.compile(r"[0-9a-f]{62}(\.[cz])?")  # whole, chunk index (.c) or compressed (.z, store/compress.py)
+_HEX2 = re.compile(r"[0-9a-f]{2}")
+
+# The fields of a checkpoint and of a receipt that name training state: reasons to keep it for
+# gc (rule 9), not for the retention policy (docs/store-format.md, "Retention").
+CUT = {"checkpoint": ("adapter", "optimizer", "rng"), "receipt": ("optimizer_state", "rng_state")}
 
 
 def key(oid: str) -> int:
@@ -39,121 +51,267 @@ def key(oid: str) -> int:
     return int(oid[len(PREFIX):len(PREFIX) + 16], 16)
 
 
-class KeySet:
-    """A set of ids as sorted unique uint64 keys, grown in batches."""
+def member(arr: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """A boolean mask: which of `keys` are in the sorted unique array `arr`."""
+    if not len(arr) or not len(keys):
+        return np.zeros(len(keys), dtype=bool)
+    i = np.searchsorted(arr, keys)
+    i[i == len(arr)] = 0
+    return arr[i] == keys
 
-    def __init__(self):
-        self._sorted = np.empty(0, dtype=np.uint64)
-        self._pending: list[int] = []
 
-    def add(self, oid: str) -> None:
-        self._pending.append(key(oid))
-        if len(self._pending) >= _FLUSH:
-            self._merge()
+class Keys:
+    """A set of ids as uint64 keys: a sorted base array (loaded from the state), a sorted array
+    of what was added since, and the latest additions in a small Python set."""
 
-    def add_keys(self, keys: np.ndarray) -> None:
-        self._merge()
-        self._sorted = np.union1d(self._sorted, keys.astype(np.uint64))
+    def __init__(self, base: np.ndarray | None = None):
+        self.base = np.empty(0, dtype=np.uint64) if base is None else base
+        self._extra = np.empty(0, dtype=np.uint64)
+        self._recent: set[int] = set()
 
-    def _merge(self) -> None:
-        if self._pending:
-            self._sorted = np.union1d(self._sorted, np.array(self._pending, dtype=np.uint64))
-            self._pending = []
+    def has(self, k: int) -> bool:
+        if k in self._recent:
+            return True
+        u = np.uint64(k)
+        for arr in (self.base, self._extra):
+            if len(arr):
+                i = int(arr.searchsorted(u))
+                if i < len(arr) and arr[i] == u:
+                    return True
+        return False
+
+    def add(self, k: int) -> None:
+        self._recent.add(k)
+        if len(self._recent) >= _FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._recent:
+            new = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
+            self._extra = np.union1d(self._extra, new)
+            self._recent = set()
+
+    def added(self) -> np.ndarray:
+        """The keys added since the base (sorted, unique; may include some already in the base)."""
+        self._flush()
+        return self._extra
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
         """A boolean mask: which of `keys` are in the set."""
-        self._merge()
-        s = self._sorted
-        if not len(s):
-            return np.zeros(len(keys), dtype=bool)
-        i = np.searchsorted(s, keys)
-        i[i == len(s)] = 0
-        return s[i] == keys
+        self._flush()
+        return member(self.base, keys) | member(self._extra, keys)
+
+    def array(self) -> np.ndarray:
+        """Every key, sorted and unique (the base array itself when nothing was added)."""
+        self._flush()
+        if not len(self._extra):
+            return self.base
+        return np.union1d(self.base, self._extra)
 
     def __len__(self) -> int:
-        self._merge()
-        return len(self._sorted)
+        return len(self.array())
 
 
-def _record_ids(rec: dict, out: set) -> None:
-    out.update(rec["inputs"])
-    out.update(rec["outputs"])
-    find_ids(rec["payload"], out)
+@dataclass
+class Node:
+    """What opening an object showed: its children (rule 9's, and the retention policy's with
+    training-state fields cut), whether it is a checkpoint or receipt, whether it resolved."""
+    children: set = field(default_factory=set)
+    kept_children: set = field(default_factory=set)
+    special: bool = False
+    resolved: bool = True
 
 
-def roots(store) -> tuple[KeySet, State]:
-    """Every id any journal record names, and the journal's fold, in one streamed pass. A broken
-    chain or a record the fold cannot apply raises JournalCorrupt before anything is judged."""
-    keys = KeySet()
-
-    def each() -> Iterator[dict]:
-        ids: set[str] = set()
-        for rec in store.journal.stream():
-            _record_ids(rec, ids)
-            if len(ids) > _IDS:
-                for oid in ids:
-                    keys.add(oid)
-                ids.clear()
-            yield rec
-        for oid in ids:
-            keys.add(oid)
-
-    st = fold(each())
-    return keys, st
-
-
-def _children(store, oid: str) -> set[str]:
-    """Ids inside structured object `oid` (the same rule as Store.closure); an object that is
-    missing, damaged, large or not JSON has none to follow."""
+def classify(store, oid: str) -> Node:
+    """Open `oid` and say what it reaches. Children come only from bytes that hash to the id
+    (a damaged copy's bytes are not its content); a missing, damaged or unreadable object is
+    unresolved (no children yet, looked at again by the next gc). A chunked object, one larger
+    than STRUCTURED_MAX, or one that is not a JSON object is data: no children."""
+    if store.objects.compressed(oid):  # a `.z` file (store/compress.py): decompressed and rehashed
+        try:
+            data = store.objects.structure(oid, STRUCTURED_MAX)
+        except (MissingObject, CorruptObject, fsio.StorageIOError):
+            return Node(resolved=False)
+        return Node() if data is None else _node(data)
     try:
-        data = store.objects.structure(oid, STRUCTURED_MAX)  # whole or compressed (store/compress.py)
-    except (MissingObject, CorruptObject, fsio.StorageIOError):
-        return set()
-    if data is None or PREFIX.encode() not in data:
-        return set()   # no id anywhere in it: nothing to parse for (most turn batches)
+        fd, st = store.objects.open(oid)
+    except MissingObject:
+        # stored as chunks (ledger/store/chunks.py: 16 MiB and up) is data, as Store.closure says
+        return Node() if store.objects.chunked(oid) else Node(resolved=False)
+    except (CorruptObject, fsio.StorageIOError):
+        return Node(resolved=False)
     try:
-        return find_ids(canonical.loads(data))
+        if st.st_size > STRUCTURED_MAX:
+            return Node()
+        try:
+            if st.st_size <= _READ_WHOLE:
+                data = fsio.read_bounded(fd, st.st_size)
+                ok = hash_bytes(data) == oid
+            else:
+                data = os.pread(fd, 1, 0)
+                ok = hash_fd(fd, st.st_size) == oid
+        except OSError:
+            return Node(resolved=False)
+    finally:
+        os.close(fd)
+    if not ok:
+        return Node(resolved=False)
+    if not data.startswith(b"{"):
+        return Node()
+    if st.st_size > _READ_WHOLE:
+        try:
+            data = store.objects.get_bytes(oid, max_size=STRUCTURED_MAX)
+        except Exception:  # noqa: BLE001 - changed under us: damage is verify's to name; look again next time
+            return Node(resolved=False)
+    return _node(data)
+
+
+def _node(data: bytes) -> Node:
+    """The Node of a structured object's verified bytes."""
+    if PREFIX.encode() not in data and b"\\u" not in data:
+        return Node()   # no id can be in it, literally or escaped: nothing to parse (most turn batches)
+    try:
+        obj = canonical.loads(data)
     except BadInput:
-        return set()
+        return Node()
+    children = find_ids(obj)
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if kind in CUT:
+        cut = CUT[kind]
+        return Node(children, find_ids({k: v for k, v in obj.items() if k not in cut}), special=True)
+    return Node(children, children)
 
 
-def _batches(store) -> Iterator[tuple[list[tuple[str, os.PathLike]], np.ndarray]]:
-    """The object store's listing in batches: ([(id, path)], keys), well-formed ids only."""
+def record_ids(rec: dict) -> tuple[set, set]:
+    """(every id the record names, the ids it names other than through payload.objects): rule
+    9's roots, and the retention policy's (what a transaction wrote is not what it needs)."""
+    payload = rec["payload"]
+    named = set(rec["inputs"])
+    named.update(rec["outputs"])
+    if "objects" in payload:
+        find_ids({k: v for k, v in payload.items() if k != "objects"}, named)
+        return find_ids(payload["objects"], set(named)), named
+    find_ids(payload, named)
+    return named, named
+
+
+class Walk:
+    """The two closures of gc, grown record by record from a saved state (or from nothing)."""
+
+    def __init__(self, store, reach: np.ndarray | None = None, not_kept: np.ndarray | None = None,
+                 inputs: np.ndarray | None = None, unresolved=(), special=()):
+        self.store = store
+        self.reach = Keys(reach)                   # rule 9's closure
+        self.kept = Keys()                         # the policy's closure: what it added to the saved one
+        self._not_kept = Keys(not_kept)            # saved: reached, but not kept by the policy
+        self.inputs = Keys(inputs)                 # every id a record names as an input
+        self.unresolved: set[str] = set(unresolved)
+        self.special: set[str] = set(special)      # checkpoints and receipts the policy keeps
+        self.opened = 0
+
+    def _kept(self, k: int) -> bool:
+        """Kept by the policy: added this walk, or in the saved closure (reached, not not-kept)."""
+        if self.kept.has(k):
+            return True
+        base = self.reach.base
+        if len(base):
+            u = np.uint64(k)
+            i = int(base.searchsorted(u))
+            if i < len(base) and base[i] == u:
+                return not self._not_kept.has(k)
+        return False
+
+    def add_record(self, rec: dict) -> None:
+        """Grow both closures by what one record names."""
+        every, named = record_ids(rec)
+        for oid in rec["inputs"]:
+            self.inputs.add(key(oid))
+        self._grow(every, named, {})
+
+    def _grow(self, every, named, memo: dict) -> None:
+        stack = [oid for oid in every if not self.reach.has(key(oid))]
+        while stack:
+            oid = stack.pop()
+            k = key(oid)
+            if self.reach.has(k):
+                continue
+            self.reach.add(k)
+            node = memo.get(oid) or self._open(oid, memo)
+            stack.extend(c for c in node.children if not self.reach.has(key(c)))
+        # the policy's closure is inside rule 9's (named ids are among every id, its edges among
+        # all edges), so whatever it opens was opened above, in this record or an earlier one
+        stack = [oid for oid in named if not self._kept(key(oid))]
+        while stack:
+            oid = stack.pop()
+            k = key(oid)
+            if self._kept(k):
+                continue
+            self.kept.add(k)
+            node = memo.get(oid) or self._open(oid, memo)
+            if node.special:
+                self.special.add(oid)
+            stack.extend(c for c in node.kept_children if not self._kept(key(c)))
+
+    def _open(self, oid: str, memo: dict) -> Node:
+        node = classify(self.store, oid)
+        self.opened += 1
+        memo[oid] = node
+        if node.resolved:
+            self.unresolved.discard(oid)
+        else:
+            self.unresolved.add(oid)
+        return node
+
+    def retry_unresolved(self) -> None:
+        """Objects reached while missing or damaged: any that is now whole has its children
+        followed (into the policy's closure too, when the policy keeps it)."""
+        for oid in sorted(self.unresolved):
+            node = classify(self.store, oid)
+            self.opened += 1
+            if not node.resolved:
+                continue
+            self.unresolved.discard(oid)
+            if node.special and self._kept(key(oid)):
+                self.special.add(oid)
+            self._grow(node.children, node.kept_children if self._kept(key(oid)) else (), {oid: node})
+
+    def is_kept(self, oid: str) -> bool:
+        """The policy's closure holds `oid` (or a key equal to its: then it is kept, never removed)."""
+        return self._kept(key(oid))
+
+    def has_input(self, oid: str) -> bool:
+        return self.inputs.has(key(oid))
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(reach, reached but not kept, inputs) as sorted arrays, for the saved state."""
+        reach = self.reach.array()
+        newly = self.reach.added()
+        # not kept = (saved not-kept ∪ newly reached) − newly kept
+        cand = np.union1d(self._not_kept.array(), newly[~member(self.reach.base, newly)])
+        return reach, cand[~self.kept.contains(cand)], self.inputs.array()
+
+
+def listing(store) -> Iterator[tuple[list[tuple[str, os.PathLike]], np.ndarray]]:
+    """The object store's files in batches: ([(id, path)], keys), names of well-formed ids
+    only (a file not named like an object is left alone: verify reports it). One scandir per
+    fan-out directory (the pathlib walk of ObjectStore.iter_ids costs ~5 µs a file)."""
+    top = store.objects.dir
+    try:
+        subs = sorted(e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False) and _HEX2.fullmatch(e.name))
+    except FileNotFoundError:
+        return
     items: list = []
-    for oid, path in store.objects.iter_ids():
-        if is_id(oid):
-            items.append((oid, path))
-            if len(items) >= _BATCH:
-                yield items, np.fromiter((key(i) for i, _ in items), dtype=np.uint64, count=len(items))
-                items = []
+    for sub in subs:
+        base = os.path.join(top, sub)
+        try:
+            names = sorted(e.name for e in os.scandir(base))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            if _NAME.fullmatch(name):
+                items.append((PREFIX + sub + name[:62], base + os.sep + name))
+        if len(items) >= _BATCH:
+            yield items, np.fromiter((int(i[3:19], 16) for i, _ in items), dtype=np.uint64, count=len(items))
+            items = []
     if items:
-        yield items, np.fromiter((key(i) for i, _ in items), dtype=np.uint64, count=len(items))
-
-
-def closure(store, reach: KeySet) -> KeySet:
-    """Grow `reach` (root keys) to the closure through structured objects; returns it."""
-    frontier: KeySet | None = None        # None: the first pass, where the frontier is every root
-    while True:
-        found: set[int] = set()
-        for items, keys in _batches(store):
-            mask = (reach if frontier is None else frontier).contains(keys)
-            for i in np.flatnonzero(mask):
-                for child in _children(store, items[i][0]):
-                    found.add(key(child))
-        if not found:
-            return reach
-        new = np.array(sorted(found), dtype=np.uint64)
-        new = new[~reach.contains(new)]
-        if not len(new):
-            return reach
-        reach.add_keys(new)
-        frontier = KeySet()
-        frontier.add_keys(new)
-
-
-def unreachable(store, reach: KeySet) -> Iterator[tuple[str, os.PathLike]]:
-    """(id, path) of present objects (well-formed names) whose key is not reachable."""
-    for items, keys in _batches(store):
-        mask = reach.contains(keys)
-        for i in np.flatnonzero(~mask):
-            yield items[i]
+        yield items, np.fromiter((int(i[3:19], 16) for i, _ in items), dtype=np.uint64, count=len(items))

@@ -29,11 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger.errors import BadInput, LedgerError
-from ledger.store import canonical
 from ledger.store.ids import PREFIX, find_ids, hex_of, is_id
 
 PRUNE_KIND = "prune"
-JSON_LIMIT = 256 << 20   # as Store.closure: larger objects are data, not structure
 
 
 @dataclass(frozen=True)
@@ -92,60 +90,29 @@ class Pruning:
                 "removed": [[hex_of(o), size, role, hex_of(of)] for o, size, role, of in self.remove]}
 
 
-def _load(store, oid: str):
-    """The structured object `oid`, or None (a blob, large, absent or damaged: not structure)."""
-    if not store.objects.has(oid) or store.objects.chunked(oid):
-        return None
-    try:
-        if store.objects.size(oid) > JSON_LIMIT:
-            return None
-        data = store.objects.get_bytes(oid)
-    except Exception:  # noqa: BLE001 - damage is verify's to report; here it only means "not structure"
-        return None
-    if not data.startswith(b"{"):
-        return None
-    try:
-        return canonical.loads(data)
-    except BadInput:
-        return None
-
-
-def plan(store, records, pol: Policy) -> Pruning:
-    """What `pol` removes from a store whose journal is `records` (reads only)."""
+def select(store, pol: Policy, walk) -> Pruning:
+    """What `pol` removes, given gc's walk (ledger/store/reach.py): the policy's closure — what
+    records name (not their `payload.objects`: being written is not being needed), followed
+    through every field but a checkpoint's and a receipt's training state — as `walk.is_kept`,
+    the checkpoints and receipts in it as `walk.special`, and the inputs records name as
+    `walk.has_input`. Reads only."""
     if pol is NONE:
         return Pruning(pol)
-    roots: set[str] = set()
-    inputs: set[str] = set()
-    for r in records:
-        roots.update(r["inputs"])
-        roots.update(r["outputs"])
-        inputs.update(r["inputs"])
-        # payload.objects lists what a transaction wrote (a checkpoint's blobs among them):
-        # being written is not being needed
-        find_ids({k: v for k, v in r["payload"].items() if k != "objects"}, roots)
     checkpoints: dict[str, dict] = {}
     receipts: dict[str, dict] = {}
-    kept: set[str] = set()
-    stack = list(roots)
-    while stack:
-        oid = stack.pop()
-        if oid in kept:
+    for oid in sorted(walk.special):
+        try:
+            obj = store.get_json(oid)
+        except Exception:  # noqa: BLE001 - damage is verify's to report; here it only means "not structure"
             continue
-        kept.add(oid)
-        obj = _load(store, oid)
-        if not isinstance(obj, dict):
-            continue
-        cut: tuple = ()
-        if obj.get("kind") == "checkpoint":
+        if isinstance(obj, dict) and obj.get("kind") == "checkpoint":
             checkpoints[oid] = obj
-            cut = ("adapter", "optimizer", "rng")
-        elif obj.get("kind") == "receipt":
+        elif isinstance(obj, dict) and obj.get("kind") == "receipt":
             receipts[oid] = obj
-            cut = ("optimizer_state", "rng_state")
-        stack.extend(find_ids({k: v for k, v in obj.items() if k not in cut}) - kept)
 
     finished: set[str] = set()
     finals: set[str] = set()
+    resumed: set[str] = set()
     for r in receipts.values():
         cks = [c for c in (r.get("checkpoints") or []) if is_id(c)]
         if is_id(r.get("final_checkpoint")):
@@ -153,8 +120,8 @@ def plan(store, records, pol: Policy) -> Pruning:
             cks.append(r["final_checkpoint"])
         finished.update(cks)
         if pol.keep_resumed and is_id(r.get("resumed_from")):
-            inputs.add(r["resumed_from"])
-    whole: set[str] = {c for c in checkpoints if pol.keep_resumed and c in inputs}
+            resumed.add(r["resumed_from"])
+    whole: set[str] = {c for c in checkpoints if pol.keep_resumed and (c in resumed or walk.has_input(c))}
     if pol.keep_unfinished_latest:
         latest: dict[str, tuple[int, str]] = {}
         for c, m in checkpoints.items():
@@ -175,12 +142,12 @@ def plan(store, records, pol: Policy) -> Pruning:
     for c, m in sorted(checkpoints.items()):
         for role in ("adapter", "optimizer", "rng"):
             f = m.get(role)
-            if is_id(f) and f not in kept and f not in keep_files and f not in candidates:
+            if is_id(f) and f not in keep_files and f not in candidates and not walk.is_kept(f):
                 candidates[f] = (f"checkpoint {role}", c)
     for rid, r in sorted(receipts.items()):
         for role in ("optimizer_state", "rng_state"):
             f = r.get(role)
-            if is_id(f) and f not in kept and f not in keep_files and f not in candidates:
+            if is_id(f) and f not in keep_files and f not in candidates and not walk.is_kept(f):
                 candidates[f] = (f"receipt {role}", rid)
     remove = []
     for f, (role, of) in sorted(candidates.items()):

@@ -1,0 +1,124 @@
+"""gc's reach state: the two closures gc computed (ledger/store/reach.py), saved with the journal
+record they were folded to, so the next gc reads only the records after it (docs/store-format.md,
+rule 22).
+
+`cache/reach.bin` — one line of canonical JSON, then three arrays of little-endian uint64 keys:
+
+    {"format":1, "store", "seq", "id", "offset", "state" (the fold there), "counts": [reach,
+     not_kept, inputs], "unresolved": [ids], "special": [ids], "digest"}\\n <reach> <not_kept> <inputs>
+
+`digest` is the BLAKE3 of the line without it and the arrays. `cache/reach.seal` is written
+after it: {"store", "digest", "file": [dev, inode, size, mtime_ns, ctime_ns] of reach.bin}.
+The state is used only if it is this store's, hashes to its digest, the seal names this very
+file (any rewrite of reach.bin changes its ctime, which no process can set back: a state
+rewritten by anything but gc — a forged "this object has no children" among it — is not
+used), the journal's record ending at its offset is its record, and refs.json does not show
+the journal changed other than by appends (rule 19). Otherwise gc says why and walks
+everything: the answer of a full walk, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np  # the key arrays (reach.py)
+
+from ledger.store import canonical, fsio
+from ledger.store.ids import hash_bytes, is_id
+from ledger.store.journal import stat_identity
+from ledger.store.state import State
+
+STATE = ("cache", "reach.bin")
+SEAL = ("cache", "reach.seal")
+FORMAT = 1
+HEADER_MAX = 64 << 20
+SEAL_MAX = 64 << 10
+
+
+class Saved:
+    """A usable saved state: where it was folded to, and its arrays."""
+
+    def __init__(self, header: dict, state: State, reach, not_kept, inputs):
+        self.header, self.state = header, state
+        self.offset: int = header["offset"]
+        self.reach, self.not_kept, self.inputs = reach, not_kept, inputs
+        self.unresolved: list[str] = header["unresolved"]
+        self.special: list[str] = header["special"]
+
+
+def _digest(header: dict, arrays: bytes) -> str:
+    return hash_bytes(canonical.dumps({k: v for k, v in header.items() if k != "digest"}) + b"\n" + arrays)
+
+
+def load(store) -> tuple[Saved | None, str | None]:
+    """The saved state and None, or None and why it cannot be used (None, None: there is none)."""
+    path = store.root.joinpath(*STATE)
+    try:
+        seal = json.loads(fsio.read_small(store.root.joinpath(*SEAL), SEAL_MAX))
+        fd, st = fsio.open_regular(path)
+    except FileNotFoundError:
+        return None, (None if not path.exists() else "its seal is missing")
+    except (OSError, ValueError, fsio.NotRegular):
+        return None, "it is unreadable"
+    try:
+        if not isinstance(seal, dict) or seal.get("file") != stat_identity(st):
+            return None, "it was rewritten since gc wrote it (its seal names another file)"
+        data = fsio.read_bounded(fd, st.st_size)
+    except OSError:
+        return None, "it is unreadable"
+    finally:
+        os.close(fd)
+    nl = data.find(b"\n", 0, HEADER_MAX)
+    try:
+        h = json.loads(data[:nl]) if nl > 0 else None
+        if not isinstance(h, dict) or h.get("format") != FORMAT:
+            raise ValueError("format")
+        counts, offset, seq = h["counts"], h["offset"], h["seq"]
+        if not (isinstance(counts, list) and len(counts) == 3 and all(type(c) is int and c >= 0 for c in counts)
+                and type(offset) is int and type(seq) is int and offset >= 0
+                and isinstance(h["unresolved"], list) and all(is_id(x) for x in h["unresolved"])
+                and isinstance(h["special"], list) and all(is_id(x) for x in h["special"])):
+            raise ValueError("fields")
+        st0 = State.from_cache(h["state"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, "it is unreadable"
+    if h.get("store") != store.store_id or seal.get("store") != store.store_id:
+        return None, "it belongs to another store"
+    arrays = data[nl + 1:]
+    if len(arrays) != 8 * sum(counts) or _digest(h, arrays) != h.get("digest") or seal.get("digest") != h["digest"] \
+            or (st0.seq, st0.head) != (seq, h.get("id")):
+        return None, "it does not match its digest"
+    rec = store.journal.record_before(offset) if offset else None
+    if offset and (rec is None or rec["id"] != h["id"] or rec["seq"] != seq):
+        return None, f"the journal no longer holds its record {seq} at byte {offset}"
+    # refs.json at the journal's end, yet the file is not the one its last writer left: bytes
+    # were changed in place (rule 19), so the records before the state are not known to be the
+    # ones it was folded from.
+    c = store._load_cache()
+    ident = store.journal.identity()
+    if c and ident is not None and c.get("journal") and c["offset"] == ident[2] and not store._cache_vouches(c, ident):
+        return None, "the journal file changed since its last commit, not by an append"
+    keys = np.frombuffer(arrays, dtype="<u8").astype(np.uint64)
+    a, b = counts[0], counts[0] + counts[1]
+    return Saved(h, st0, keys[:a], keys[a:b], keys[b:]), None
+
+
+def save(store, st: State, offset: int, reach, not_kept, inputs, unresolved, special) -> str | None:
+    """Write the state (whole or not at all), then its seal. Returns why it could not, or None."""
+    arrays = b"".join(np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (reach, not_kept, inputs))
+    h = {"format": FORMAT, "store": store.store_id, "seq": st.seq, "id": st.head, "offset": offset,
+         "state": st.to_json(), "counts": [len(reach), len(not_kept), len(inputs)],
+         "unresolved": sorted(unresolved), "special": sorted(special)}
+    h["digest"] = _digest(h, arrays)
+    path, seal = store.root.joinpath(*STATE), store.root.joinpath(*SEAL)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        seal.unlink(missing_ok=True)   # a seal never names a file it was not written for
+        fsio.atomic_write(path, canonical.dumps(h) + b"\n" + arrays, store.tmp, durable=False)
+        ident = stat_identity(os.lstat(path))
+        fsio.atomic_write(seal, canonical.dumps({"store": store.store_id, "digest": h["digest"], "file": ident}),
+                          store.tmp, durable=False)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
