@@ -9,8 +9,10 @@ the meta device, then materialised ONE decoder layer at a time on the GPU (bf16,
 each layer's seven projections quantized at once (ledger.kernels.qlinear.quantize_layer_), so
 the dense base never exists whole. LoRA r16 on all seven projections (peft; fp32 adapter), and
 the loop is ledger's `torch-compiled` realization (ledger.train.sft.compile_layers: each decoder
-layer torch.compile'd, bf16 autocast, fused AdamW), on unpadded rows of a synthetic corpus a
-model can learn (a random sparse bigram chain over 512 tokens: 4 successors per token).
+layer torch.compile'd, bf16 autocast, fused AdamW) or, with `--loop eager`, its `torch-eager`
+one (no compile, no autocast: peft runs the LoRA math in the fp32 masters, memory.lines), on
+unpadded rows of a synthetic corpus a model can learn (a random sparse bigram chain over 512
+tokens: 4 successors per token); `--warmup N` warms the lr up linearly as ledger's schedule does.
 
 Prints, and writes to --out/bench_qlora.json: the memory plan (ledger.plan.memory.lines_compiled
 with base_quant) line by line against torch.cuda.max_memory_allocated, tokens/s (steady: without
@@ -124,8 +126,11 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--r", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=0, help="linear lr warm-up over this many steps (ledger's schedule)")
     ap.add_argument("--loop", default="compiled", choices=("compiled", "eager"),
-                    help="compiled: ledger's torch-compiled realization (the plan's memory model); eager: no compile")
+                    help="compiled: ledger's torch-compiled realization (per-layer torch.compile, bf16 autocast); "
+                         "eager: ledger's torch-eager realization (no compile, no autocast: the LoRA math in its "
+                         "fp32 masters, as ledger.train.sft runs it)")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model on the CPU, eager: checks the script")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     a = ap.parse_args()
@@ -147,7 +152,7 @@ def main() -> int:
     # the memory model of the loop that runs: the compiled layers' (torch-compiled), or eager
     # autograd's (torch-eager; the encoded dataset is not on the device here: 0 rows)
     plan = (memory.lines_compiled(arch, padded=False, **kw) if a.loop == "compiled"
-            else memory.lines(arch, dataset_rows=0, **kw))
+            else memory.lines(arch, dataset_rows=0, padded=False, device=dev.type, **kw))
     predicted = memory.total(plan)
     print(f"base: {info['params'] / 1e9:.2f}B params in {a.fmt}, built in {info['build_s']:.1f} s; "
           f"after build {info['after_build_bytes'] / 2**30:.2f} GiB", flush=True)
@@ -168,7 +173,10 @@ def main() -> int:
         ids = data[step * B:(step + 1) * B].to(dev, non_blocking=True)
         sync()
         t0 = time.perf_counter()
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) if a.warmup else a.lr   # ledger.train.sft.lr_at
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.loop == "compiled"):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -184,7 +192,7 @@ def main() -> int:
     tok_s = B * T * len(steady) / sum(steady)
     fl = flops_per_token(cfg, a.r, T)
     res = {"loop": a.loop, "fmt": a.fmt, "shape": TINY if a.tiny else SHAPE, "params": info["params"], "micro_batch": B, "seq_len": T, "r": a.r,
-           "lr": a.lr, "build_s": info["build_s"], "losses": losses, "step_s": times,
+           "lr": a.lr, "warmup": a.warmup, "autocast": a.loop == "compiled", "build_s": info["build_s"], "losses": losses, "step_s": times,
            "first_step_s": times[0], "steady_tokens_per_s": tok_s, "flops": fl,
            "mfu": tok_s * fl["per_token"] / PEAK_BF16, "peak_allocated_bytes": peak,
            "predicted_bytes": predicted, "prediction_error": predicted / peak - 1,

@@ -252,21 +252,23 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
 
 
 # --- memory and fit -----------------------------------------------------------------------------
-def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True):
+def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str = "eager", padded: bool = True,
+           device: str = "cpu"):
     kw = dict(r=c.lora.r, modules=c.lora.target_modules, dropout=c.lora.dropout,
               dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len, base_quant=c.precision.base_format)
     if loop in ("compiled", "fused"):  # memory per device: DDP replicates all but the data
         return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count,
                                      ce_chunk=CE_CHUNK_ROWS if loop == "fused" else None, **kw)
-    return memory.lines(arch, dataset_rows=rows, **kw)
+    return memory.lines(arch, dataset_rows=rows, padded=padded, device=device, **kw)
 
 
-def _nearest(arch, c: Config, rows: int, usable: int, loop: str = "eager", padded: bool = True) -> dict:
+def _nearest(arch, c: Config, rows: int, usable: int, loop: str = "eager", padded: bool = True,
+             device: str = "cpu") -> dict:
     """The nearest configuration that fits: the largest micro-batch, else the longest sequence."""
     T = c.data.seq_len
 
     def fits(b, t):
-        return memory.total(_lines(arch, c, b, t, rows, loop, padded)) <= usable
+        return memory.total(_lines(arch, c, b, t, rows, loop, padded, device)) <= usable
 
     if fits(1, T):
         lo, hi = 1, c.data.micro_batch
@@ -289,7 +291,7 @@ def fit_check(arch, c: Config, target: Target, rows: int, loop: str | None = Non
     model of the realization that runs (training_loop); `padded` whether batches carry padding."""
     B, T = c.data.micro_batch, c.data.seq_len
     loop = loop or training_loop(c, target)
-    ls = _lines(arch, c, B, T, rows, loop, padded)
+    ls = _lines(arch, c, B, T, rows, loop, padded, target.device)
     need = memory.total(ls)
     frac = c.budget.memory_fraction
     usable = int(target.memory_bytes * frac)
@@ -304,7 +306,7 @@ def fit_check(arch, c: Config, target: Target, rows: int, loop: str | None = Non
     if not ok:
         by = {x.name: x.bytes for x in ls}
         biggest = max(ls, key=lambda x: x.bytes)
-        near = _nearest(arch, c, rows, usable, loop, padded)
+        near = _nearest(arch, c, rows, usable, loop, padded, target.device)
         if near.get("data.micro_batch") and "data.seq_len" not in near:
             tail = f"largest micro-batch that fits: {near['data.micro_batch']}"
         elif near:

@@ -65,7 +65,7 @@ class Line:
 
 
 def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
-          dataset_rows: int, base_quant: str = "none") -> list[Line]:
+          dataset_rows: int, base_quant: str = "none", padded: bool = True, device: str = "cpu") -> list[Line]:
     a, B, T = arch, micro_batch, seq_len
     e = DTYPE_BYTES[dtype]
     lora = a.lora_params(r, modules)
@@ -89,9 +89,13 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
                  + 3 * BT * I + (BT * I if "down_proj" in mods else 0))
     lora_act = sum(BT * r + (BT * MODULE_SHAPES[m](a)[0] if dropout > 0 else 0) for m in modules)
     act = L * (per_layer + lora_act) * e
+    if e < 4:
+        act = L * BT * _half_precision_eager_per_token(a, mods, r, dropout, e, padded, T, device)
     # Head: cross-entropy's log-softmax in fp32 (B*T*V*4) and the int64 labels; the lm_head is
     # frozen and not adapted, so its input is not kept.
     head = BT * V * 4 + BT * INDEX_BYTES
+    if e < 4:   # and the final norm's fp32 input and rstd (see _half_precision_eager_per_token)
+        head += BT * (4 * H + 4)
     # Transients on top of the saved set: at the start of backward the log-softmax gradient and
     # the logits gradient (fp32, 2*B*T*V*4); then one MLP's gradients (2*B*T*I) while the
     # earlier layers' activations are still held.
@@ -107,6 +111,36 @@ def lines(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batc
              True),
         Line("workspace", work, "backward transients: log-softmax and logits grads + one MLP's grads", True),
     ]
+
+
+def _half_precision_eager_per_token(a: Arch, mods: set, r: int, dropout: float, e: int, padded: bool,
+                                    seq_len: int, device: str) -> int:
+    """Bytes torch-eager autograd keeps per token and decoder layer for a bf16/fp16 base, the fp32
+    LoRA masters on it (counted storage by storage with saved_tensors_hooks:
+    tests/plan/test_compile.py::test_activation_line_matches_what_autograd_saves[bf16...]):
+
+      RMSNorm (x2)   transformers upcasts its input: the fp32 copy (4H) and the fp32 rstd (4)
+      LoRA inputs    peft casts each adapted module's input to the adapter's fp32 (`x.to(A.dtype)`):
+                     a copy PER MODULE (4 in_features), none shared; with dropout the dropped
+                     fp32 input and what dropout keeps for backward: on CUDA its bool mask (1),
+                     on the CPU its fp32 noise tensor (4)
+      LoRA A out     fp32 (4r per adapted module)
+      attention      q and the output (e each), k and v at the kv heads when no batch is padded
+                     (transformers drops an all-ones mask and SDPA meets grouped-query heads
+                     itself), else expanded to nh heads with the float mask (e T); the
+                     log-sum-exp in fp32 (4 nh)
+      MLP            gate, silu(gate), up (3 I e); the product is not kept (down's base is frozen,
+                     its LoRA keeps its own fp32 copy)
+    The fp32 formula above stays: there `x.to(fp32)` is the input itself, shared by q/k/v and gate/up."""
+    H, I, nh = a.hidden, a.intermediate, a.heads  # noqa: E741 - the docstring's notation
+    q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    norms = 2 * (4 * H + 4)
+    keep = 4 + (1 if device == "cuda" else 4) if dropout > 0 else 4
+    lora_in = sum(MODULE_SHAPES[m](a)[0] * keep for m in mods)
+    lora_out = 4 * r * len(mods)
+    attn = e * (2 * q_dim + (2 * q_dim + seq_len if padded else 2 * kv_dim)) + 4 * nh
+    mlp = 3 * I * e
+    return norms + lora_in + lora_out + attn + mlp
 
 
 # cuBLAS workspaces on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for every training child) gives

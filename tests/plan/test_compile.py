@@ -156,10 +156,16 @@ def test_cuda_plan_never_falls_back_to_cpu(store):
 
 
 @pytest.mark.parametrize("extra", [{}, {"lora.target_modules": ["q_proj", "v_proj"], "lora.r": 2},
-                                   {"model.kv_heads": 2, "lora.dropout": 0.1}])
+                                   {"model.kv_heads": 2, "lora.dropout": 0.1},
+                                   {"precision.dtype": "bf16"}, {"precision.dtype": "bf16", "model.kv_heads": 2},
+                                   {"precision.dtype": "bf16", "lora.target_modules": ["q_proj", "v_proj"]},
+                                   {"precision.dtype": "bf16", "model.kv_heads": 2, "precision.base_quant": "q4b32"},
+                                   {"precision.dtype": "bf16", "lora.dropout": 0.1}])
 def test_activation_line_matches_what_autograd_saves(tmp_path, extra):
     """The plan's activations line against the bytes autograd really keeps for backward,
-    counted storage by storage with saved_tensors_hooks on a real forward."""
+    counted storage by storage with saved_tensors_hooks on a real forward -- an fp32 base, and a
+    bf16 one (the torch-eager realization on a GPU; quantized too), whose fp32 norm upcasts and
+    per-module fp32 LoRA inputs the fp32 formula does not have."""
     import torch
 
     from ledger.artefacts import model
@@ -187,7 +193,12 @@ def test_activation_line_matches_what_autograd_saves(tmp_path, extra):
     saved = sum(seen.values())
     arch = model.arch_of(model.builtin_config(s.config["model"]))
     c = s.config
+    dtype = c["precision"]["dtype"]
+    # an all-ones mask: no batch is padded (the fp32 formula counts a mask all the same); on the
+    # CPU, dropout keeps an fp32 noise tensor (device "cpu")
     planned = {x.name: x.bytes for x in memory.lines(arch, r=c["lora"]["r"], modules=c["lora"]["target_modules"],
-                                                     dropout=c["lora"]["dropout"], dtype="fp32", micro_batch=4,
-                                                     seq_len=32, dataset_rows=0)}["activations"]
+                                                     dropout=c["lora"]["dropout"], dtype=dtype, micro_batch=4,
+                                                     seq_len=32, dataset_rows=0, padded=dtype == "fp32",
+                                                     base_quant=c["precision"]["base_quant"])
+               }["activations"]
     assert abs(planned - saved) / saved < 0.12, (planned, saved)
