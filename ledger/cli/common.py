@@ -111,6 +111,8 @@ def line(text: str) -> None:
 
 
 def print_warnings(items) -> None:
+    if not items:
+        return   # rich's import (~25 ms) only when there is something to print
     from rich.markup import escape
 
     for w in items:
