@@ -19,8 +19,10 @@ A page ends after a chunk whose digest says so (content-defined too, ~1024 entri
 inserting or removing a chunk rewrites one page, not every page after it: a 4 KiB edit of a
 2 GiB file stores one or two chunks, one or two pages (~60 KiB each) and a ~2 KiB index.
 
-The pack trailer lists (digest, offset, length) of what the pack holds, so a writer learns
-which chunks exist from the trailers alone (44 bytes per 64 KiB stored). Crash rules are in
+The pack trailer lists (digest, offset, length) of what the pack holds (44 bytes per 56 KiB
+stored); a writer learns which chunks exist from the persistent chunk index cache/chunks.idx
+(ChunkIndex below: sorted, mapped, each hit checked against its pack's trailer) plus the
+trailers of the packs it does not cover yet, never from every trailer in memory. Crash rules are in
 docs/store-format.md (C1–C6): the pack is fsynced and renamed into packs/ before the index is
 fsynced and renamed into objects/ — the object's commit point. A crash before it leaves a
 pack no index names (gc removes it), never half an object. Every chunk is re-hashed when it
