@@ -219,9 +219,10 @@ CONFIGS = {
     "q4b32": ((8, 1, 1, 0), (4, 1, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0), (4, 1, 2, 4)),
     # int8 through fp16 tensor cores (decode_linear_x16): register pipeline only
     "int8-x16": ((4, 1, 1, 0), (4, 2, 1, 0), (8, 1, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0),
-                 (4, 2, 2, 0), (8, 2, 2, 0), (4, 4, 1, 0), (8, 4, 1, 0)),
-    "q4b32-x16": ((4, 1, 1, 0), (8, 1, 1, 0), (4, 2, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0),
-                  (4, 3, 1, 0), (4, 4, 1, 0)),
+                 (4, 2, 2, 0), (8, 2, 2, 0), (4, 4, 1, 0)),
+    # (4,3,1) and (4,4,1), and (8,4,1) for int8, were measured too (session 6, second run) and were
+    # never the fastest; the rule over-rated them (more bytes in flight), so they are not compiled
+    "q4b32-x16": ((4, 1, 1, 0), (8, 1, 1, 0), (4, 2, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0)),
 }
 # Where the occupancy rule's pick was measured slower than another compiled configuration, the
 # measured best is stored here, keyed by (kernel, SMs of the device, M, N, K), and choose_config
