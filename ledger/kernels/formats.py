@@ -146,3 +146,18 @@ def int8_word_to_f16_pairs(word: int) -> tuple[np.ndarray, np.ndarray]:
         h = np.array([byte_perm(u, 0x64646464, sel)], dtype="<u4").view(np.float16)  # [low, high]
         pairs.append((h.astype(np.float32) + np.float32(-1152.0)).astype(np.float16))  # add.rn.f16x2
     return pairs[0], pairs[1]
+
+
+def q4_word_to_f16_pairs(word: int) -> list[np.ndarray]:
+    """The kernel's dequant_q4_f16 before the scale, on one 32-bit word of the q4b32 interleave:
+    four fp16 pairs, pair i = elements (2i, 2i+1) of the word = nibble i of each 16-bit half.
+    Pairs 0 and 2 (after >> 8): lop3 into 1024 + q, then + (-1032); pairs 1 and 3: lop3 into
+    1024 + 16 q, then * (1/16) + (-72) as one fma. Each returns q - 8 exactly."""
+    out = []
+    for shift, hi in ((0, False), (0, True), (8, False), (8, True)):
+        q = (int(word) >> shift) & 0xFFFFFFFF
+        mask = 0x00F000F0 if hi else 0x000F000F
+        h = np.array([(q & mask) | 0x64006400], dtype="<u4").view(np.float16).astype(np.float64)
+        v = h * (1.0 / 16.0) - 72.0 if hi else h - 1032.0  # exact in fp16: small integers
+        out.append(v.astype(np.float16))
+    return out

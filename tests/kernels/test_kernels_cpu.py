@@ -441,3 +441,28 @@ def test_measured_best_configs_override_the_rule_only_where_stored():
     for (name, _sms, m, n, k), cfg in S.MEASURED_BEST.items():
         assert cfg in S.get(name).configs and cfg[3] == 0
         S.get(name).requirements.check_shape(name, S.Shape(m, n, k))
+
+
+def test_x16_q4_dequant_is_exact_on_the_interleave():
+    """dequant_q4_f16 (Marlin's fp16 trick on ledger's interleave, formats.py) gives q - 8 for
+    every element of a word, in element order, for every nibble value."""
+    rng = np.random.default_rng(4)
+    for _ in range(64):
+        q = rng.integers(0, 16, (1, 8)).astype(np.uint8)
+        word = int(F.pack_q4b32(q).view("<u4")[0, 0])
+        pairs = F.q4_word_to_f16_pairs(word)
+        got = np.concatenate(pairs).astype(np.int64)
+        assert got.tolist() == (q[0].astype(np.int64) - 8).tolist()
+    for v in range(16):  # every nibble value in every position
+        q = np.full((1, 8), v, dtype=np.uint8)
+        got = np.concatenate(F.q4_word_to_f16_pairs(int(F.pack_q4b32(q).view("<u4")[0, 0])))
+        assert np.all(got == v - 8)
+
+
+def test_x16_fp16_constants_of_the_source():
+    """The fp16 bit patterns decode_linear.cu uses are the values the emulation above assumes."""
+    src = S.get("linear-q4b32-x16").source()
+    f16 = lambda bits: float(np.array([bits], dtype=np.uint16).view(np.float16)[0])  # noqa: E731
+    for bits, value in ((0x6400, 1024.0), (0xE408, -1032.0), (0x2C00, 1 / 16), (0xD480, -72.0), (0xE480, -1152.0)):
+        assert f16(bits) == value
+        assert f"0x{bits:04X}{bits:04X}u" in src
