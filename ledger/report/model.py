@@ -16,12 +16,14 @@ import json
 import math
 import re
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ledger import records as recordlib
 from ledger import runs
+from ledger.errors import BadInput, JournalCorrupt
 from ledger.records import ABSENT, given
-from ledger.store import schema
+from ledger.store import canonical, fsio, gcstate, schema
+from ledger.store.ids import hash_bytes
 from ledger.verdicts.summary import verdict_summary
 
 GEN_RE = re.compile(r"^gen-(\d+)$")
@@ -269,68 +271,88 @@ def _receipt(rec: dict, rid: str, r: dict, cycle: int | None, rerun_of: str | No
         cycle=cycle, rerun_of=rerun_of)
 
 
-def gather(store) -> Report:
-    """Fold the journal into the report's model (reads; takes no lock). The journal is streamed
-    (one record at a time): what the model keeps grows with what the report shows (generations,
-    cycles, verdicts, receipts), not with the number of turns recorded."""
-    gen_of_id: dict[str, int] = {}
-    generations: list[Generation] = []
-    head_moves: list[HeadMove] = []
-    cycles: list[Cycle] = []
-    judges: list[Judge] = []
-    receipts: dict[str, Receipt] = {}
-    run_rows: dict[str, Run] = {}  # run id -> its latest row (a tracked run's end replaces its start)
-    comparisons: dict[str, list[tuple[str, str]]] = {}
-    suites: list[Suite] = []
-    counts: dict[str, int] = {}
-    exported: dict[int, int] = {}
-    # only the newest batches can hold the report's last RECENT_TURNS turns (a batch has one or more)
-    turn_batches: deque[tuple[int, str]] = deque(maxlen=RECENT_TURNS)
-    outcomes: dict[str, str] = {}  # turn id -> the latest attached outcome, for turns that may be shown
-    judge_reasons: dict[str, tuple] = {}  # verdict id -> its reason codes (a refusal shows them)
-    last: dict | None = None
-    turns_total = 0
-    head_id: str | None = None
-    open_cycle: int | None = None  # train/judge records between a cycle's export and its end belong to it
-    names: set[str] = set()
+STATE = ("cache", "report.json")
+STATE_FORMAT = 1
+STATE_MAX = 256 << 20
 
-    for rec in store.journal.stream():
-        last = rec
+
+def _tuples(v):
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _load_dc(cls, d: dict):
+    """A model dataclass from its saved JSON (lists back to the tuples its fields hold)."""
+    kw = {}
+    for f in fields(cls):
+        v = d[f.name]
+        kw[f.name] = _tuples(v) if str(f.type).startswith("tuple") else v
+    return cls(**kw)
+
+
+class _Fold:
+    """The report's fold over the journal, record by record: what `gather` keeps between
+    records, and what the saved report state (cache/report.json) holds between reports."""
+
+    def __init__(self):
+        self.gen_of_id: dict[str, int] = {}
+        self.generations: list[Generation] = []
+        self.head_moves: list[HeadMove] = []
+        self.cycles: list[Cycle] = []
+        self.judges: list[Judge] = []
+        self.receipts: dict[str, Receipt] = {}
+        self.run_rows: dict[str, Run] = {}  # run id -> its latest row (a tracked run's end replaces its start)
+        self.comparisons: dict[str, list[tuple[str, str]]] = {}
+        self.suites: list[Suite] = []
+        self.counts: dict[str, int] = {}
+        self.exported: dict[int, int] = {}
+        # only the newest batches can hold the report's last RECENT_TURNS turns (a batch has one or more)
+        self.turn_batches: deque[tuple[int, str]] = deque(maxlen=RECENT_TURNS)
+        self.outcomes: dict[str, str] = {}  # turn id -> the latest attached outcome, for turns that may be shown
+        self.judge_reasons: dict[str, tuple] = {}  # verdict id -> its reason codes (a refusal shows them)
+        self.last: dict | None = None       # seq, id and time of the last record folded
+        self.turns_total = 0
+        self.head_id: str | None = None
+        self.open_cycle: int | None = None  # train/judge records between a cycle's export and its end belong to it
+        self.names: set[str] = set()
+
+    def add(self, store, rec: dict) -> None:
+        self.last = {"seq": rec["seq"], "id": rec["id"], "time": rec["time"]}
         # typed (ledger/records.py): an ill-formed record is JournalCorrupt naming it, as verify says.
         # Only the kinds whose fields the report shows are parsed (a parse costs ~10 us, the
         # report's budget is 5 us a record); of the others it reads only the refs the store folds.
         kind = rec["kind"]
         p = recordlib.read(rec) if kind in READ_KINDS else None
-        counts[kind] = counts.get(kind, 0) + 1
+        self.counts[kind] = self.counts.get(kind, 0) + 1
         if kind == "export" and p.cycle is not ABSENT:
-            open_cycle = p.cycle
-            exported[p.cycle] = p.last - p.first + 1
+            self.open_cycle = p.cycle
+            self.exported[p.cycle] = p.last - p.first + 1
         elif kind == "record":
-            turn_batches.append((p.first, p.turns))
-            turns_total += p.count
-            if len(outcomes) > 4 * RECENT_TURNS:
-                low = turn_batches[0][0]
-                outcomes = {t: o for t, o in outcomes.items() if int(t[1:]) >= low}
+            self.turn_batches.append((p.first, p.turns))
+            self.turns_total += p.count
+            if len(self.outcomes) > 4 * RECENT_TURNS:
+                low = self.turn_batches[0][0]
+                self.outcomes = {t: o for t, o in self.outcomes.items() if int(t[1:]) >= low}
         elif kind == "outcome":
             # an outcome of a turn older than every batch kept can never be shown
-            if len(turn_batches) < RECENT_TURNS or int(p.turn[1:]) >= turn_batches[0][0]:
-                outcomes[p.turn] = p.outcome
+            if len(self.turn_batches) < RECENT_TURNS or int(p.turn[1:]) >= self.turn_batches[0][0]:
+                self.outcomes[p.turn] = p.outcome
         elif kind == "seal":
-            suites.append(Suite(rec["seq"], rec["time"], p.suite_hash, p.scored, p.canaries, p.repin, _s(p.reason)))
+            self.suites.append(Suite(rec["seq"], rec["time"], p.suite_hash, p.scored, p.canaries, p.repin,
+                                     _s(p.reason)))
         elif kind in ("train", "reproduce") and p.receipt:
-            receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt),
-                                           open_cycle if kind == "train" else None,
-                                           p.of if kind == "reproduce" else None)
+            self.receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt),
+                                                self.open_cycle if kind == "train" else None,
+                                                p.of if kind == "reproduce" else None)
         elif kind == "track":  # a tracked run (ledger.track): its receipt and curve
-            receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt), None)
+            self.receipts[p.receipt] = _receipt(rec, p.receipt, store.get_json(p.receipt), None)
         if kind in RUN_KINDS:
             for row in runs.rows_for(rec, p, store.get_json):
-                run_rows[row[0]] = _run(row)
+                self.run_rows[row[0]] = _run(row)
         if kind == "reproduce":
-            comparisons.setdefault(p.of, []).append((p.comparison, p.outcome))
+            self.comparisons.setdefault(p.of, []).append((p.comparison, p.outcome))
         if kind == "judge":
-            judges.append(_judge(rec, p.verdict, store.get_json(p.verdict), open_cycle))
-            judge_reasons.setdefault(p.verdict, tuple(code for code, _ in judges[-1].reasons))
+            self.judges.append(_judge(rec, p.verdict, store.get_json(p.verdict), self.open_cycle))
+            self.judge_reasons.setdefault(p.verdict, tuple(code for code, _ in self.judges[-1].reasons))
 
         refs = given(p.refs, {}) if p is not None else schema.refs_of(rec)
         for name, target in sorted(refs.items()):
@@ -338,56 +360,162 @@ def gather(store) -> Report:
             if m and target:
                 g = store.get_json(target)
                 n = int(m.group(1))
-                gen_of_id[target] = n
-                generations.append(Generation(
+                self.gen_of_id[target] = n
+                self.generations.append(Generation(
                     n=n, id=target, seq=rec["seq"], time=rec["time"], kind=kind,
-                    parent=gen_of_id.get(g.get("parent")) if g.get("parent") else None,
+                    parent=self.gen_of_id.get(g.get("parent")) if g.get("parent") else None,
                     base=g.get("base"), adapter=g.get("adapter"), receipt=g.get("receipt"), verdict=g.get("verdict"),
                     note=_s(g.get("note")), capabilities=tuple(sorted(_d(g.get("capabilities"))))))
             elif name != "HEAD" and not m:
-                (names.add if target else names.discard)(name)
+                (self.names.add if target else self.names.discard)(name)
         if "HEAD" in refs:
             new = refs["HEAD"]
-            head_moves.append(HeadMove(rec["seq"], rec["time"], kind, gen_of_id.get(new) if new else None,
-                                       gen_of_id.get(head_id) if head_id else None,
-                                       _s(given(p.reason)) if kind == "rollback" else ""))
-            head_id = new
+            self.head_moves.append(HeadMove(rec["seq"], rec["time"], kind,
+                                            self.gen_of_id.get(new) if new else None,
+                                            self.gen_of_id.get(self.head_id) if self.head_id else None,
+                                            _s(given(p.reason)) if kind == "rollback" else ""))
+            self.head_id = new
 
         if kind in CYCLE_ENDS and p.cycle is not ABSENT:
             c = p.cycle
             if kind == "commit":
                 # the commit's inputs are [receipt, verdict] (ledger.cycle.run_cycle)
-                rid = next((i for i in rec["inputs"] if i in receipts), None)
-                vid = next((i for i in rec["inputs"] if i not in receipts), None)
-                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, given(p.verdict_name) or "Accept", (),
-                                    p.generation, rid, vid, exported.get(c)))
+                rid = next((i for i in rec["inputs"] if i in self.receipts), None)
+                vid = next((i for i in rec["inputs"] if i not in self.receipts), None)
+                self.cycles.append(Cycle(c, rec["seq"], rec["time"], kind, given(p.verdict_name) or "Accept", (),
+                                         p.generation, rid, vid, self.exported.get(c)))
             else:
                 reasons = tuple(_s(x) for x in given(p.reasons, []))
                 if not reasons and given(p.verdict):
                     # A gate refusal: its reasons are in the verdict object, not in the journal the
                     # learner side reads (ledger.cycle._refuse); the operator's report shows them.
-                    reasons = judge_reasons.get(p.verdict, ())
-                cycles.append(Cycle(c, rec["seq"], rec["time"], kind, p.verdict_name,
-                                    reasons, gen_of_id.get(head_id),
-                                    given(p.receipt), given(p.verdict), exported.get(c)))
-            open_cycle = None
+                    reasons = self.judge_reasons.get(p.verdict, ())
+                self.cycles.append(Cycle(c, rec["seq"], rec["time"], kind, p.verdict_name,
+                                         reasons, self.gen_of_id.get(self.head_id),
+                                         given(p.receipt), given(p.verdict), self.exported.get(c)))
+            self.open_cycle = None
 
-    # a generation object may be named twice (a ref re-set); keep the first creation of each number
-    seen: set[int] = set()
-    gens = []
-    for g in generations:
-        if g.n not in seen:
-            seen.add(g.n)
-            gens.append(g)
-    rs = tuple(r if r.id not in comparisons else _with(r, comparisons=tuple(comparisons[r.id]))
-               for r in receipts.values())
-    return Report(
-        store=str(store.root), seq=last["seq"] if last else 0, journal_head=last["id"] if last else None,
-        as_of=last["time"] if last else "", head=gen_of_id.get(head_id) if head_id else None, counts=counts,
-        generations=tuple(sorted(gens, key=lambda g: g.n)), head_moves=tuple(head_moves), cycles=tuple(cycles),
-        judges=tuple(judges), receipts=rs, runs=_live_status(store, run_rows),
-        suites=tuple(suites), turns_total=turns_total,
-        recent_turns=_recent_turns(store, turn_batches, outcomes), ref_names=tuple(sorted(names)))
+    def report(self, store) -> Report:
+        # a generation object may be named twice (a ref re-set); keep the first creation of each number
+        seen: set[int] = set()
+        gens = []
+        for g in self.generations:
+            if g.n not in seen:
+                seen.add(g.n)
+                gens.append(g)
+        rs = tuple(r if r.id not in self.comparisons else _with(r, comparisons=tuple(self.comparisons[r.id]))
+                   for r in self.receipts.values())
+        last, head_id = self.last, self.head_id
+        return Report(
+            store=str(store.root), seq=last["seq"] if last else 0, journal_head=last["id"] if last else None,
+            as_of=last["time"] if last else "", head=self.gen_of_id.get(head_id) if head_id else None,
+            counts=dict(self.counts), generations=tuple(sorted(gens, key=lambda g: g.n)),
+            head_moves=tuple(self.head_moves), cycles=tuple(self.cycles), judges=tuple(self.judges), receipts=rs,
+            runs=_live_status(store, self.run_rows), suites=tuple(self.suites), turns_total=self.turns_total,
+            recent_turns=_recent_turns(store, self.turn_batches, self.outcomes), ref_names=tuple(sorted(self.names)))
+
+    # --- the saved state (rule 23) -------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"gen_of_id": self.gen_of_id, "generations": [asdict(g) for g in self.generations],
+                "head_moves": [asdict(h) for h in self.head_moves], "cycles": [asdict(c) for c in self.cycles],
+                "judges": [asdict(j) for j in self.judges], "receipts": [asdict(r) for r in self.receipts.values()],
+                "run_rows": [asdict(r) for r in self.run_rows.values()],
+                "comparisons": {k: [list(x) for x in v] for k, v in self.comparisons.items()},
+                "suites": [asdict(s) for s in self.suites], "counts": self.counts,
+                "exported": [[c, n] for c, n in self.exported.items()],
+                "turn_batches": [list(b) for b in self.turn_batches], "outcomes": self.outcomes,
+                "judge_reasons": {k: list(v) for k, v in self.judge_reasons.items()}, "last": self.last,
+                "turns_total": self.turns_total, "head_id": self.head_id, "open_cycle": self.open_cycle,
+                "names": sorted(self.names)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "_Fold":
+        """The fold a saved state holds (any error in its shape: ValueError/KeyError/TypeError)."""
+        f = cls()
+        f.gen_of_id = {str(k): int(v) for k, v in d["gen_of_id"].items()}
+        f.generations = [_load_dc(Generation, x) for x in d["generations"]]
+        f.head_moves = [_load_dc(HeadMove, x) for x in d["head_moves"]]
+        f.cycles = [_load_dc(Cycle, x) for x in d["cycles"]]
+        f.judges = [_load_dc(Judge, x) for x in d["judges"]]
+        f.receipts = {r.id: r for r in (_load_dc(Receipt, x) for x in d["receipts"])}
+        f.run_rows = {r.run: r for r in (_load_dc(Run, x) for x in d["run_rows"])}
+        f.comparisons = {str(k): [tuple(x) for x in v] for k, v in d["comparisons"].items()}
+        f.suites = [_load_dc(Suite, x) for x in d["suites"]]
+        f.counts = {str(k): int(v) for k, v in d["counts"].items()}
+        f.exported = {int(c): int(n) for c, n in d["exported"]}
+        f.turn_batches = deque(((int(a), str(b)) for a, b in d["turn_batches"]), maxlen=RECENT_TURNS)
+        f.outcomes = {str(k): str(v) for k, v in d["outcomes"].items()}
+        f.judge_reasons = {str(k): tuple(v) for k, v in d["judge_reasons"].items()}
+        last = d["last"]
+        if last is not None and not (type(last.get("seq")) is int and isinstance(last.get("id"), str)
+                                     and isinstance(last.get("time"), str)):
+            raise ValueError("last")
+        f.last, f.turns_total, f.head_id = last, int(d["turns_total"]), d["head_id"]
+        f.open_cycle, f.names = d["open_cycle"], set(d["names"])
+        return f
+
+
+def _load_state(store) -> tuple[_Fold | None, int, str | None]:
+    """(the saved fold, its offset, None), or (None, 0, why it is not used: None if there is none).
+    Used only if it is this store's, hashes to its digest, and the journal still holds its
+    record at its offset and changed since only by appends (gcstate.position_problem)."""
+    path = store.root.joinpath(*STATE)
+    try:
+        w = json.loads(fsio.read_small(path, STATE_MAX))
+        if not isinstance(w, dict) or w.get("format") != STATE_FORMAT or type(w.get("offset")) is not int:
+            raise ValueError("format")
+    except FileNotFoundError:
+        return None, 0, None
+    except (OSError, ValueError, fsio.NotRegular):
+        return None, 0, "it is unreadable"
+    if w.get("store") != store.store_id:
+        return None, 0, "it belongs to another store"
+    if hash_bytes(canonical.dumps(w.get("fold"))) != w.get("digest"):
+        return None, 0, "it does not match its digest"
+    try:
+        f = _Fold.from_json(w["fold"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, 0, "it is unreadable"
+    if f.last is None or (f.last["seq"], f.last["id"]) != (w.get("seq"), w.get("id")):
+        return None, 0, "it does not match its digest"
+    why = gcstate.position_problem(store, w["offset"], w["seq"], w["id"])
+    if why:
+        return None, 0, why
+    return f, w["offset"], None
+
+
+def _save_state(store, f: _Fold, offset: int) -> None:
+    fold = f.to_json()
+    w = {"format": STATE_FORMAT, "store": store.store_id, "seq": f.last["seq"], "id": f.last["id"],
+         "offset": offset, "fold": fold, "digest": hash_bytes(canonical.dumps(fold))}
+    path = store.root.joinpath(*STATE)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        fsio.atomic_write(path, canonical.dumps(w), store.tmp, durable=False)
+    except (OSError, BadInput) as e:
+        store.warnings.append(f"could not save the report's state ({getattr(e, 'strerror', None) or e}): "
+                              "the next report folds every record again")
+
+
+def gather(store) -> Report:
+    """Fold the journal into the report's model (reads; takes no lock). The fold starts from the
+    saved report state when it is usable (docs/store-format.md, rule 23: only the records after
+    it are read) and is saved again; the journal is streamed (one record at a time): what the
+    model keeps grows with what the report shows (generations, cycles, verdicts, receipts), not
+    with the number of turns recorded."""
+    f, offset, why = _load_state(store)
+    if why:
+        store.warnings.append(f"the report's saved state was not used ({why}): folded every record")
+    if f is None:
+        f, offset = _Fold(), 0
+    start = f.last
+    scan = store.journal.scan(offset, (start["seq"] if start else 0) + 1, start["id"] if start else None,
+                              keep=False, each=lambda rec: f.add(store, rec))
+    if scan.broken_at is not None:
+        raise JournalCorrupt(f"journal chain is broken at {scan.problem}", "run `ledger verify`")
+    if f.last is not None and (start is None or f.last["seq"] != start["seq"]):
+        _save_state(store, f, scan.end)
+    return f.report(store)
 
 
 def _live_status(store, rows: dict[str, Run]) -> tuple[Run, ...]:

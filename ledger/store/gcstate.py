@@ -89,19 +89,33 @@ def load(store) -> tuple[Saved | None, str | None]:
     if len(arrays) != 8 * sum(counts) or _digest(h, arrays) != h.get("digest") or seal.get("digest") != h["digest"] \
             or (st0.seq, st0.head) != (seq, h.get("id")):
         return None, "it does not match its digest"
-    rec = store.journal.record_before(offset) if offset else None
-    if offset and (rec is None or rec["id"] != h["id"] or rec["seq"] != seq):
-        return None, f"the journal no longer holds its record {seq} at byte {offset}"
+    why = position_problem(store, offset, seq, h["id"])
+    if why:
+        return None, why
+    keys = np.frombuffer(arrays, dtype="<u8").astype(np.uint64)
+    a, b = counts[0], counts[0] + counts[1]
+    return Saved(h, st0, keys[:a], keys[a:b], keys[b:]), None
+
+
+def position_problem(store, offset: int, seq: int, rid: str | None) -> str | None:
+    """Why a cache folded to record `seq` (id `rid`) ending at byte `offset` no longer describes
+    the journal's first records, or None: the journal must still hold that record there, and
+    refs.json must not show the file changed other than by appends (rule 19) — the conditions
+    of the verify watermark (rule 20), shared by gc's and the report's saved states."""
+    if offset:
+        rec = store.journal.record_before(offset)
+        if rec is None or rec["id"] != rid or rec["seq"] != seq:
+            return f"the journal no longer holds its record {seq} at byte {offset}"
+    elif seq:
+        return f"the journal no longer holds its record {seq} at byte {offset}"
     # refs.json at the journal's end, yet the file is not the one its last writer left: bytes
     # were changed in place (rule 19), so the records before the state are not known to be the
     # ones it was folded from.
     c = store._load_cache()
     ident = store.journal.identity()
     if c and ident is not None and c.get("journal") and c["offset"] == ident[2] and not store._cache_vouches(c, ident):
-        return None, "the journal file changed since its last commit, not by an append"
-    keys = np.frombuffer(arrays, dtype="<u8").astype(np.uint64)
-    a, b = counts[0], counts[0] + counts[1]
-    return Saved(h, st0, keys[:a], keys[a:b], keys[b:]), None
+        return "the journal file changed since its last commit, not by an append"
+    return None
 
 
 def save(store, st: State, offset: int, reach, not_kept, inputs, unresolved, special) -> str | None:
