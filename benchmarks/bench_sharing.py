@@ -6,7 +6,8 @@ of the same objects, measured in the same run; and re-push of an up-to-date stor
 
 `--edit-mib N`: bytes moved (counted in the transport, both ways) to push and pull a second
 version of an N MiB random file that differs by a 4 KiB edit, beside `rsync --no-whole-file`
-(rsync's delta transfer) of the same two files in the same run.
+(rsync's delta transfer) of the same two files in the same run; and the size of a bundle of the
+second version, whole and `--since` the first (imported into a store holding the first).
 
 The store holds `--large` random blobs of `--large-mib` MiB (weights, adapters) and `--small`
 small structured objects (~1 KiB: receipts, plans, manifests), all reachable from one named
@@ -130,6 +131,23 @@ def edit_bench(mib: int, repeat: int) -> None:
             samples.setdefault(f"v{v} pull: MiB received", []).append(be.down / (1 << 20))
             samples.setdefault(f"v{v} push: s", []).append(t1 - t0)
             samples.setdefault(f"v{v} pull: s", []).append(t2 - t1)
+        # bundles (issue 18, H18C): v2 whole, and --since w1 for a receiver holding v1
+        from ledger.sharing import bundle
+        carol = Store.init(WORK / "carol")
+        bundle.create(alice, ["w1"], WORK / "v1.bundle", origin="alice")
+        bundle.import_bundle(carol, WORK / "v1.bundle")
+        t0 = time.perf_counter()
+        full = bundle.create(alice, ["w2"], WORK / "v2.bundle", origin="alice")
+        t1 = time.perf_counter()
+        delta = bundle.create(alice, ["w2"], WORK / "v2-since.bundle", origin="alice", since=["w1"])
+        t2 = time.perf_counter()
+        bundle.import_bundle(Store.open(carol.root), WORK / "v2-since.bundle")
+        t3 = time.perf_counter()
+        samples.setdefault("v2 bundle (whole): MiB", []).append(full.file_size / (1 << 20))
+        samples.setdefault("v2 bundle --since w1: MiB", []).append(delta.file_size / (1 << 20))
+        samples.setdefault("v2 bundle (whole) create: s", []).append(t1 - t0)
+        samples.setdefault("v2 bundle --since w1 create: s", []).append(t2 - t1)
+        samples.setdefault("v2 bundle --since w1 import: s", []).append(t3 - t2)
         # the peer, same run: rsync's delta transfer of v2 onto a copy of v1
         shutil.copy(files[0], WORK / "peer")
         t0 = time.perf_counter()

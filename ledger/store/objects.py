@@ -54,12 +54,19 @@ def hash_file(path: Path) -> str:
         os.close(fd)
 
 
+MAP = 16 << 20   # the most bytes one worker maps at once: mapped pages count in RSS until unmapped
+
+
 def _hash_window(h, fd: int, off: int, n: int) -> None:
-    """Feed bytes [off, off+n) of fd to the hasher through a memory map of just that window."""
-    start = off - off % mmap.ALLOCATIONGRANULARITY  # maps must start on a granule boundary
-    with mmap.mmap(fd, n + off - start, offset=start, access=mmap.ACCESS_READ) as m:
-        with memoryview(m) as view:
-            h.update(view[off - start:])
+    """Feed bytes [off, off+n) of fd to the hasher through memory maps of MAP bytes at most."""
+    end = off + n
+    while off < end:
+        k = min(MAP, end - off)
+        start = off - off % mmap.ALLOCATIONGRANULARITY  # maps must start on a granule boundary
+        with mmap.mmap(fd, k + off - start, offset=start, access=mmap.ACCESS_READ) as m:
+            with memoryview(m) as view:
+                h.update(view[off - start:])
+        off += k
 
 
 def _hash_chunks(fd: int, part: list[tuple[int, int]]) -> list[tuple[bytes, int, int]]:
@@ -804,21 +811,23 @@ class ObjectStore:
         # after the other on one worker, they were the add's critical path; and on a machine
         # shared with other work, more runnable threads also get more of the CPU.
         def cut_window(fd: int, off: int, n: int) -> None:
-            end, start = off + n, pos[0]
-            base = start - start % mmap.ALLOCATIONGRANULARITY
-            with mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ) as m:
-                view = memoryview(m)[start - base:]
-                try:
-                    cuts = chunks.cut(view)
-                finally:
-                    view.release()
-            last = len(cuts) - 1 if end < size else len(cuts)  # a cut forced by the window's end waits
-            mine = [(start + co, cn) for co, cn in cuts[:last]]
-            pos[0] = start + cuts[last][0] if last < len(cuts) else end
-            half = (len(mine) + 1) // 2
-            for part in (mine[:half], mine[half:]):
-                if part:
-                    named.append(names.submit(_hash_chunks, fd, part))
+            # MAP bytes at a time (plus the chunk the previous piece ended in): RSS stays bounded
+            for end in [*range(off + MAP, off + n, MAP), off + n]:
+                start = pos[0]
+                base = start - start % mmap.ALLOCATIONGRANULARITY
+                with mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ) as m:
+                    view = memoryview(m)[start - base:]
+                    try:
+                        cuts = chunks.cut(view)
+                    finally:
+                        view.release()
+                last = len(cuts) - 1 if end < size else len(cuts)  # a cut forced by the piece's end waits
+                mine = [(start + co, cn) for co, cn in cuts[:last]]
+                pos[0] = start + cuts[last][0] if last < len(cuts) else end
+                half = (len(mine) + 1) // 2
+                for part in (mine[:half], mine[half:]):
+                    if part:
+                        named.append(names.submit(_hash_chunks, fd, part))
 
         tmp = fsio.tmp_path(self.tmp)
         fd = None
