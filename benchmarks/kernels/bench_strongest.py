@@ -42,8 +42,9 @@ from ledger.kernels import specs as S  # noqa: E402
 
 SHAPES = [(8192, 8192), (14336, 4096), (4096, 4096)]
 COMPILED_SHAPES = {(8192, 8192), (14336, 4096)}
-NAMES = ["linear-bf16", "lora-linear-bf16", "linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16"]
-SWEPT = {"linear-int8-x16", "linear-q4b32-x16"}  # every compiled configuration is timed
+NAMES = ["linear-bf16", "lora-linear-bf16", "linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16",
+         "linear-q4b32p-x16"]
+SWEPT = {"linear-int8-x16", "linear-q4b32-x16", "linear-q4b32p-x16"}  # every compiled configuration is timed
 
 
 def main() -> int:
@@ -52,6 +53,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
+    ap.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
     ap.add_argument("--serving", action="store_true",
                     help="instead: each quantized kernel and its x16 variant (their own configuration "
                          "choice) at the matrix shapes of SmolLM2 and a 7B Llama, for the serving rule")
@@ -65,7 +67,10 @@ def main() -> int:
     info = R.device_info()
     arch = f"sm_{info['cc'][0]}{info['cc'][1]}"
     print(f"device {info['name']} torch {torch.__version__} cupy {info['cupy']}", flush=True)
-    mods = {n: R.load(H.build(n, arch)) for n in NAMES}
+    names = [n for n in NAMES if not a.only or n in a.only.split(",")] if not a.serving else NAMES
+    if "linear-bf16" not in names:
+        names = ["linear-bf16", *names]  # its module holds the spin kernel
+    mods = {n: R.load(H.build(n, arch)) for n in names}
     spin = R.spin_function(mods["linear-bf16"])
     torch.set_float32_matmul_precision("high")
     ic.coordinate_descent_tuning = True
@@ -89,7 +94,9 @@ def main() -> int:
         cands: list[tuple[str, list, int]] = []   # (label, callables, bytes)
         keep = []
         compiled = (n, k) in COMPILED_SHAPES
-        for name in NAMES:
+        for name in names:
+            if a.only and name not in a.only.split(","):
+                continue
             spec = S.get(name)
             sh = S.Shape(1, n, k, 16 if spec.lora else 0)
             nbytes = spec.weight_bytes(sh)
@@ -190,7 +197,8 @@ def main() -> int:
                 ("ledger linear-int8 ", 0.80, ci8, "tuned torch.compile int8"),
                 ("ledger linear-int8-x16", 0.80, ci8, "tuned torch.compile int8"),
                 ("ledger linear-q4b32 ", 0.70, tg, "tinygemm int4"),
-                ("ledger linear-q4b32-x16", 0.70, tg, "tinygemm int4")):
+                ("ledger linear-q4b32-x16", 0.70, tg, "tinygemm int4"),
+                ("ledger linear-q4b32p-x16", 0.70, tg, "tinygemm int4")):
             v, lab = best(prefix)
             if not v:
                 continue
@@ -217,7 +225,7 @@ def serving(a, info, mods, spin, out_dir) -> int:
     out = {"device": info, "launches": a.launches, "rounds": a.rounds, "shapes": {}}
     for n, k in SERVING_SHAPES:
         row, cands, keep = {}, [], []
-        for name in ("linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16"):
+        for name in ("linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16", "linear-q4b32p-x16"):
             spec = S.get(name)
             sh = S.Shape(1, n, k)
             try:

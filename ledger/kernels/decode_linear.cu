@@ -37,6 +37,7 @@ typedef unsigned long long u64;
 #define WF_BF16 0
 #define WF_INT8 1
 #define WF_Q4 2
+#define WF_Q4P 3  // q4b32p: q4b32 bytes, each 128-chunk of a row pre-permuted (x16 kernels only)
 
 #ifndef LEDGER_MAXR
 #define LEDGER_MAXR 64  // largest LoRA rank supported (must be a multiple of 16)
@@ -53,6 +54,7 @@ template <int WF> struct Fmt;
 template <> struct Fmt<WF_BF16> { enum { E = 8 }; };
 template <> struct Fmt<WF_INT8> { enum { E = 16 }; };
 template <> struct Fmt<WF_Q4> { enum { E = 32 }; };
+template <> struct Fmt<WF_Q4P> { enum { E = 32 }; };
 
 // Weights are read exactly once: bypass L1 (no_allocate), and ask L2 to fetch the whole
 // 256-byte neighbourhood, which turns the block's 64-byte row pieces into full DRAM bursts
@@ -676,14 +678,20 @@ __device__ __forceinline__ u32 fma_f16x2(u32 a, u32 b, u32 c) {
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
+// SCALE = false: q - 8 only (q4b32p applies its scales in fp32 after the mma).
+template <bool SCALE = true>
 __device__ __forceinline__ void dequant_q4_f16(const uint4& v, u32 s2, u32 (&p)[16]) {
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     const u32 q = words(v, w), q8 = q >> 8;
-    p[4 * w + 0] = mul_f16x2(add_f16x2(lop3_or_and(q, 0x000F000Fu, 0x64006400u), 0xE408E408u), s2);
-    p[4 * w + 1] = mul_f16x2(fma_f16x2(lop3_or_and(q, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u), s2);
-    p[4 * w + 2] = mul_f16x2(add_f16x2(lop3_or_and(q8, 0x000F000Fu, 0x64006400u), 0xE408E408u), s2);
-    p[4 * w + 3] = mul_f16x2(fma_f16x2(lop3_or_and(q8, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u), s2);
+    p[4 * w + 0] = add_f16x2(lop3_or_and(q, 0x000F000Fu, 0x64006400u), 0xE408E408u);
+    p[4 * w + 1] = fma_f16x2(lop3_or_and(q, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);
+    p[4 * w + 2] = add_f16x2(lop3_or_and(q8, 0x000F000Fu, 0x64006400u), 0xE408E408u);
+    p[4 * w + 3] = fma_f16x2(lop3_or_and(q8, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);
+    if (SCALE) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[4 * w + i] = mul_f16x2(p[4 * w + i], s2);
+    }
   }
 }
 
@@ -708,7 +716,8 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
   const int row0 = blockIdx.x * ROWS;
   const int nchunks = K / (4 * E);
   const int XR = K + LEDGER_XPAD;  // staged row stride (fp16 elements)
-  const long long row_bytes = WF == WF_Q4 ? (long long)K / 2 : (long long)K;
+  constexpr bool Q4 = WF == WF_Q4 || WF == WF_Q4P;
+  const long long row_bytes = Q4 ? (long long)K / 2 : (long long)K;
   const int nblk = K / 32;  // q4 scale blocks per row
 
   const unsigned char* prow[RT][2];
@@ -722,14 +731,15 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
       rok[rt][h] = FULL || row < N;
       const int rr = rok[rt][h] ? row : 0;
       prow[rt][h] = W + (long long)rr * row_bytes + t * 16;
-      srow[rt][h] = (const u16*)wscale + (long long)rr * nblk + t;
+      // q4b32: this lane's block of the chunk; q4b32p: all four blocks of the chunk (8 bytes)
+      srow[rt][h] = (const u16*)wscale + (long long)rr * nblk + (WF == WF_Q4P ? 0 : t);
     }
   const bool xok = g < M;
   const int xoff = (xok ? g : 0) * XR + t * E;
 
   uint4 wa[U][RT][2], wb[U][RT][2];
-  u32 sa[U][RT][2], sb[U][RT][2];
-  auto load = [&](uint4 (&wv)[U][RT][2], u32 (&sc)[U][RT][2], int base, bool first) {
+  uint2 sa[U][RT][2], sb[U][RT][2];
+  auto load = [&](uint4 (&wv)[U][RT][2], uint2 (&sc)[U][RT][2], int base, bool first) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool ok = FULL || base + u * NW < nchunks;
@@ -741,8 +751,9 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
           const void* p = prow[rt][h] + (long long)ch * 64;
           const bool on = ok && rok[rt][h];
           wv[u][rt][h] = on ? (first ? ld_weights_first(p) : ld_weights(p)) : make_uint4(0u, 0u, 0u, 0u);
-          if (WF == WF_Q4) sc[u][rt][h] = on ? (u32)__ldg(srow[rt][h] + ch * 4) : 0u;
-          else sc[u][rt][h] = 0u;
+          if (WF == WF_Q4P) sc[u][rt][h] = on ? __ldg((const uint2*)(srow[rt][h] + ch * 4)) : make_uint2(0u, 0u);
+          else if (WF == WF_Q4) sc[u][rt][h] = make_uint2(on ? (u32)__ldg(srow[rt][h] + ch * 4) : 0u, 0u);
+          else sc[u][rt][h] = make_uint2(0u, 0u);
         }
     }
   };
@@ -789,7 +800,7 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
 #pragma unroll
     for (int q = 0; q < NACC; ++q) acc[rt][q][0] = acc[rt][q][1] = acc[rt][q][2] = acc[rt][q][3] = 0.f;
 
-  auto compute = [&](const uint4 (&wv)[U][RT][2], const u32 (&sc)[U][RT][2], int base) {
+  auto compute = [&](const uint4 (&wv)[U][RT][2], const uint2 (&sc)[U][RT][2], int base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool ok = FULL || base + u * NW < nchunks;
@@ -798,15 +809,43 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
       const bool xon = ok && xok;
 #pragma unroll
       for (int j = 0; j < E / 8; ++j) {
-        const uint4 xv = xon ? *(const uint4*)(xs + xoff + ch * 4 * E + 8 * j) : make_uint4(0u, 0u, 0u, 0u);
-        xp[4 * j] = xv.x; xp[4 * j + 1] = xv.y; xp[4 * j + 2] = xv.z; xp[4 * j + 3] = xv.w;
+        if constexpr (WF == WF_Q4P) {  // mma 2j: k = 32j + 4t + 0..3; mma 2j+1: k = 32j + 16 + 4t + 0..3
+          const u16* xq = xs + (xoff - t * E) + ch * 4 * E + 32 * j + 4 * t;
+          const uint2 lo = xon ? *(const uint2*)xq : make_uint2(0u, 0u);
+          const uint2 hi = xon ? *(const uint2*)(xq + 16) : make_uint2(0u, 0u);
+          xp[4 * j] = lo.x; xp[4 * j + 1] = lo.y; xp[4 * j + 2] = hi.x; xp[4 * j + 3] = hi.y;
+        } else {
+          const uint4 xv = xon ? *(const uint4*)(xs + xoff + ch * 4 * E + 8 * j) : make_uint4(0u, 0u, 0u, 0u);
+          xp[4 * j] = xv.x; xp[4 * j + 1] = xv.y; xp[4 * j + 2] = xv.z; xp[4 * j + 3] = xv.w;
+        }
       }
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
         u32 a0[E / 2], a1[E / 2];
-        if constexpr (WF == WF_Q4) {
-          dequant_q4_f16(wv[u][rt][0], scale_f16x2(sc[u][rt][0]), a0);
-          dequant_q4_f16(wv[u][rt][1], scale_f16x2(sc[u][rt][1]), a1);
+        if constexpr (WF == WF_Q4P) {
+          // q - 8 exactly (the fp16 "scale" 1.0); each pair of mma covers one scale block of the
+          // chunk for rows g (c0, c1) and g + 8 (c2, c3): scaled once, in fp32, after the mma
+          dequant_q4_f16<false>(wv[u][rt][0], 0u, a0);
+          dequant_q4_f16<false>(wv[u][rt][1], 0u, a1);
+          const uint2 s0 = sc[u][rt][0], s1 = sc[u][rt][1];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const u32 w0 = q < 2 ? s0.x : s0.y, w1 = q < 2 ? s1.x : s1.y;
+            const float f0 = __uint_as_float((q & 1) ? (w0 & 0xFFFF0000u) : (w0 << 16));
+            const float f1 = __uint_as_float((q & 1) ? (w1 & 0xFFFF0000u) : (w1 << 16));
+            float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_f16(tmp, a0[4 * q], a1[4 * q], a0[4 * q + 1], a1[4 * q + 1], xp[4 * q], xp[4 * q + 1]);
+            mma_f16(tmp, a0[4 * q + 2], a1[4 * q + 2], a0[4 * q + 3], a1[4 * q + 3], xp[4 * q + 2], xp[4 * q + 3]);
+            float (&ac)[4] = acc[rt][q];
+            ac[0] = fmaf(f0, tmp[0], ac[0]);
+            ac[1] = fmaf(f0, tmp[1], ac[1]);
+            ac[2] = fmaf(f1, tmp[2], ac[2]);
+            ac[3] = fmaf(f1, tmp[3], ac[3]);
+          }
+          continue;
+        } else if constexpr (WF == WF_Q4) {
+          dequant_q4_f16(wv[u][rt][0], scale_f16x2(sc[u][rt][0].x), a0);
+          dequant_q4_f16(wv[u][rt][1], scale_f16x2(sc[u][rt][1].x), a1);
         } else {
           dequant_i8_f16(wv[u][rt][0], a0);
           dequant_i8_f16(wv[u][rt][1], a1);
@@ -847,8 +886,8 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
                       const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
                       const u16* __restrict__ A, const u16* __restrict__ Bm, float lora_scale, int r,
                       float* __restrict__ tbuf, u32* __restrict__ flags, u32 epoch, int lora_mode) {
-  static_assert((WF == WF_INT8 || WF == WF_Q4) && !LORA && S == 0,
-                "x16 path: int8 or q4b32 weights, no LoRA, register pipeline");
+  static_assert((WF == WF_INT8 || WF == WF_Q4 || WF == WF_Q4P) && !LORA && S == 0,
+                "x16 path: int8, q4b32 or q4b32p weights, no LoRA, register pipeline");
   constexpr int ROWS = 16 * RT;
   __shared__ float red[NW * ROWS * 8];
   __shared__ float sums[ROWS * 8];

@@ -161,3 +161,41 @@ def q4_word_to_f16_pairs(word: int) -> list[np.ndarray]:
         v = h * (1.0 / 16.0) - 72.0 if hi else h - 1032.0  # exact in fp16: small integers
         out.append(v.astype(np.float16))
     return out
+
+
+# --- q4b32p: q4b32 with each 128-element chunk of a row pre-permuted (done once, at load) -----
+# The q4b32-x16 kernel's mma takes, for lane t, the 32 elements of its 16 bytes as 8 k16 slices
+# of 4; with the plain layout each slice mixes 4 lanes' scale blocks, so the scale must be applied
+# per weight (HMUL2). q4b32p stores chunk element s = 32 t + 4 j + u (lane t, mma j = 0..7,
+# u = 0..3) as logical element k = 32 (j // 2) + 16 (j % 2) + 4 t + u: every mma then covers 16
+# elements of ONE scale block (block j // 2 of the chunk), and the kernel applies the scale once
+# per block, in fp32, after the mma. Bytes are otherwise packed exactly as q4b32 (same nibble
+# interleave, same size); scales stay bf16 [N, K/32] in logical order.
+Q4P_CHUNK = 128
+
+
+def q4p_logical_of_stored() -> np.ndarray:
+    """k (logical position in a 128-chunk) of each stored position s."""
+    s = np.arange(Q4P_CHUNK)
+    t, j, u = s // 32, (s % 32) // 4, s % 4
+    return 32 * (j // 2) + 16 * (j % 2) + 4 * t + u
+
+
+def pack_q4b32p(q) -> np.ndarray:
+    """q uint8 [N, K] (0..15, logical order) -> packed uint8 [N, K/2] in the q4b32p layout."""
+    q = np.asarray(q, dtype=np.uint8)
+    n, k = q.shape
+    if k % Q4P_CHUNK:
+        raise ValueError(f"K={k} is not a multiple of {Q4P_CHUNK}")
+    logical = q4p_logical_of_stored()
+    stored = q.reshape(n, k // Q4P_CHUNK, Q4P_CHUNK)[:, :, logical].reshape(n, k)
+    return pack_q4b32(stored)
+
+
+def unpack_q4b32p(packed) -> np.ndarray:
+    """packed uint8 [N, K/2] (q4b32p) -> q uint8 [N, K] in logical order."""
+    stored = unpack_q4b32(packed)
+    n, k = stored.shape
+    out = np.empty_like(stored)
+    out.reshape(n, k // Q4P_CHUNK, Q4P_CHUNK)[:, :, q4p_logical_of_stored()] = stored.reshape(n, k // Q4P_CHUNK, Q4P_CHUNK)
+    return out

@@ -50,3 +50,8 @@ def relative_errors(y, ref) -> tuple[float, float]:
     rel_l2 = float(np.linalg.norm(d)) / nref if nref > 0 else float(np.linalg.norm(d))
     rel_max = float(np.abs(d).max()) / mref if mref > 0 else float(np.abs(d).max() if d.size else 0.0)
     return rel_l2, rel_max
+
+
+def linear_q4b32p(inp: dict) -> np.ndarray:
+    w = F.dequantize_q4b32(F.unpack_q4b32p(inp["w"]), inp["wscale"])
+    return F.bf16_bits_to_f64(inp["x"]) @ w.T

@@ -53,6 +53,28 @@ def linear_q4b32(x, w, wscale, **_):
     return Fn.linear(x, dequant_q4b32(w, wscale))
 
 
+def dequant_q4b32p(w, wscale):
+    """q4b32p (ledger.kernels.formats: each 128-chunk of a row pre-permuted) -> bf16 [N, K]."""
+    import torch
+
+    n, kh = w.shape
+    word = w.contiguous().view(torch.int32).reshape(n, kh // 4, 1)
+    shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28], dtype=torch.int32, device=w.device)
+    stored = ((word >> shifts) & 0xF).reshape(n, -1, 128)              # [N, K/128, 128] stored order
+    s = torch.arange(128, device=w.device)
+    logical = 32 * ((s % 32) // 8) + 16 * (((s % 32) // 4) % 2) + 4 * (s // 32) + s % 4
+    q = torch.empty_like(stored)
+    q[:, :, logical] = stored                                            # logical order
+    q = q.reshape(n, -1, 32).to(torch.float32) - 8.0
+    return (q * wscale.to(torch.float32)[:, :, None]).reshape(n, 2 * kh).to(torch.bfloat16)
+
+
+def linear_q4b32p(x, w, wscale, **_):
+    import torch.nn.functional as Fn
+
+    return Fn.linear(x, dequant_q4b32p(w, wscale))
+
+
 def get(name: str):
     return globals()[name]
 
@@ -62,7 +84,7 @@ def description(name: str) -> dict:
     torch build that executes it (cuBLAS and torch's kernels come with that build)."""
     fn = get(name)
     src = inspect.getsource(fn)
-    helpers = [h for h in ("dequant_int8", "dequant_q4b32") if h in src]
+    helpers = [h for h in ("dequant_int8", "dequant_q4b32", "dequant_q4b32p") if f"{h}(" in src]
     try:
         import torch
 

@@ -16,7 +16,7 @@ from ledger.kernels import formats as F
 from ledger.kernels import oracles
 
 SOURCE_FILE = "decode_linear.cu"
-WF = {"bf16": 0, "int8": 1, "q4b32": 2}
+WF = {"bf16": 0, "int8": 1, "q4b32": 2, "q4b32p": 3}
 MAX_M = 8          # the mma's n = 8 side holds the batch
 MAX_R = 64         # LEDGER_MAXR in the source
 LORA_SLICES = 8    # LEDGER_SLICES in the source: producer blocks per 16 ranks of t = A x
@@ -190,7 +190,7 @@ class KernelSpec:
             out["w"], out["wscale"] = F.quantize_int8(w)
         else:
             q, sc = F.quantize_q4b32(w)
-            out["w"], out["wscale"] = F.pack_q4b32(q), sc
+            out["w"], out["wscale"] = (F.pack_q4b32p(q) if self.weight_format == "q4b32p" else F.pack_q4b32(q)), sc
         if self.lora:
             # B is random (not peft's zero init) so that a wrong LoRA term cannot hide.
             out["a"] = F.f32_to_bf16_bits(rng.standard_normal((r, k), dtype=np.float32) / np.sqrt(k))
@@ -281,6 +281,15 @@ _register(KernelSpec(
     requirements=Requirements((8, 0), {**_BF16, "W": "4-bit q4b32", "scale": "bf16 per 32, used in fp16",
                                        "x staged": "fp16 * 2^-p"}, 128, False, max_mk=X16_MAX),
     tolerance=TOLERANCE, oracle=oracles.linear_q4b32, reference="linear_q4b32", baseline="linear_q4b32",
+    configs=CONFIGS["q4b32-x16"], template="decode_linear_x16"))
+_register(KernelSpec(
+    name="linear-q4b32p-x16",
+    summary="4-bit block weight decode linear, q4b32p layout (pre-permuted at load), fp16 tensor cores, "
+            "scale applied per block in fp32 after the mma",
+    weight_format="q4b32p", lora=False,
+    requirements=Requirements((8, 0), {**_BF16, "W": "4-bit q4b32p", "scale": "bf16 per 32", "x staged": "fp16 * 2^-p"},
+                              128, False, max_mk=X16_MAX),
+    tolerance=TOLERANCE, oracle=oracles.linear_q4b32p, reference="linear_q4b32p", baseline="linear_q4b32p",
     configs=CONFIGS["q4b32-x16"], template="decode_linear_x16"))
 _register(KernelSpec(
     name="linear-q4b32",

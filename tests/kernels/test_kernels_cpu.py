@@ -466,3 +466,35 @@ def test_x16_fp16_constants_of_the_source():
     for bits, value in ((0x6400, 1024.0), (0xE408, -1032.0), (0x2C00, 1 / 16), (0xD480, -72.0), (0xE480, -1152.0)):
         assert f16(bits) == value
         assert f"0x{bits:04X}{bits:04X}u" in src
+
+
+def test_q4b32p_round_trip_and_the_kernel_fragment_mapping():
+    """q4b32p packs and unpacks losslessly; and the x16 kernel's fragment reads (emulated here:
+    pair P of lane t's 16 bytes is stored element 32t + 2P + e; its x pair is read at
+    32(P//4) + 16((P%4)//2) + 4t + 2(P%2) + e) meet on the same logical k, and each mma
+    (pairs 2j, 2j+1 of all four lanes) covers 16 elements of one scale block, block j // 2."""
+    rng = np.random.default_rng(8)
+    q = rng.integers(0, 16, (5, 384)).astype(np.uint8)
+    packed = F.pack_q4b32p(q)
+    assert packed.shape == (5, 192) and np.array_equal(F.unpack_q4b32p(packed), q)
+    assert not np.array_equal(packed, F.pack_q4b32(q))
+    logical = F.q4p_logical_of_stored()
+    for j in range(8):
+        ks = []
+        for t in range(4):
+            for P in (2 * j, 2 * j + 1):
+                for e in range(2):
+                    k_w = int(logical[32 * t + 2 * P + e])
+                    k_x = 32 * (P // 4) + 16 * ((P % 4) // 2) + 4 * t + 2 * (P % 2) + e
+                    assert k_w == k_x
+                    ks.append(k_w)
+        assert sorted(ks) == list(range(32 * (j // 2) + 16 * (j % 2), 32 * (j // 2) + 16 * (j % 2) + 16))
+
+
+def test_q4b32p_torch_reference_dequantizes_like_numpy():
+    spec = S.get("linear-q4b32p-x16")
+    inp = spec.make_inputs(S.Shape(1, 24, 512), np.random.default_rng(2))
+    t = to_torch(inp)
+    w_torch = R.dequant_q4b32p(t["w"], t["wscale"]).float().numpy().astype(np.float64)
+    w_np = F.dequantize_q4b32(F.unpack_q4b32p(inp["w"]), inp["wscale"])
+    assert np.allclose(w_torch, w_np, rtol=2 ** -8, atol=0)
