@@ -90,15 +90,16 @@ def test_gate_refuses_a_broken_kernel_on_device():
     assert not d.accepted and d.code == "Wrong", d.reason
 
 
+@pytest.mark.parametrize("name", ["linear-int8-x16", "linear-q4b32-x16", "linear-q4b32p-x16"])
 @pytest.mark.parametrize("scale", [1e-30, 1e-6, 1e6, 1e30])
-def test_int8_x16_at_any_range_of_x(scale):
+def test_x16_kernels_at_any_range_of_x(name, scale):
     """x far outside fp16's range (both ways) still gives the oracle: the kernel stages x * 2^-p."""
     import numpy as np
 
     from ledger.kernels import formats as F
     from ledger.kernels import oracles, runtime
 
-    spec = S.get("linear-int8-x16")
+    spec = S.get(name)
     mod = runtime.load(K.build(spec.name, "local"))
     for sh in (S.Shape(1, 4096, 4096), S.Shape(3, 1000, 2048)):
         inp = spec.make_inputs(sh, np.random.default_rng(13))
