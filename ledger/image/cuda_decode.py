@@ -41,11 +41,20 @@ from ledger.kernels import qlinear
 FORMATS = ("bf16", "int8", "q4b32")
 KERNEL_OF = {"int8": "linear-int8", "q4b32": "linear-q4b32"}
 # The fp16-tensor-core variants (x staged in shared memory as fp16 * 2^-p; docs/kernels.md): they
-# need M * (K + 8) <= 16448, and pay a fixed staging prologue, so a matrix takes them only from
-# X16_MIN_WEIGHTS weights up -- measured on an H200 (benchmarks/RESULTS.md, session 6), below
-# that the bf16-path kernel was as fast or faster. Selection by shape, recorded per matrix.
+# need M * (K + 8) <= 16448 and pay a fixed staging prologue, so a matrix takes them only where
+# they measured faster on an H200 (bench_strongest.py --serving, benchmarks/RESULTS.md, session 6):
+# q4b32 from 2048x2048 weights up (faster at every measured shape from there: 6.53 vs 6.62 us at
+# 2048^2 ... 24.83 vs 28.27 us at 49152x2048); int8 above 4096^2 weights, or K >= 8192 with
+# N >= 2048 (11.94 vs 12.96 us at 2048x8192), while at 8192x2048 and 4096^2 and below the
+# bf16-path kernel was as fast or faster. Selection by shape, recorded per matrix.
 X16_OF = {"int8": "linear-int8-x16", "q4b32": "linear-q4b32-x16"}
-X16_MIN_WEIGHTS = {"int8": 4096 * 4096 + 1, "q4b32": 4096 * 4096}
+
+
+def prefers_x16(fmt: str, n: int, k: int) -> bool:
+    """Whether an [n, k] matrix in `fmt` is faster on the x16 kernel (measured rule above)."""
+    if fmt == "q4b32":
+        return n * k >= 2048 * 2048
+    return n * k > 4096 * 4096 or (k >= 8192 and n >= 2048)
 MAX_ROWS = 8    # the decode kernels' mma n-side (ledger.kernels.specs.MAX_M)
 
 
@@ -93,7 +102,7 @@ class Kernels:
 
     def kernel_for(self, fmt: str, n: int, k: int, m: int = 1) -> str | None:
         """The kernel that serves an [n, k] matrix in `fmt` (None: neither can take it)."""
-        if n * k >= X16_MIN_WEIGHTS[fmt] and self._why_not(X16_OF[fmt], n, k, m) is None:
+        if prefers_x16(fmt, n, k) and self._why_not(X16_OF[fmt], n, k, m) is None:
             return X16_OF[fmt]
         return KERNEL_OF[fmt] if self._why_not(KERNEL_OF[fmt], n, k, m) is None else None
 
