@@ -47,6 +47,7 @@ INPUT_DIR = "inputs/compile-cache"
 OUTPUT_DIR = "compile-cache"          # under out/
 SCRATCH_DIR = "scratch/inductor"      # the child's TORCHINDUCTOR_CACHE_DIR
 ENV_FIELDS = ("device", "capability", "torch", "triton", "cuda")
+STABLE_PREFIX = "train-inductor-"     # the work folder of a compiled run, named by its cache key
 
 
 def uses_cache(plan) -> bool:
@@ -140,6 +141,33 @@ def put(tx, files: dict, shape: dict, env: dict, key: str, plan_id: str) -> str:
     return cid
 
 
+def settle(work: Path, key: str) -> Path:
+    """The parent's side of the autotune records (see enter): the fresh work folder renamed to a
+    name fixed by the cache key, so that every run of a plan shape compiles at the SAME absolute
+    paths. A rename keeps the folder's inode, so its flock (Store.work_folder: gc keeps a live
+    folder) holds. When a run of the same shape holds that name (a non-empty folder: the rename
+    fails), the folder keeps its own name and the child runs without autotune records. The
+    caller renames it back (unsettle) before the store removes it."""
+    stable = work.parent / (STABLE_PREFIX + hex_of(key)[:24])
+    try:
+        os.rename(work, stable)
+    except OSError:
+        return work
+    return stable
+
+
+def unsettle(work: Path, home: Path) -> None:
+    if work != home:
+        try:
+            os.rename(work, home)
+        except OSError:   # never left behind under the shared name: the next run would take it
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def settled(work: Path) -> bool:
+    return work.name.startswith(STABLE_PREFIX)
+
+
 # --- the child's side ----------------------------------------------------------------------------
 def enter(work: Path, spec: dict | None) -> Path:
     """Before anything compiles: check the environment, and seed the private Inductor cache
@@ -149,10 +177,11 @@ def enter(work: Path, spec: dict | None) -> Path:
     import torch._inductor.config as inductor_config  # the child imports torch already
 
     # Inductor bakes the ABSOLUTE path of each kernel's autotune record into the code it
-    # caches; the next run's cache folder is another work folder, so on the H200 a reused
-    # cache read (denied) and wrote (denied: mkdir in a work folder not its own) the first
-    # run's paths. Without the local autotune record the kernels re-tune at start (seconds).
-    inductor_config.autotune_local_cache = False
+    # caches. In a work folder settled under its cache key's name (settle) those paths are the
+    # same in every run of the shape, so the records are kept and reused; elsewhere a reused
+    # cache would read (denied) and write (denied: another work folder) the first run's paths,
+    # so there the records are off and the kernels re-tune at start (seconds).
+    inductor_config.autotune_local_cache = bool(spec and spec.get("stable_path"))
     if spec is None:
         return folder
     env = environment()

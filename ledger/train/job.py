@@ -432,10 +432,11 @@ class ChildJob:
     unsandboxed: bool = False
     timeout: float | None = None
     plan: str | None = None       # the plan id the parent ran (never the child's claim)
+    name: str | None = None       # the run's name when its folder runs under another (compile_cache.settle)
 
     @property
     def run_name(self) -> str:
-        return self.work.name
+        return self.name or self.work.name
 
     @property
     def out(self) -> Path:

@@ -16,6 +16,7 @@ The parent (this module) never trains. It
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -144,7 +145,7 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path,
         if cid is not None:
             ccache.materialise(store, cid, work / ccache.INPUT_DIR)
         spec["compile_cache"] = {"key": key, "env": env, "shape": shape, "id": cid,
-                                 "dir": ccache.INPUT_DIR if cid else None}
+                                 "dir": ccache.INPUT_DIR if cid else None, "stable_path": ccache.settled(work)}
     elif compile_cache:
         raise BadInput("--compile-cache names a compile cache, but this plan compiles nothing",
                        "it applies to CUDA plans with a torch-compiled or fused-lora realization")
@@ -190,7 +191,8 @@ def limits(plan: PlanView) -> job.Limits:
                       optimizer_bytes=job.tensor_file_bound(plan.memory.line("optimizer_state"), 3 * tensors))
 
 
-def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout: float | None = None) -> job.ChildJob:
+def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout: float | None = None,
+              name: str | None = None) -> job.ChildJob:
     view = plan.view
     n, nodes = view.devices, view.nodes
     # Several devices: data-parallel (DDP), one process per device. Their rendezvous store and
@@ -211,7 +213,7 @@ def child_job(store, work: Path, plan: comp.Plan, *, unsandboxed: bool, timeout:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")     # the only interface there is
     return job.ChildJob(trainer="sft", work=work, argv=tuple(child_argv(work)), env=env,
                         policy=policy, limits=limits(view), launcher=launcher, net=net,
-                        processes=view.world, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id)
+                        processes=view.world, unsandboxed=unsandboxed, timeout=timeout, plan=plan.id, name=name)
 
 
 def node_agents(nodes: int, devices: int, endpoint: str, run_id: str) -> list[str]:
@@ -314,17 +316,22 @@ def execute(store, plan: comp.Plan, *, resume: str | None = None, unsandboxed: b
     if resume:
         job.check_resumable(store, resume)
         resumed = ck.load_manifest(store, resume)
-    work = job.new_work(store, "train")
+    work = home = job.new_work(store, "train")
     try:
+        if ccache.uses_cache(plan.view):   # the same absolute paths in every run of this shape
+            work = ccache.settle(home, ccache.cache_key(ccache.shape_of(plan.body), ccache.environment()))
         prepare(store, plan, resumed, work, compile_cache)
-        return _execute(store, plan, work, unsandboxed, progress)
+        out = _execute(store, plan, work, unsandboxed, progress, home.name)
     except BaseException:
-        store.discard_work_folder(work)
+        ccache.unsettle(work, home)
+        store.discard_work_folder(home)
         raise
+    ccache.unsettle(work, home)
+    return dataclasses.replace(out, work=home)
 
 
-def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress) -> RunOutput:
-    cj = child_job(store, work, plan, unsandboxed=unsandboxed)
+def _execute(store, plan: comp.Plan, work: Path, unsandboxed: bool, progress, name: str | None = None) -> RunOutput:
+    cj = child_job(store, work, plan, unsandboxed=unsandboxed, name=name)
     done: set[str] = set()
 
     def poll(outputs: job.ChildOutputs) -> list[str]:

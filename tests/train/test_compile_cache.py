@@ -141,3 +141,33 @@ def test_a_plan_that_compiles_nothing_takes_no_cache(store):
     with pytest.raises(Exception, match="compiles nothing"):
         trainlib.train(store, plan.id, compile_cache="b3:" + "0" * 64)
     assert json.dumps(ccache.shape_of(plan.body))   # canonical-JSON-ready
+
+
+def test_a_compiled_run_works_in_a_folder_named_by_its_cache_key_and_gives_the_name_back(store, monkeypatch):
+    """MUST (docs/gpu.md): a compiled run's work folder is named by its compile-cache key while it
+    runs, so the absolute paths Inductor bakes into the cache (its autotune records) are the same
+    in every run of the shape and the child keeps them (stable_path); a second run of the same
+    shape meanwhile keeps its own folder and runs without the records; afterwards the folder has
+    its own name again (gc's lock intact: the store removes it) and the run is named by it."""
+    monkeypatch.setattr(ccache, "uses_cache", lambda plan: True)
+    seen: dict = {}
+    real = trainlib._execute
+
+    def spy(st, pl, work, unsandboxed, progress, name=None):
+        seen.update(work=work, name=name, spec=json.loads((work / "inputs" / "job.json").read_text())["compile_cache"])
+        other = job.new_work(st, "train")
+        seen["other"] = (other, ccache.settle(other, seen["spec"]["key"]))
+        ccache.unsettle(seen["other"][1], other)
+        st.discard_work_folder(other)
+        return real(st, pl, work, unsandboxed, progress, name)
+
+    monkeypatch.setattr(trainlib, "_execute", spy)
+    plan = comp.compile_spec(store, spec.parse("[data]\nsteps = 2\nmicro_batch = 4\n"), targets.get("cpu")).plan
+    run = trainlib.execute(store, plan)
+    try:
+        assert seen["work"].name.startswith(ccache.STABLE_PREFIX) and seen["spec"]["stable_path"] is True
+        assert seen["other"][0] == seen["other"][1]                # the name was taken: its own folder
+        assert run.work.name == seen["name"] and run.work.is_dir() and not seen["work"].exists()
+    finally:
+        store.discard_work_folder(run.work)
+    assert not run.work.exists() and not seen["work"].exists()
