@@ -56,7 +56,8 @@ def test_list_needs_no_store_and_no_gpu(tmp_path):
     p = ledger_cmd("kernel", "list", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     names = {k["name"] for k in json.loads(p.stdout)}
-    assert {"linear-bf16", K, "linear-int8", "linear-q4b32"} == names
+    assert {"linear-bf16", K, "linear-int8", "linear-q4b32", "linear-int8-x16", "linear-q4b32-x16",
+            "linear-q4b32p-x16"} == names
 
 
 # --- the store side, with stand-ins shaped like the harness's records -------------------------
