@@ -707,7 +707,12 @@ def part_childgap(a, out):
         log(f"  {name:22s} {json.dumps(res[name], default=str)[:700]}")
         save(out)
 
+    want = set(a.gap.split(","))
     keep("sandboxed", compile_and_train(store, text(), a.target))
+    if "sandboxed-repeat" in want:   # the same shape again: a compile-cache hit
+        keep("sandboxed-repeat", compile_and_train(store, text(), a.target))
+    if "all" not in want:
+        return
     keep("unsandboxed", compile_and_train(store, text(), a.target, unsandboxed=True))
     keep("sandboxed-threads16", compile_and_train(store, text(16), a.target))
     # the in-process loops on the plan's own rows
@@ -890,6 +895,7 @@ def main() -> int:
     ap.add_argument("--realization", default="auto", help="loops part: ledger's compile.realization")
     ap.add_argument("--repeat", action="store_true", help="loops part: train the same plan shape twice (compile cache)")
     ap.add_argument("--profile", action="store_true", help="loops part: profile one step of ledger's realization")
+    ap.add_argument("--gap", default="all", help="childgap part: all, or sandboxed[,sandboxed-repeat] only")
     ap.add_argument("--smol-seq", type=int, default=1024)
     ap.add_argument("--smol-batch", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes: checks the script's code paths")
