@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Decode kernels against the strongest torch alternative, alternating, in one run (issue 20, session 6).
 
-    python benchmarks/kernels/bench_strongest.py [--launches 100] [--rounds 3] [--out DIR]
+    python benchmarks/kernels/bench_strongest.py [--launches 100] [--rounds 3] [--out DIR] [--only K1,K2]
+    python benchmarks/kernels/bench_strongest.py --serving     # the x16 serving rule's measurements
 
 For 8192x8192, 14336x4096 (and 4096x4096, without the compiled baselines) at batch 1, every
 realization below is timed in turn, `rounds` times over (round-robin, so that clock or thermal
@@ -14,8 +15,9 @@ median, min and max over all timed launches, and the median of each round.
   int8      ledger linear-int8 (bf16 tensor cores) | ledger linear-int8-x16 (fp16 tensor cores), every
             compiled configuration | torch.compile of gpt-fast's F.linear(x, W.to(bf16)) * s with
             coordinate descent | torch._weight_int8pack_mm
-  4-bit     ledger linear-q4b32 | tinygemm torch._weight_int4pack_mm (group 32: the same 4 bits and
-            one bf16 scale per 32 weights)
+  4-bit     ledger linear-q4b32 | ledger linear-q4b32-x16 and linear-q4b32p-x16, every compiled
+            configuration | tinygemm torch._weight_int4pack_mm (group 32: the same 4 bits and one
+            bf16 scale per 32 weights)
 
 Fraction = bytes of weights read (W, scales, A, B) per second / the device-to-device copy
 bandwidth (read + write) measured in the same run. A torch op that does not run is reported as
