@@ -20,10 +20,11 @@ def _targets(project):
     s = Store.open(project)
     suite = seallib.pinned(s)
     doc = sorted((seallib.sealed_dir(s, suite.id) / "eval").iterdir())[0]
-    doc_object = s.object_path(next(iter(s.get_json(suite.id)["scored"].values())))
-    head = s.object_path(s.state.refs["HEAD"])
+    # the file that holds each object, whole or compressed (docs/store-format.md Z1)
+    doc_object = s.objects.files(next(iter(s.get_json(suite.id)["scored"].values())))[0]
+    head = s.objects.files(s.state.refs["HEAD"])[0]
     return {"sealed": (doc, False), "suite-doc-object": (doc_object, False),
-            "suite-manifest": (s.object_path(suite.id), False),
+            "suite-manifest": (s.objects.files(suite.id)[0], False),
             "refs": (s.root / "refs.json", False), "index": (s.root / "index.duckdb", False),
             "project-file": (project / "README", False), "journal-append": (s.journal.path, True),
             "served-object": (head, False), "journal": (s.journal.path, False)}
