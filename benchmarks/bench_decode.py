@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Decode tokens/s: the image's CUDA decoder (ledger.image.cuda_decode: adapter merged, base in
 bf16 / int8 / q4b32 through ledger's decode kernels, one CUDA graph a step) beside HF `generate`
-(bf16, KV cache) and HF `generate` with a torch.compile'd forward (static cache,
-mode="reduce-overhead"), same weights, same prompt, greedy, measured in one run, alternating.
+(bf16, KV cache) and HF `generate` with its torch.compile'd decode step (static cache,
+CompileConfig mode "reduce-overhead": transformers' documented fast path), same weights, same prompt, greedy, measured in one run, alternating.
 
     python benchmarks/bench_decode.py [--models smollm2,7b] [--new 128] [--prompt 32] [--reps 3] [--deadline S]
 
@@ -136,13 +136,24 @@ def main() -> int:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "bench_decode.json").write_text(json.dumps(res, indent=1, default=str))
         if left() > (110 if name == "7b" else 60):
+            # transformers' own fast path: with a static cache, generate compiles the decode step
+            # itself (torch.compile, mode "reduce-overhead": CUDA graphs) and marks each graph step.
+            # Patching model.forward with torch.compile instead (the older recipe) failed on
+            # transformers 5.17: "accessing tensor output of CUDAGraphs that has been overwritten
+            # by a subsequent run" (benchmarks/gpu_h200/h20t-call2-decode.log).
+            from transformers import CompileConfig
+
             model.generation_config.cache_implementation = "static"
-            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+            model.generation_config.compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
             t0 = time.monotonic()
             try:
                 for _ in range(2):
                     outs["hf-generate-compiled"] = hf(model)()
                 row["compile_warmup_s"] = time.monotonic() - t0
+                # the compiled call exists only if generate took the compiled path: never a silent eager run
+                row["hf_compiled_call_used"] = hasattr(model, "_compiled_call")
+                if not row["hf_compiled_call_used"]:
+                    raise RuntimeError("generate did not compile the decode step (no _compiled_call)")
                 times["hf-generate-compiled"] = []
                 for _ in range(a.reps):
                     torch.cuda.synchronize()
