@@ -22,6 +22,8 @@ import shutil
 import stat
 from dataclasses import dataclass
 
+import numpy as np  # the listing's keys and masks (reach.py)
+
 from ledger.errors import JournalCorrupt
 from ledger.store import chunks, fsio, gcstate, reach, retention
 from ledger.store.state import Fold, State
@@ -159,19 +161,17 @@ def plan(store, policy: retention.Policy | None = None) -> GcPlan:
     w = _walk(store)
     reachable = w.reach.array()
     unreachable, chunked = [], []
-    for items, keys in reach.listing(store):
-        mask = reach.member(reachable, keys)
-        for i, (oid, path) in enumerate(items):
-            if path.endswith(chunks.SUFFIX):
-                chunked.append(oid)
-            if mask[i]:
-                continue
+    for d in reach.listing(store):
+        is_chunked = d.suffixed(chunks.SUFFIX)
+        chunked.extend(d.id(i) for i in np.flatnonzero(is_chunked))
+        for i in np.flatnonzero(~reach.member(reachable, d.keys)):
+            oid, path = d.id(i), d.path(i)
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
             size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-            if path.endswith(chunks.SUFFIX) and size:
+            if is_chunked[i] and size:
                 try:
                     size = store.objects.size(oid)  # a chunk index: the object's size is in it
                 except Exception:  # noqa: BLE001 - a damaged index is removed all the same

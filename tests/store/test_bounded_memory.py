@@ -59,10 +59,9 @@ def stores(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Read blocks and batches smaller than these stores (at scale they are constants: 8 MiB of
-    journal, 8192 listed objects, 2^18 pending keys, 4096 ids), so what is left to grow is what grows
+    journal, 2^18 pending keys), so what is left to grow is what grows
     with history."""
     monkeypatch.setattr(journal, "SCAN_BLOCK", 64 << 10)
-    monkeypatch.setattr(reach, "_BATCH", 256)
     monkeypatch.setattr(reach, "_FLUSH", 512)
 
 
