@@ -161,6 +161,10 @@ def bundle_ls(
         h = lst.header
         c.print(f"[bold]{file}[/]  origin={h.origin}  created {h.created[:19].replace('T', ' ')} by {h.actor}")
         c.print(f"  {len(h.manifest.objects)} objects, {human_bytes(h.manifest.total_bytes)}, manifest {short(h.manifest.id)}")
+        if h.base:
+            c.print(f"  for a store holding {', '.join(short(b) for b in h.base)}: carries "
+                    f"{human_bytes(h.file_size - h.data_start)} (" + ", ".join(
+                        f"{n} {k}(s)" for k, n in h.to_json()["pieces"].items() if n) + ")")
         c.print(f"  {_signers(lst.signers)}")
         for name, oid in sorted(h.manifest.refs.items()):
             c.print(f"  ref {name} → {short(oid)}")

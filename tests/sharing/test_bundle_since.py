@@ -147,3 +147,5 @@ def test_bundle_create_since_through_the_cli(alice, bob, tmp_path, two_versions,
     res = cli(bob, "bundle", "import", out, "--json")
     assert res.returncode == 0, res.stderr
     assert Store.open(bob.root).get_bytes(v2) == data
+    res = cli(bob, "bundle", "ls", out)
+    assert res.returncode == 0 and "for a store holding" in res.stdout and "chunk(s)" in res.stdout, res.stdout
