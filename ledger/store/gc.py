@@ -146,7 +146,7 @@ def _walk(store) -> reach.Walk:
         raise JournalCorrupt(f"journal chain is broken at {scan.problem}; gc refuses to judge reachability",
                              "run `ledger verify`")
     w.retry_unresolved()
-    if saved is None or f.seq != start.seq or w.opened:
+    if saved is None or f.seq != start.seq or w.opened or w.resolved:
         r, nk, inputs = w.result()
         failed = gcstate.save(store, f.state(), scan.end, r, nk, inputs, w.unresolved, w.special)
         if failed:

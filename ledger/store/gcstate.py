@@ -19,13 +19,16 @@ everything: the answer of a full walk, never a silent fallback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
+import blake3
 import numpy as np  # the key arrays (reach.py)
 
+from ledger.errors import LedgerError
 from ledger.store import canonical, fsio
-from ledger.store.ids import hash_bytes, is_id
+from ledger.store.ids import PREFIX, is_id
 from ledger.store.journal import stat_identity
 from ledger.store.state import State
 
@@ -47,8 +50,39 @@ class Saved:
         self.special: list[str] = header["special"]
 
 
-def _digest(header: dict, arrays: bytes) -> str:
-    return hash_bytes(canonical.dumps({k: v for k, v in header.items() if k != "digest"}) + b"\n" + arrays)
+def _digest(header: dict, arrays) -> str:
+    """BLAKE3 of the header line without its digest, then the arrays (bytes or arrays, hashed
+    in place: no copy of ten million keys is made to hash them)."""
+    h = blake3.blake3()
+    h.update(canonical.dumps({k: v for k, v in header.items() if k != "digest"}) + b"\n")
+    for a in (arrays if isinstance(arrays, (list, tuple)) else (arrays,)):
+        h.update(memoryview(a).cast("B") if isinstance(a, np.ndarray) else a)
+    return PREFIX + h.hexdigest()
+
+
+def _read(fd: int, size: int) -> tuple[bytes, np.ndarray]:
+    """(the header line, the keys) of reach.bin: the keys read straight into their array, so
+    loading costs 8 bytes a key once (a whole-file read and a copy would cost it twice)."""
+    head = b""
+    while b"\n" not in head and len(head) < min(size, HEADER_MAX):
+        chunk = os.pread(fd, min(1 << 20, size - len(head)), len(head))
+        if not chunk:
+            break
+        head += chunk
+    nl = head.find(b"\n")
+    if nl <= 0:
+        raise ValueError("no header line")
+    rest = size - nl - 1
+    if rest % 8:
+        raise ValueError("the arrays are not whole keys")
+    keys = np.empty(rest // 8, dtype="<u8")
+    view, got = memoryview(keys).cast("B"), 0
+    while got < rest:
+        n = os.preadv(fd, [view[got:]], nl + 1 + got)
+        if n <= 0:
+            raise ValueError("shorter than its size")
+        got += n
+    return head[:nl], keys
 
 
 def load(store) -> tuple[Saved | None, str | None]:
@@ -64,14 +98,13 @@ def load(store) -> tuple[Saved | None, str | None]:
     try:
         if not isinstance(seal, dict) or seal.get("file") != stat_identity(st):
             return None, "it was rewritten since gc wrote it (its seal names another file)"
-        data = fsio.read_bounded(fd, st.st_size)
-    except OSError:
+        line, keys = _read(fd, st.st_size)
+    except (OSError, ValueError):
         return None, "it is unreadable"
     finally:
         os.close(fd)
-    nl = data.find(b"\n", 0, HEADER_MAX)
     try:
-        h = json.loads(data[:nl]) if nl > 0 else None
+        h = json.loads(line)
         if not isinstance(h, dict) or h.get("format") != FORMAT:
             raise ValueError("format")
         counts, offset, seq = h["counts"], h["offset"], h["seq"]
@@ -85,14 +118,12 @@ def load(store) -> tuple[Saved | None, str | None]:
         return None, "it is unreadable"
     if h.get("store") != store.store_id or seal.get("store") != store.store_id:
         return None, "it belongs to another store"
-    arrays = data[nl + 1:]
-    if len(arrays) != 8 * sum(counts) or _digest(h, arrays) != h.get("digest") or seal.get("digest") != h["digest"] \
+    if len(keys) != sum(counts) or _digest(h, keys) != h.get("digest") or seal.get("digest") != h["digest"] \
             or (st0.seq, st0.head) != (seq, h.get("id")):
         return None, "it does not match its digest"
     why = position_problem(store, offset, seq, h["id"])
     if why:
         return None, why
-    keys = np.frombuffer(arrays, dtype="<u8").astype(np.uint64)
     a, b = counts[0], counts[0] + counts[1]
     return Saved(h, st0, keys[:a], keys[a:b], keys[b:]), None
 
@@ -119,20 +150,38 @@ def position_problem(store, offset: int, seq: int, rid: str | None) -> str | Non
 
 
 def save(store, st: State, offset: int, reach, not_kept, inputs, unresolved, special) -> str | None:
-    """Write the state (whole or not at all), then its seal. Returns why it could not, or None."""
-    arrays = b"".join(np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (reach, not_kept, inputs))
+    """Write the state (whole or not at all: a temporary file renamed into place), then its seal.
+    The arrays are written from memory as they are (no joined copy). Returns why it could not,
+    or None."""
+    arrays = [np.ascontiguousarray(a, dtype="<u8") for a in (reach, not_kept, inputs)]
     h = {"format": FORMAT, "store": store.store_id, "seq": st.seq, "id": st.head, "offset": offset,
-         "state": st.to_json(), "counts": [len(reach), len(not_kept), len(inputs)],
+         "state": st.to_json(), "counts": [len(a) for a in arrays],
          "unresolved": sorted(unresolved), "special": sorted(special)}
     h["digest"] = _digest(h, arrays)
     path, seal = store.root.joinpath(*STATE), store.root.joinpath(*SEAL)
+    tmp = None
     try:
         path.parent.mkdir(exist_ok=True)
         seal.unlink(missing_ok=True)   # a seal never names a file it was not written for
-        fsio.atomic_write(path, canonical.dumps(h) + b"\n" + arrays, store.tmp, durable=False)
+        tmp = fsio.tmp_path(store.tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            fsio.write_all(fd, canonical.dumps(h) + b"\n", "writing gc's reach state")
+            for a in arrays:
+                fsio.write_all(fd, memoryview(a).cast("B"), "writing gc's reach state")
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        tmp = None
         ident = stat_identity(os.lstat(path))
         fsio.atomic_write(seal, canonical.dumps({"store": store.store_id, "digest": h["digest"], "file": ident}),
                           store.tmp, durable=False)
     except OSError as e:
         return e.strerror or str(e)
+    except LedgerError as e:   # fsio's typed I/O error (ENOSPC, EIO) while writing
+        return e.message
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return None
