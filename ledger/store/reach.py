@@ -136,18 +136,21 @@ def classify(store, oid: str) -> Node:
     (a damaged copy's bytes are not its content); a missing, damaged or unreadable object is
     unresolved (no children yet, looked at again by the next gc). A chunked object, one larger
     than STRUCTURED_MAX, or one that is not a JSON object is data: no children."""
-    if store.objects.compressed(oid):  # a `.z` file (store/compress.py): decompressed and rehashed
-        try:
-            data = store.objects.structure(oid, STRUCTURED_MAX)
-        except (MissingObject, CorruptObject, fsio.StorageIOError):
-            return Node(resolved=False)
-        return Node() if data is None else _node(data)
+    h = oid[len(PREFIX):]
     try:
-        fd, st = store.objects.open(oid)
-    except MissingObject:
+        # the whole copy first, as every read prefers it; a plain path, not ObjectStore.open's
+        # pathlib and lstat calls (a first walk opens a million of these)
+        fd, st = fsio.open_regular(os.path.join(store.objects.dir, h[:2], h[2:]))
+    except FileNotFoundError:
+        if store.objects.compressed(oid):  # a `.z` file (store/compress.py): decompressed and rehashed
+            try:
+                data = store.objects.structure(oid, STRUCTURED_MAX)
+            except (MissingObject, CorruptObject, fsio.StorageIOError):
+                return Node(resolved=False)
+            return Node() if data is None else _node(data)
         # stored as chunks (ledger/store/chunks.py: 16 MiB and up) is data, as Store.closure says
         return Node() if store.objects.chunked(oid) else Node(resolved=False)
-    except (CorruptObject, fsio.StorageIOError):
+    except (fsio.NotRegular, OSError):   # a link, FIFO or directory in its place; a damaged fan-out
         return Node(resolved=False)
     try:
         if st.st_size > STRUCTURED_MAX:
