@@ -54,12 +54,15 @@ def loads(data: bytes | str, *, strict: bool = False):
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise BadInput(f"not valid JSON: {e}", "the bytes are damaged or not JSON") from e
     if strict:
-        raw = data if isinstance(data, (bytes, bytearray)) else str(data).encode("utf-8")
+        # compared as text: the bytes decoded without error, so equal text is equal UTF-8 bytes
         try:
-            again = dumps(obj)
+            again = _ENCODER.encode(obj)
         except RecursionError:
             again = None
-        if again != bytes(raw):
+        except (TypeError, ValueError) as e:
+            raise BadInput(f"value is not canonical JSON: {e}",
+                           "use dicts with string keys, lists, str, int, finite float, bool, None") from e
+        if again != text:
             raise BadInput("JSON is not in canonical form", "structured objects must be written by ledger")
     return obj
 

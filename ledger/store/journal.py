@@ -18,9 +18,11 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from blake3 import blake3
+
 from ledger.errors import BadInput, JournalConflict, JournalCorrupt
 from ledger.store import canonical, faults, fsio
-from ledger.store.ids import hash_bytes, is_id
+from ledger.store.ids import PREFIX, hash_bytes, is_id
 from ledger.store.lock import ofd_lock_wait
 
 FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload")
@@ -62,27 +64,36 @@ def make_record(seq: int, prev: str | None, kind: str, inputs, outputs, actor: s
     return body
 
 
+_KEYS = frozenset(FIELDS) | {"id"}
+
+
 def parse_line(line: bytes) -> dict:
     """Decode one journal line and check it names itself correctly. Raises BadInput."""
     rec = canonical.loads(line, strict=True)
-    if not isinstance(rec, dict) or set(rec) != set(FIELDS) | {"id"}:
+    if not isinstance(rec, dict) or rec.keys() != _KEYS:
         raise BadInput("journal record has the wrong fields")
-    if not (isinstance(rec["seq"], int) and not isinstance(rec["seq"], bool) and rec["seq"] >= 1):
+    seq, prev = rec["seq"], rec["prev"]
+    if not (type(seq) is int and seq >= 1):
         raise BadInput("journal record has a bad seq")
-    if not (rec["prev"] is None or is_id(rec["prev"])):
+    if not (prev is None or is_id(prev)):
         raise BadInput("journal record has a bad prev")
-    if not (isinstance(rec["kind"], str) and isinstance(rec["actor"], str) and isinstance(rec["time"], str)
-            and isinstance(rec["payload"], dict) and isinstance(rec["inputs"], list)
-            and isinstance(rec["outputs"], list)
-            and all(is_id(x) for x in rec["inputs"] + rec["outputs"])):
+    inputs, outputs = rec["inputs"], rec["outputs"]
+    if not (type(rec["kind"]) is str and type(rec["actor"]) is str and type(rec["time"]) is str
+            and type(rec["payload"]) is dict and type(inputs) is list and type(outputs) is list
+            and all(is_id(x) for x in inputs) and all(is_id(x) for x in outputs)):
         raise BadInput("journal record has ill-typed fields")
     # The line is canonical (checked above), so the canonical form of the fields other than `id`
     # is the line without its `,"id":"…"` member: hash that rather than encode the record again.
     # "actor" is the only key that sorts before "id", and a JSON string holds no bare quote, so
     # the first `,"id":"` of the line is the record's own id member.
-    member = b',"id":"' + rec["id"].encode() + b'"'
-    at = line.find(member)
-    if at < 0 or hash_bytes(line[:at] + line[at + len(member):]) != rec["id"]:
+    rid = rec["id"]
+    at = line.find(b',"id":"')
+    if not (is_id(rid) and at >= 0 and line.startswith(rid.encode(), at + 7) and line[at + 74:at + 75] == b'"'):
+        raise BadInput("journal record does not hash to its id")
+    h = blake3()
+    h.update(memoryview(line)[:at])
+    h.update(memoryview(line)[at + 75:])
+    if PREFIX + h.hexdigest() != rid:
         raise BadInput("journal record does not hash to its id")
     return rec
 
@@ -97,6 +108,7 @@ class Scan:
     problem: str | None = None
     last_seq: int = 0            # seq and id of the last good record (those the scan started after
     last_id: str | None = None   # when it read none)
+    line: bytes = b""            # the line of the record being yielded (verify reads ids off the bytes)
 
 
 SCAN_BLOCK = 8 << 20  # a scan reads this much at a time: its memory does not grow with the journal
@@ -136,18 +148,23 @@ class Journal:
         return stat_identity(st)
 
     def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
-             keep: bool = True, each=None) -> Scan:
+             keep: bool = True, each=None, lines: bool = False) -> Scan:
         """Read and check records from `start_offset`. Damage in the middle is a broken chain;
         damage only at the end is a torn tail.
 
         The file is read a block at a time; `each(rec)` is called for every good record in order
-        and `keep=False` keeps no list of them, so a scan of any length runs in bounded memory."""
+        (`each(rec, line)` with `lines`: the record's exact bytes, checked canonical and hashing to
+        its id) and `keep=False` keeps no list of them, so a scan of any length runs in bounded memory."""
         out = Scan(end=start_offset, last_seq=expect_seq - 1, last_id=expect_prev)
         for rec in self._walk(out, start_offset, expect_seq, expect_prev):
             if keep:
                 out.records.append(rec)
             if each is not None:
-                each(rec)
+                if lines:
+                    each(rec, out.line)
+                else:
+                    each(rec)
+        out.line = b""
         return out
 
     def stream(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None):
@@ -208,6 +225,7 @@ class Journal:
                 pos = nl + 1
                 out.end = base + pos
                 out.last_seq, out.last_id = seq - 1, prev
+                out.line = line
                 yield rec
 
     @staticmethod
