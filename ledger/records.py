@@ -188,6 +188,7 @@ def opt(check: Check, *, key: str | None = None, object_kind: str | None = None)
 
 # --- the base -------------------------------------------------------------------------------------
 _FIELDS: dict[type, tuple] = {}
+_SPECS: dict[type, tuple] = {}
 
 @dataclass(frozen=True, kw_only=True)
 class Payload:
@@ -206,17 +207,29 @@ class Payload:
             got = _FIELDS[cls] = tuple(f for f in fields(cls) if not f.metadata.get("envelope"))
         return got
 
+    @classmethod
+    def _specs(cls) -> tuple[tuple, frozenset]:
+        """((name, payload key, check, object kind, required) per field, every key the kind
+        models), cached per class: verify checks every record of a million-record journal through
+        them, and a field's metadata is a mapping proxy that is slow to read in that loop."""
+        got = _SPECS.get(cls)
+        if got is None:
+            specs = tuple((f.name, f.metadata["key"] or f.name, f.metadata["check"], f.metadata["object_kind"],
+                           f.default is MISSING) for f in cls._fields())
+            got = _SPECS[cls] = (specs, frozenset(ENVELOPE) | {s[1] for s in specs})
+        return got
+
     def __post_init__(self) -> None:
         # A payload object is valid by construction: a writer that builds one (records.Export(...))
         # gets the same checks `verify` applies, before anything is committed.
-        for f in self._fields():
-            v = getattr(self, f.name)
+        for name, key, check, _, _ in self._specs()[0]:
+            v = getattr(self, name)
             if v is ABSENT:
                 continue
-            problem = f.metadata["check"](v)
+            problem = check(v)
             if problem is not None:
-                raise BadInput(f"{self.KIND} record: payload.{f.metadata['key'] or f.name} must be {problem}")
-        env = {k: getattr(self, k) for k in ENVELOPE if getattr(self, k) is not ABSENT}
+                raise BadInput(f"{self.KIND} record: payload.{key} must be {problem}")
+        env = {k: v for k in ENVELOPE if (v := getattr(self, k)) is not ABSENT}
         bad = schema.envelope_problem(env) if env else None
         if bad is not None:
             raise BadInput(f"{self.KIND} record: {bad}")
@@ -227,18 +240,19 @@ class Payload:
         """Check `p` against this kind's schema; raises BadInput naming the field."""
         if not isinstance(p, dict):
             raise BadInput(f"a {cls.KIND} record's payload must be an object")
-        kw, used = {}, set(ENVELOPE)
-        for f in cls._fields():
-            key = f.metadata["key"] or f.name
-            used.add(key)
+        specs, used = cls._specs()
+        kw = {}
+        for name, key, _, _, required in specs:
             if key in p:
-                kw[f.name] = p[key]
-            elif f.default is MISSING:
+                kw[name] = p[key]
+            elif required:
                 raise BadInput(f"{cls.KIND} record: payload.{key} is missing")
         for k in ENVELOPE:
             if k in p:
                 kw[k] = p[k]
-        return cls(**kw, extra={k: v for k, v in p.items() if k not in used})  # __post_init__ checks
+        # each key of p fills at most one argument: as many arguments as keys means no extra key
+        extra = {} if len(kw) == len(p) else {k: v for k, v in p.items() if k not in used}
+        return cls(**kw, extra=extra)  # __post_init__ checks
 
     def check_meaning(self) -> None:
         """Rules across fields (first <= last, ...); raises BadInput."""
@@ -258,10 +272,11 @@ class Payload:
     def object_kinds(self) -> dict[str, tuple[str, str]]:
         """{payload key: (id, the kind its object must have)} for the ids present."""
         out = {}
-        for f in self._fields():
-            v = getattr(self, f.name)
-            if f.metadata["object_kind"] and isinstance(v, str):
-                out[f.metadata["key"] or f.name] = (v, f.metadata["object_kind"])
+        for name, key, _, want, _ in self._specs()[0]:
+            if want:
+                v = getattr(self, name)
+                if isinstance(v, str):
+                    out[key] = (v, want)
         return out
 
     @staticmethod
