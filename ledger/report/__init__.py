@@ -7,7 +7,8 @@
 
 Modules: model (data from the journal and the objects it names), svg (scales and shapes),
 plots (one function per chart), page (the HTML template), sparkline (text sparklines for the
-terminal). Reading only: a report takes no lock and writes nothing into the store.
+terminal). Reading only: a report takes no lock and writes nothing into the store but its own
+cache, cache/report.json (docs/store-format.md rule 23).
 """
 
 from __future__ import annotations

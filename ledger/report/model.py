@@ -2,7 +2,9 @@
 
 The journal is the source of truth, so the model is a fold over its records plus the objects
 they name (generation manifests, receipts, verdicts, turn batches) — not a read of the DuckDB
-index, which is a cache that may lag. The model is plain data (frozen dataclasses, no HTML),
+index, which is a cache that may lag. The fold is saved in the store's cache (cache/report.json,
+keyed by the record it was folded to: docs/store-format.md rule 23), so the next report folds only
+the records since. The model is plain data (frozen dataclasses, no HTML),
 so the page and any other view render the same facts, and tests can check facts, not markup.
 
 Holdout hygiene (docs/gate.md, "What is sealed and what the learner sees"): a report is a file
