@@ -40,7 +40,7 @@ from pathlib import Path
 
 import blake3
 
-from ledger.errors import CorruptObject
+from ledger.errors import CorruptObject, StoreCorrupt
 from ledger.store import faults, fsio
 
 THRESHOLD = 16 << 20          # objects this large are chunked (below it one file is cheaper than an index)
@@ -188,6 +188,15 @@ class PackStore:
         present = {name for name, _ in self.iter_packs()} if present is None else present
         if self._index is not None:
             self._index.close()
+        dest = self.root / "cache" / CACHE_NAME
+        try:
+            st = os.lstat(dest)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            # a rename cannot replace it, and removing a directory's contents is not ours to do
+            raise StoreCorrupt(f"{dest} is a {fsio.file_kind(st.st_mode)}, not the chunk index",
+                               f"remove {dest}: it is a cache (docs/store-format.md C10), rewritten by the next write")
         try:
             _build_cache(self, sorted(present))
         except OSError as e:   # ENOSPC/EIO: typed, and nothing of it left in tmp/ (rule 10)

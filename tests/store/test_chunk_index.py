@@ -169,3 +169,19 @@ def test_the_overlay_is_bounded_the_writer_rewrites_the_index(root, monkeypatch)
     assert idx.covered == {name for name, _ in s.objects.packs.iter_packs()}
     assert not idx.overlay                                      # all in the file, none held in memory
     assert idx.count >= 3 * 2 * MIB // chunks.MAX_SIZE
+
+
+def test_a_directory_in_the_index_place_is_a_typed_error_naming_it(root):
+    from ledger.errors import StoreCorrupt
+
+    _add(root, os.urandom(2 * MIB), "a")
+    (root / "cache" / chunks.CACHE_NAME).mkdir()
+    (root / "cache" / chunks.CACHE_NAME / "x").write_bytes(b"x")
+    with pytest.raises(StoreCorrupt, match="is a directory, not the chunk index"):
+        _add(root, os.urandom(2 * MIB), "b")
+    assert "name/b" not in _open(root).state.refs                              # nothing of b committed
+    assert not [f for f in _open(root).tmp.iterdir() if f.is_file()]           # nor left in tmp/
+    (root / "cache" / chunks.CACHE_NAME / "x").unlink()
+    (root / "cache" / chunks.CACHE_NAME).rmdir()
+    _add(root, os.urandom(2 * MIB), "b")                                       # the hint's cure works
+    assert verify(_open(root), read_data=True).ok
