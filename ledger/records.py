@@ -194,6 +194,7 @@ _SPECS: dict[type, tuple] = {}
 class Payload:
     """One record kind's payload. Subclasses set KIND and declare their fields with need/opt."""
     KIND: ClassVar[str] = ""
+    DEFERRED: ClassVar[tuple[str, ...]] = ()  # tables of `project` an index rebuild defers (schema.KindHooks)
     refs: object = field(default=ABSENT, metadata={"envelope": True})
     counters: object = field(default=ABSENT, metadata={"envelope": True})
     objects: object = field(default=ABSENT, metadata={"envelope": True})
@@ -636,6 +637,8 @@ class Record(Payload):
     """A batch of turns (from `ledger record` or the image's buffer: then with requests, image
     and context)."""
     KIND: ClassVar[str] = "record"
+    # one object read per record (a million at a million records): a rebuild defers the table
+    DEFERRED: ClassVar[tuple[str, ...]] = ("turns",)
     turns: str = need(ID, object_kind="turns")
     first: int = need(SEQ1)
     count: int = need(COUNT)
@@ -897,7 +900,7 @@ def _hooks(cls: type[Payload]) -> schema.KindHooks:
     def object_kinds(payload):
         return cls.from_payload(payload).object_kinds()
 
-    return schema.KindHooks(cls.KIND, check, project, object_kinds)
+    return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED)
 
 
 for _cls in KINDS.values():

@@ -8,6 +8,16 @@ open it read-only and retry briefly while a writer is mid-update (a few millisec
 
 To index a new record kind: give its payload class in ledger/records.py a `project` (and a
 table in SCHEMA if needed); `rows_for` applies it.
+
+Deferred tables. A kind whose projection must read an object per record (a turn batch's turns:
+~980k object reads at a million records, most of a rebuild's time) names those tables in its hooks
+(`KindHooks.deferred`). A rebuild fills them for the first REBUILD_EAGER records only (a small
+store's index is complete at once) and meta's `deferred` says the seq up to which they hold every
+record's rows. `complete` fills them from the index's own journal rows (each
+rebuilt into its record and hash-checked, like a lookup's) on their first use (`Store.query` of
+SQL naming one); a writer's sync projects them for its new records only while they are complete,
+so they are never partial in the middle. An index without the key (made before deferral) is
+complete.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from pathlib import Path
 
 from ledger.errors import BadInput, InternalError, StoreCorrupt
 from ledger.store import faults, schema
+from ledger.store.journal import record_id
 
 INDEX_VERSION = 3  # 2: the outcomes table; 3: run_rows and the runs view
 
@@ -67,8 +78,9 @@ def _ts(s: str) -> str:
     return s.rstrip("Z").replace("T", " ")
 
 
-def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
-    """Rows each table gains from one journal record. `get_json(id)` reads structured objects.
+def rows_for(rec: dict, get_json, defer: bool = False) -> dict[str, list[tuple]]:
+    """Rows each table gains from one journal record. `get_json(id)` reads structured objects;
+    with `defer`, a kind whose tables are deferred is not projected (see the module doc).
 
     The journal and objects rows are the store's own; every other table is a record kind's
     projection (registered by ledger/records.py into store/schema.py), so this module knows no
@@ -88,7 +100,7 @@ def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
         out["objects"] = [(o[0], o[1], o[2], name if isinstance(name, str) else None, rec["seq"]) for o in objs]
     batches = [project(rec, get_json) for project in schema.common_projections()]
     h = schema.hooks(rec["kind"])
-    if h is not None:
+    if h is not None and not (defer and h.deferred):
         try:
             batches.append(h.project(rec, get_json))  # checks the payload against the kind's schema first
         except BadInput:
@@ -100,6 +112,39 @@ def rows_for(rec: dict, get_json) -> dict[str, list[tuple]]:
                                     "a record kind may fill only its own tables (store/index.py SCHEMA)")
             out.setdefault(table, []).extend(rows)
     return out
+
+
+def deferred_rows(rec: dict, get_json) -> dict[str, list[tuple]]:
+    """The rows of the deferred tables one record's kind fills (none for an ill-formed payload,
+    as in rows_for)."""
+    h = schema.hooks(rec["kind"])
+    if h is None or not h.deferred:
+        return {}
+    try:
+        rows = h.project(rec, get_json)
+    except BadInput:
+        return {}
+    stray = set(rows) - set(h.deferred)
+    if stray:
+        raise InternalError(f"the projection of {rec['kind']!r} records fills {sorted(stray)} beside its deferred "
+                            f"tables {list(h.deferred)}", "a kind's deferred tables must be all the tables it fills")
+    return rows
+
+
+def record_from_row(row) -> dict | None:
+    """The journal record an index row (seq, id, prev, time as written, kind, actor, inputs,
+    outputs, payload) holds, or None when the rebuilt record does not hash to the row's id (a
+    row edited in any way, into another shape too)."""
+    rec = dict(zip(_FIELDS, row))
+    try:
+        rec["payload"] = json.loads(rec["payload"])
+        rec["inputs"], rec["outputs"] = list(rec["inputs"]), list(rec["outputs"])
+        return rec if record_id(rec) == rec["id"] else None
+    except (TypeError, ValueError, BadInput):
+        return None
+
+
+_FIELDS = ("seq", "id", "prev", "time", "kind", "actor", "inputs", "outputs", "payload")
 
 
 def preload() -> None:
@@ -183,15 +228,17 @@ def _meta_seq(con) -> int | None:
 
 def _meta(con) -> dict | None:
     """What the index says it projects: the journal position (seq, head: the id of the last
-    record it holds) and the store it belongs to. None if unreadable or of another version."""
+    record it holds), the store it belongs to, and the seq its deferred tables are complete to
+    (`deferred`). None if unreadable or of another version."""
     seq = _meta_seq(con)
     if seq is None:
         return None
     try:
-        rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('head', 'store')").fetchall())
+        rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('head', 'store', 'deferred')").fetchall())
+        deferred = min(seq, int(rows["deferred"])) if "deferred" in rows else seq
     except Exception:
         return None
-    return {"seq": seq, "head": rows.get("head") or None, "store": rows.get("store") or None}
+    return {"seq": seq, "head": rows.get("head") or None, "store": rows.get("store") or None, "deferred": deferred}
 
 
 def _foreign(meta: dict, state, store_id: str | None) -> bool:
@@ -203,21 +250,34 @@ def _foreign(meta: dict, state, store_id: str | None) -> bool:
 
 
 BATCH_RECORDS = 5_000  # records projected per Arrow append: bounds a rebuild's memory at any length
+# A rebuild projects the deferred tables of this many records at once (a store's first index, a
+# small journal's: complete, ~0.3 s at most); beyond them they are filled on first use (module doc)
+REBUILD_EAGER = 10_000
 REBUILD_MEMORY = "128MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
 PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
-def _write(con, records, state, get_json, store_id: str | None = None) -> None:
+def _write(con, records, state, get_json, store_id: str | None = None, eager: int | None = None) -> None:
     """Project `records` (an iterable, or a feeder function that calls its argument with each
     record: a rebuild streams the journal through here) in batches
     of BATCH_RECORDS, then the refs and meta of `state` — a State, or a callable giving the
-    state once `records` is exhausted (a stream's fold is known only at its end)."""
+    state once `records` is exhausted (a stream's fold is known only at its end).
+    `eager`: None — the deferred tables are projected for every record (they were complete and
+    stay so); k — only for the first k records, and meta's `deferred` becomes the seq of the last
+    of them (all of them: the state's seq) when k > 0, or stays as it is when k is 0."""
     batch: dict[str, list[tuple]] = {}
     n = 0
+    whole: int | None = None   # the last record projected with its deferred tables, while unbroken
+    deferring = False
 
     def add(rec: dict) -> None:
-        nonlocal batch, n
-        for t, rows in rows_for(rec, get_json).items():
+        nonlocal batch, n, whole, deferring
+        defer = eager is not None and n >= eager
+        if defer:
+            deferring = True
+        elif not deferring:
+            whole = rec["seq"]
+        for t, rows in rows_for(rec, get_json, defer).items():
             batch.setdefault(t, []).extend(rows)
         n += 1
         if n % BATCH_RECORDS == 0:
@@ -236,6 +296,9 @@ def _write(con, records, state, get_json, store_id: str | None = None) -> None:
     _insert(con, {"refs": sorted(state.refs.items())})
     con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?)",
                 [str(state.seq), state.head or "", str(INDEX_VERSION)])
+    if eager is None or eager > 0:
+        upto = state.seq if not deferring else (whole or 0)
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('deferred', ?)", [str(upto)])
     if store_id is not None:
         con.execute("INSERT OR REPLACE INTO meta VALUES ('store', ?)", [store_id])
 
@@ -256,7 +319,7 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         # the buffer pool is capped, so memory is one batch whatever the journal's length.
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
         _create(con)
-        _write(con, records, state, get_json, store_id)
+        _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
         con.execute("CHECKPOINT")
     except BaseException:
         con.close()
@@ -307,7 +370,8 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
             con.execute("INSERT OR REPLACE INTO meta VALUES ('store', ?)", [store_id])
         if recs is not None:
             con.execute("BEGIN")
-            _write(con, recs, state, get_json, store_id)
+            # deferred tables stay complete if they were; if not, `complete` fills them later
+            _write(con, recs, state, get_json, store_id, eager=0 if meta["deferred"] < meta["seq"] else None)
             con.execute("COMMIT")
             # Fold the WAL into the file now: the index file alone is then always a whole,
             # consistent snapshot (copies, backups and a crash never pair it with a stale WAL).
@@ -316,6 +380,65 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
         if con is not None:
             con.close()
     faults.point("index.after-sync")
+    return None
+
+
+DEFERRED_BATCH = 5_000  # records whose deferred rows `complete` projects per committed step
+
+
+def deferred_tables() -> tuple[str, ...]:
+    """Every table some kind's hooks defer."""
+    return tuple(sorted({t for k in schema.kinds() for t in schema.hooks(k).deferred}))
+
+
+def mentions_deferred(sql: str) -> bool:
+    """Whether `sql` names a deferred table (as a word: `turns`, not `turns_x`)."""
+    return any(re.search(rf"(?<![A-Za-z0-9_]){t}(?![A-Za-z0-9_])", sql, re.IGNORECASE) for t in deferred_tables())
+
+
+def deferred_behind(root: Path) -> bool:
+    """Whether the index's deferred tables lack rows of records it holds."""
+    meta = _peek(root, _meta)
+    return meta is not None and meta["deferred"] < meta["seq"]
+
+
+def complete(root: Path, get_json) -> str | None:
+    """Fill the deferred tables up to the index's seq (caller holds the lock), from the index's
+    journal rows of the kinds that defer, each rebuilt into its record and hash-checked. Commits
+    every DEFERRED_BATCH records with meta's `deferred` (a crash keeps what was filled, and
+    memory stays one batch). Returns why it stopped early (a row that does not hash: the
+    index is not to be trusted), None when complete or when there is no usable index."""
+    kinds = sorted(k for k in schema.kinds() if schema.hooks(k).deferred)
+    path = root / "index.duckdb"
+    if not kinds or not path.exists():
+        return None
+    con = _connect(path, read_only=False)
+    try:
+        con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
+        meta = _meta(con)
+        if meta is None:
+            return None
+        done, seq = meta["deferred"], meta["seq"]
+        sql = (f"SELECT {_ROW} FROM journal WHERE seq > ? AND seq <= ? AND kind IN ({', '.join('?' * len(kinds))}) "
+               "ORDER BY seq LIMIT ?")
+        while done < seq:
+            rows = con.execute(sql, [done, seq, *kinds, DEFERRED_BATCH]).fetchall()
+            batch: dict[str, list[tuple]] = {}
+            for row in rows:
+                rec = record_from_row(row)
+                if rec is None:
+                    return f"the index's row for record {row[0]} does not hash to its id"
+                for t, r in deferred_rows(rec, get_json).items():
+                    batch.setdefault(t, []).extend(r)
+            upto = rows[-1][0] if len(rows) == DEFERRED_BATCH else seq
+            con.execute("BEGIN")
+            _insert(con, batch)
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('deferred', ?)", [str(upto)])
+            con.execute("COMMIT")
+            done = upto
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
     return None
 
 

@@ -19,14 +19,9 @@ The hash chain stays the authority (docs/store-format.md, rule 15):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 
-from ledger.errors import BadInput
 from ledger.store import index
-from ledger.store.journal import record_id
-
-_FIELDS = ("seq", "id", "prev", "time", "kind", "actor", "inputs", "outputs", "payload")
 
 
 def _slow(store, why: str) -> None:
@@ -38,16 +33,6 @@ def _slow(store, why: str) -> None:
 def _matches(rec: dict, kinds: tuple[str, ...], where: dict[str, str]) -> bool:
     p = rec["payload"]
     return rec["kind"] in kinds and all(isinstance(p.get(k), str) and p[k] == v for k, v in where.items())
-
-
-def _from_row(row) -> dict | None:
-    rec = dict(zip(_FIELDS, row))
-    try:
-        rec["payload"] = json.loads(rec["payload"])
-        rec["inputs"], rec["outputs"] = list(rec["inputs"]), list(rec["outputs"])
-        return rec if record_id(rec) == rec["id"] else None
-    except (TypeError, ValueError, BadInput):  # a row edited into another shape: it does not hash either
-        return None
 
 
 def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None) -> Iterator[dict]:
@@ -99,7 +84,7 @@ def _answer(store, found, match: Callable[[dict], bool]) -> Iterator[dict]:
         return
     yield from (r for r in gap if match(r))
     for i, row in enumerate(rows):
-        rec = _from_row(row)
+        rec = index.record_from_row(row)
         if rec is None:
             _slow(store, f"the index's row for record {row[0]} does not hash to its id")
             below = rows[i - 1][0] if i else meta["seq"] + 1

@@ -27,6 +27,7 @@ from ledger.errors import (
     InternalError,
     JournalCorrupt,
     LedgerError,
+    Locked,
     MissingObject,
     StoreCorrupt,
     UnknownRef,
@@ -419,7 +420,23 @@ class Store:
             self.warnings.append(f"replaced the damaged copy of object {oid} with a verified one")
 
     def query(self, sql: str):
+        """Read-only SQL on the index; a deferred table the SQL names (the turns a rebuild left for
+        their first use, store/index.py) is filled first, under the lock, unless a writer holds it
+        (then a warning says the table is incomplete)."""
+        if index.mentions_deferred(sql) and index.deferred_behind(self.root):
+            try:
+                self.complete_index()
+            except Locked:
+                self.warnings.append(f"the index's {', '.join(index.deferred_tables())} table is not filled yet and a "
+                                     "writer holds the lock: its rows stop early; query again when it is done")
         return index.query(self.root, sql)
+
+    def complete_index(self) -> None:
+        """Fill the index's deferred tables (store/index.py) up to its seq."""
+        with self.locked():
+            why = index.complete(self.root, self.get_json)
+        if why is not None:
+            self.warnings.append(f"{why}: the index is not to be trusted; run `ledger index rebuild`")
 
     # --- writing ------------------------------------------------------------------------
     def _check_writable(self) -> None:

@@ -43,11 +43,15 @@ class KindHooks:
 
     check(payload)               raises BadInput naming the field whose type or meaning is wrong
     project(rec, get_json)       rows the index gains from a record whose payload passed `check`
-    object_kinds(payload)        {field: (id, kind the object must have)} for verify to open"""
+    object_kinds(payload)        {field: (id, kind the object must have)} for verify to open
+    deferred                     the tables `project` fills, when it must read an object per record
+                                 to fill them (a turn batch's turns): an index rebuild leaves them
+                                 for their first use (store/index.py, "deferred tables")"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
     object_kinds: Callable[[dict], dict[str, tuple[str, str]]]
+    deferred: tuple[str, ...] = ()
 
 
 _KINDS: dict[str, KindHooks] = {}
