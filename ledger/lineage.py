@@ -6,10 +6,17 @@ from ledger import generations
 from ledger.verdicts.summary import verdict_summary
 
 
-def generation_rows(store) -> list[dict]:
+def generation_rows(store, limit: int | None = None) -> list[dict]:
+    """Rows of the newest `limit` generations (all when None), oldest first, and HEAD's always:
+    each row reads its manifest, verdict and parent, so a listing costs what it shows."""
     head = store.state.refs.get("HEAD")
+    numbers = generations.numbers(store)
+    if limit is not None and len(numbers) > limit:
+        shown = set(numbers[len(numbers) - limit:] if limit > 0 else [])
+        head_n = next((n for n in numbers if store.state.refs.get(f"gen-{n}") == head), None)
+        numbers = [n for n in numbers if n in shown or n == head_n]
     rows = []
-    for n in generations.numbers(store):
+    for n in numbers:
         g = generations.load(store, f"gen-{n}")
         v = verdict_summary(store.get_json(g.verdict)) if g.verdict else None
         parent = None

@@ -15,7 +15,7 @@ from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, print_warnings, sh
 from ledger.cli.render import VERDICT_STYLE
 from ledger.cli.tables import Column, print_table, short_id, terminal_width
 from ledger.demo.story import run_demo
-from ledger.errors import CycleRefused
+from ledger.errors import BadInput, CycleRefused
 from ledger.options import LearnOptions
 
 
@@ -95,10 +95,25 @@ def render_cycle(res) -> None:
             + f"; total {total:.1f}s")
 
 
-def gens(json_: JsonOpt = False):
+def gens(
+    n: Annotated[int, typer.Option("-n", "--max-count", help="How many generations, newest last (HEAD's always).")] = 20,
+    all_: Annotated[bool, typer.Option("--all", help="Every generation.")] = False,
+    json_: JsonOpt = False,
+):
     """Generations, with the verdict and score that admitted each; HEAD marked."""
-    res = api.gens(losses=not json_, store=common.store_dir())
+    if n < 0:
+        raise BadInput(f"-n {n} is negative", "give how many generations to show, or --all")
+    # bounded like `ledger log`: a year of learning has hundreds of generations, and each row
+    # reads its manifest, verdict and parent; --all (or -n) shows more
+    res = api.gens(losses=not json_, limit=None if all_ else n, store=common.store_dir())
     finish(json_, res, lambda: render_gens(res))
+
+
+def _older_note(res) -> str | None:
+    hidden = res.total - len(res.rows)
+    if hidden <= 0:
+        return None
+    return f"… {hidden} older generation{'s' if hidden != 1 else ''} not shown (`ledger gens --all`, or -n N)"
 
 
 GENS_COLUMNS = [Column(""), Column("gen"), Column("id", 3), Column("parent", 2), Column("adapter", 4),
@@ -121,6 +136,9 @@ def gens_cells(res) -> list[list]:
 
 
 def render_gens(res) -> None:
+    note = _older_note(res)
+    if note:
+        common.console().print(note, style="dim", highlight=False)
     print_table(common.console(), GENS_COLUMNS, gens_cells(res), terminal_width())
 
 

@@ -59,3 +59,20 @@ def test_crash_during_rollback(tmp_path):
         now = G.head(store)
         assert now.n in (pre.n, 1 if pre.n == 2 else 2)
     assert_consistent(s.root)
+
+
+def test_gens_lists_the_newest_by_default_and_heads_always_and_says_what_it_left_out(tmp_path):
+    s = _three_gens(tmp_path)           # gen-0 .. gen-2
+    for i in range(3, 6):
+        with s.transaction("commit") as tx:
+            G.new_generation(tx, s, note=f"g{i}")
+    G.rollback(s, "gen-1")             # HEAD is an old generation now
+    rows = json.loads(ledger_cmd("gens", "-n", "2", "--json", cwd=tmp_path, check=True).stdout)
+    assert [r["name"] for r in rows] == ["gen-1", "gen-4", "gen-5"]          # the newest two, and HEAD's
+    assert [r["name"] for r in rows if r["head"]] == ["gen-1"]
+    every = json.loads(ledger_cmd("gens", "--all", "--json", cwd=tmp_path, check=True).stdout)
+    assert [r["name"] for r in every] == [f"gen-{i}" for i in range(6)]
+    text = ledger_cmd("gens", "-n", "2", cwd=tmp_path, check=True).stdout
+    assert "3 older generations not shown" in text and "--all" in text
+    assert "older" not in ledger_cmd("gens", cwd=tmp_path, check=True).stdout   # 6 <= the default 20
+    assert ledger_cmd("gens", "-n", "-1", cwd=tmp_path).returncode == 2
