@@ -39,7 +39,10 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_VERSION = 1
+TEMPLATE_VERSION = 1
+# 2: each cycle's export names a dataset of its own (in v1 all 370 named the template's, so "the
+# export of this dataset", which `diff` asks, matched 370 records where a real store has one)
+BUILD_VERSION = 2
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "ledger-bench-scale"
 MIB = 1 << 20
 
@@ -47,7 +50,7 @@ MIB = 1 << 20
 # --- the template: one real learn cycle -----------------------------------------------------------
 def template(cache: Path) -> Path:
     """A store that ran one real cycle on the built-in tiny model (cached)."""
-    dest = cache / f"template-v{BUILD_VERSION}"
+    dest = cache / f"template-v{TEMPLATE_VERSION}"
     if (dest / ".ledger" / "template.done").exists():
         return dest
     from ledger import experience
@@ -73,7 +76,14 @@ def template(cache: Path) -> Path:
 # --- the synthetic store ------------------------------------------------------------------------
 class _Writer:
     """Writes journal lines (real format, real hash chain) and objects straight to disk. No
-    fsync and no lock: this is a fresh directory that becomes the cache entry by one rename."""
+    fsync and no lock: this is a fresh directory that becomes the cache entry by one rename.
+
+    Bulk, for 10M-record stores: objects are created relative to an open descriptor of their
+    fan-out directory (no path building), and a turn batch's record line is formatted from a
+    template rather than encoded from a dict twice (`record_line`; the first lines are checked
+    against the canonical encoder, so the template cannot drift from the format)."""
+
+    CHECK_LINES = 1000  # template lines compared with canonical.dumps of the same record
 
     def __init__(self, root: Path, t0: float, dt: float):
         from ledger.store import canonical
@@ -82,26 +92,34 @@ class _Writer:
         self.canonical, self.hash_bytes = canonical, hash_bytes
         self.root = root
         self.objects = root / "objects"
+        self.dirs = []
         for i in range(256):
             (self.objects / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+            self.dirs.append(os.open(self.objects / f"{i:02x}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         self.f = open(root / "journal", "wb", buffering=16 << 20)
         self.seq, self.prev = 0, None
         self.t, self.dt = t0, dt
         self.counts: dict[str, int] = {}
         self.n_objects = 0
+        self.checked = 0
+        self._sec, self._stamp = None, ""
 
     def now(self) -> str:
         self.t += self.dt
         whole = int(self.t)
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((self.t - whole) * 1e6):06d}Z"
+        if whole != self._sec:   # strftime once a second of synthetic time, not once a record
+            self._sec, self._stamp = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+        return f"{self._stamp}.{int((self.t - whole) * 1e6):06d}Z"
 
     def put_json(self, obj) -> tuple[str, int]:
-        data = self.canonical.dumps(obj)
+        return self.put_bytes(self.canonical.dumps(obj))
+
+    def put_bytes(self, data: bytes) -> tuple[str, int]:
         oid = self.hash_bytes(data)
         h = oid[3:]
-        path = self.objects / h[:2] / h[2:]
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+            fd = os.open(h[2:], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444,
+                         dir_fd=self.dirs[int(h[:2], 16)])
         except FileExistsError:
             return oid, len(data)
         try:
@@ -110,6 +128,28 @@ class _Writer:
             os.close(fd)
         self.n_objects += 1
         return oid, len(data)
+
+    def record_line(self, actor: str, oid: str, size: int, count: int, first: int) -> None:
+        """Append a turn batch's `record` record (the bulk of any store) from a template."""
+        self.seq += 1
+        t = self.now()
+        a = json.dumps(actor, ensure_ascii=False)
+        rest = (f'"inputs":[],"kind":"record","outputs":["{oid}"],"payload":{{"count":{count},'
+                f'"counters":{{"turns":{count}}},"first":{first},"objects":[["{oid}",{size},"turns"]],'
+                f'"turns":"{oid}"}},"prev":"{self.prev}","seq":{self.seq},"time":"{t}"}}')
+        rid = self.hash_bytes(f'{{"actor":{a},{rest}'.encode())
+        line = f'{{"actor":{a},"id":"{rid}",{rest}\n'.encode()
+        if self.checked < self.CHECK_LINES:
+            body = {"seq": self.seq, "prev": self.prev, "time": t, "kind": "record", "inputs": [], "outputs": [oid],
+                    "actor": actor, "payload": {"count": count, "counters": {"turns": count}, "first": first,
+                                                "objects": [[oid, size, "turns"]], "turns": oid}}
+            body["id"] = self.hash_bytes(self.canonical.dumps(body))
+            if self.canonical.dumps(body) + b"\n" != line:
+                raise SystemExit(f"internal: the record template drifted from the format:\n{line!r}")
+            self.checked += 1
+        self.f.write(line)
+        self.prev = rid
+        self.counts["record"] = self.counts.get("record", 0) + 1
 
     def append(self, kind: str, inputs, outputs, actor: str, payload: dict) -> dict:
         self.seq += 1
@@ -124,6 +164,8 @@ class _Writer:
 
     def close(self) -> None:
         self.f.close()
+        for fd in self.dirs:
+            os.close(fd)
 
 
 def _plan_cycles(n: int, per_cycle: int) -> tuple[int, list[int]]:
@@ -177,6 +219,7 @@ def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print)
     gen0 = by_kind["genesis"]["payload"]["refs"]["HEAD"]
     turns_obj = json.loads((src / "objects").joinpath(*_fan(by_kind["record"]["payload"]["turns"])).read_bytes())
     sample = turns_obj["turns"][:50]
+    dataset_bytes = (src / "objects").joinpath(*_fan(by_kind["export"]["payload"]["dataset"])).read_bytes()
     gen_manifest = json.loads((src / "objects").joinpath(*_fan(by_kind["commit"]["payload"]["refs"]["HEAD"])).read_bytes())
     turns = exported = 0
     head, gen_n = gen0, 0
@@ -199,18 +242,21 @@ def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print)
                     batch_turns.append(t)
                 oid, size = w.put_json({"kind": "turns", "first": first, "turns": batch_turns})
                 turns += batch
-                w.append("record", [], [oid], actor, {"count": batch, "counters": {"turns": batch}, "first": first,
-                                                     "objects": [[oid, size, "turns"]], "turns": oid})
+                w.record_line(actor, oid, size, batch, first)
             if w.seq % report_every == 0:
                 say(f"  {w.seq:,} records ({time.perf_counter() - t_start:.0f} s)")
 
     for c in range(1, cycles + 1):
         record_turns(groups[c - 1])
-        ex = dict(by_kind["export"]["payload"], cycle=c, first=exported + 1, last=turns,
-                  counters={"exported": turns - exported})
-        exported = turns
         r = by_kind["export"]
-        w.append("export", r["inputs"], r["outputs"], actor, ex)
+        ex = dict(r["payload"], cycle=c, first=exported + 1, last=turns, counters={"exported": turns - exported})
+        outputs = r["outputs"]
+        if c > 1:   # the template's dataset is cycle 1's; every later export has its own
+            did, dsize = w.put_bytes(_dataset_of_cycle(dataset_bytes, c))
+            ex.update(dataset=did, objects=[[did, dsize, "dataset"]])
+            outputs = [did]
+        exported = turns
+        w.append("export", r["inputs"], outputs, actor, ex)
         for kind in ("compile", "checkpoint", "train"):
             r = by_kind[kind]
             w.append(kind, r["inputs"], r["outputs"], actor, r["payload"])
@@ -237,8 +283,18 @@ def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print)
     say(f"  journal written: {n:,} records, {w.n_objects:,} new objects ({time.perf_counter() - t_start:.0f} s); "
         "indexing ...")
     from ledger.store import Store
+    from ledger.store import verify as verifylib
 
-    Store(root).rebuild_index()   # the index and refs.json, as `ledger index rebuild` makes them
+    t_index = time.perf_counter()
+    store = Store(root)
+    store.rebuild_index()   # the index and refs.json, as `ledger index rebuild` makes them
+    say(f"  indexed in {time.perf_counter() - t_index:.0f} s")
+    # The watermark a clean `verify --full` leaves (docs/store-format.md rule 20), written from the
+    # rebuild's fold: a full verify of millions of records costs minutes, and this store is right by
+    # construction (`ledger verify --read-data` passes on small builds: tests/benchmarks). So
+    # `verify` on it is incremental from the start, as on a store that is verified now and then.
+    st = Store(root).state
+    verifylib._write_watermark(store, st, (root / "journal").stat().st_size, verifylib.Report())
     info = {"records": n, "cycles": cycles, "generations": gen_n + 1, "turns": turns, "per_cycle": per_cycle,
             "batch": batch, "kinds": w.counts, "objects_written": w.n_objects,
             "build_s": round(time.perf_counter() - t_start, 1), "journal_bytes": (root / "journal").stat().st_size}
@@ -247,6 +303,19 @@ def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print)
     os.replace(work, dest)
     say(f"  built in {info['build_s']} s: {json.dumps(info)}")
     return dest
+
+
+def _dataset_of_cycle(template: bytes, cycle: int) -> bytes:
+    """The template's dataset (Parquet) with the cycle in its metadata: a valid dataset of its own."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(template))
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"synthetic_cycle": str(cycle).encode()})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
 
 
 def _fan(oid: str) -> tuple[str, str]:
@@ -290,7 +359,17 @@ def _env() -> dict:
 
 
 def run_measured(argv: list[str], cwd: Path, stdin: bytes | None = None) -> tuple[float, float, int, str]:
-    """(wall s, peak RSS MiB, exit code, output tail) of `argv`, reaped with wait4 for its rusage."""
+    """(wall s, peak RSS MiB, exit code, output tail) of `argv`; its CPU time (user + system)
+    goes to LAST_CPU. Both RSS and CPU include the children it waited for (a run's training child).
+
+    Measured by /usr/bin/time, not by this process's wait4: Linux carries a process's peak RSS
+    across fork and exec (the child's count starts at its parent's resident size), so a command
+    forked from this benchmark (which has loaded pyarrow, DuckDB and a store's worth of Python)
+    would report at least this process's size. `time` is small; what it forks reports its own."""
+    global LAST_CPU
+    fd, ru_file = tempfile.mkstemp(prefix="bench-scale-rusage-")
+    os.close(fd)
+    argv = [TIME, "-f", "%M %U %S", "-o", ru_file, *argv]
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, cwd=cwd, env=_env(), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -298,14 +377,21 @@ def run_measured(argv: list[str], cwd: Path, stdin: bytes | None = None) -> tupl
         p.stdin.write(stdin)
         p.stdin.close()
     out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
+    p.wait()
     wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
+    try:
+        # the last line: `time` writes "Command exited with non-zero status N" before it on failure
+        kib, user, sys_ = Path(ru_file).read_text().split("\n")[-2].split()
+    finally:
+        os.unlink(ru_file)
+    LAST_CPU = float(user) + float(sys_)
     tail = out.decode(errors="replace").strip()[-600:]
-    return wall, ru.ru_maxrss / 1024, p.returncode, tail
+    return wall, int(kib) / 1024, p.returncode, tail
 
 
 LEDGER = [sys.executable, "-m", "ledger.cli.main"]
+TIME = "/usr/bin/time"  # GNU time: the command's own peak RSS and CPU (see run_measured)
+LAST_CPU = 0.0  # CPU seconds of the last run_measured (on a contended machine wall time is not the cost)
 
 
 def _turns_file(n: int = 150) -> bytes:
@@ -367,10 +453,11 @@ def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n
                                                    turns if stdin == "turns" else None)
                 if rc != 0:
                     raise SystemExit(f"`ledger {' '.join(args)}` on the {label} store exited {rc}:\n{tail}")
-                per[label].append((wall, rss))
+                per[label].append((wall, rss, LAST_CPU))
                 untimed(after, path, label)
-        results[name] = {label: {"min": min(w for w, _ in v), "median": statistics.median(w for w, _ in v),
-                                 "max": max(w for w, _ in v), "rss_mib": max(r for _, r in v)}
+        results[name] = {label: {"min": min(w for w, _, _ in v), "median": statistics.median(w for w, _, _ in v),
+                                 "max": max(w for w, _, _ in v), "rss_mib": max(r for _, r, _ in v),
+                                 "cpu_median": statistics.median(c for _, _, c in v)}
                          for label, v in per.items()}
         results[name]["target"] = target
         say(_line(name, results[name], list(stores), n_large))
@@ -381,9 +468,11 @@ def _line(name: str, r: dict, labels: list[str], n: int) -> str:
     small, large = labels
     s, lg = r[small], r[large]
     ratio = lg["median"] / s["median"] if s["median"] else float("inf")
-    extra = f"  {1e6 * lg['median'] / n:.2f} us/rec"
+    cpu_ratio = lg["cpu_median"] / s["cpu_median"] if s["cpu_median"] else float("inf")
+    extra = f"  {1e6 * lg['median'] / n:.2f} us/rec ({1e6 * lg['cpu_median'] / n:.2f} CPU)"
     return (f"{name:14s} {small}: {s['min']:.3f}/{s['median']:.3f}/{s['max']:.3f} s  "
             f"{large}: {lg['min']:.3f}/{lg['median']:.3f}/{lg['max']:.3f} s  ratio {ratio:5.2f}x  "
+            f"CPU {s['cpu_median']:.2f}/{lg['cpu_median']:.2f} s ({cpu_ratio:4.2f}x)  "
             f"RSS {lg['rss_mib']:.0f} MiB{extra}  target {r['target']}")
 
 
