@@ -468,7 +468,8 @@ class _Objects:
         if ob.chunked(oid):
             try:
                 size = ob.size(oid)
-                ob.check_chunked(oid)
+                if not self.read_data:   # with read_data the listing reads every chunk (C2), and names
+                    ob.check_chunked(oid)  # a damaged page or missing pack only if the whole fails
             except (CorruptObject, StorageIOError) as e:
                 self._error(oid, "corrupt", e.message)
                 return None
@@ -620,7 +621,13 @@ class _Objects:
                 rep.errors.append({"what": "unreadable", "id": oid, "message": e.message})
                 return total_ids, dangling
             if not good and oid not in self.reported:
-                rep.errors.append({"what": "corrupt", "id": oid, "message": f"object {oid} does not hash to its name"})
+                message = f"object {oid} does not hash to its name"
+                if ob.chunked(oid):
+                    try:
+                        ob.check_chunked(oid)   # which page or pack, if that is what is wrong
+                    except (CorruptObject, StorageIOError) as e:
+                        message = e.message
+                rep.errors.append({"what": "corrupt", "id": oid, "message": message})
             if progress:
                 progress(size if size is not None else (self._size(oid) or 0))
         return total_ids, dangling
@@ -686,6 +693,21 @@ def _groups(objdir):
             yield groups
 
 
+def _note_record_at(store, checks: _RecordChecks, st: State, seq, after: int) -> None:
+    """The id of the checked record at `seq` (the index's), for the index check: the head, or found
+    walking back from the journal's end over the records the index lags behind (what it costs)."""
+    if type(seq) is not int or seq in checks.watch or not after < seq <= st.seq:
+        return
+    if seq == st.seq:
+        checks.watch[seq] = st.head
+        return
+    for rec in store.journal.backwards(strict=False):
+        if rec["seq"] <= seq:
+            if rec["seq"] == seq:
+                checks.watch[seq] = rec["id"]
+            return
+
+
 def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
     rep = Report()
     j = store.journal
@@ -694,7 +716,11 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
     checks = _RecordChecks(store, rep, read_data, w["_state"] if w else None)
     if cache:
         checks.want.add(cache["seq"])
-    meta = indexed.result()
+    # The index's meta comes from a thread that imports DuckDB (~0.5 s): if it is not there yet,
+    # it is waited for only after the object pass (a --read-data rehash overlaps it), and the
+    # record at its seq, which the scan notes for the caches it knows of, is found afterwards.
+    meta_known = indexed.done()
+    meta = indexed.result() if meta_known else None
     if meta:
         checks.want.add(meta["seq"])
     if w:
@@ -764,6 +790,10 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
         rep.stats["objects"], rep.stats["bytes"] = checks.objects.count, checks.objects.bytes
     else:
         checks.objects.listing(progress)
+    if not meta_known:
+        meta = indexed.result()
+        if meta:
+            _note_record_at(store, checks, st, meta["seq"], w["seq"] if w else 0)
 
     seq = meta["seq"] if meta else None
     if meta is None:
