@@ -77,6 +77,7 @@ class Keys:
         self.base = np.empty(0, dtype=np.uint64) if base is None else base
         self._extra = np.empty(0, dtype=np.uint64)
         self._recent: set[int] = set()
+        self._all: np.ndarray | None = None
 
     def has(self, k: int) -> bool:
         if k in self._recent:
@@ -90,6 +91,7 @@ class Keys:
         return False
 
     def add(self, k: int) -> None:
+        self._all = None
         self._recent.add(k)
         if len(self._recent) >= _FLUSH:
             self._flush()
@@ -115,7 +117,9 @@ class Keys:
         self._flush()
         if not len(self._extra):
             return self.base
-        return merged(self.base, self._extra)
+        if self._all is None:   # kept: gc asks twice (to save the state, then to judge the listing)
+            self._all = merged(self.base, self._extra)
+        return self._all
 
     def __len__(self) -> int:
         return len(self.array())
