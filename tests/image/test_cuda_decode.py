@@ -199,7 +199,7 @@ def test_large_matrices_are_served_by_the_x16_kernels(fmt):
 
 
 def test_the_x16_rule_follows_the_serving_measurements():
-    """prefers_x16 encodes the H200 serving sweep (RESULTS.md, session 6): q4b32 from 2048^2 up;
+    """prefers_x16 encodes the H200 serving sweep (benchmarks/RESULTS.md, session 6): q4b32 from 2048^2 up;
     int8 above 4096^2, or K >= 8192 with N >= 2048; the small matrices stay on the bf16 path."""
     assert cd.prefers_x16("q4b32", 2048, 2048) and not cd.prefers_x16("q4b32", 960, 2560)
     assert cd.prefers_x16("q4b32", 49152, 2048) and cd.prefers_x16("q4b32", 8192, 2048)

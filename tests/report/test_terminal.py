@@ -144,7 +144,7 @@ def test_shell_completion_script_and_completions():
     assert p.returncode == 0 and "complete " in p.stdout and "_LEDGER_COMPLETE=complete_bash" in p.stdout
     p = subprocess.run([exe], capture_output=True, text=True, timeout=60,
                        env={**env, "_LEDGER_COMPLETE": "complete_bash", "COMP_WORDS": "ledger rep", "COMP_CWORD": "1"})
-    assert p.returncode == 0 and set(p.stdout.split()) == {"repair", "report", "reproduce"}
+    assert p.returncode == 0 and set(p.stdout.split()) == {"repack", "repair", "report", "reproduce"}
     p = subprocess.run([exe], capture_output=True, text=True, timeout=60,
                        env={**env, "_LEDGER_COMPLETE": "complete_bash", "COMP_WORDS": "ledger report --o", "COMP_CWORD": "2"})
     assert "--output" in p.stdout.split()
