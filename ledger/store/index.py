@@ -253,7 +253,10 @@ BATCH_RECORDS = 5_000  # records projected per Arrow append: bounds a rebuild's 
 # A rebuild projects the deferred tables of this many records at once (a store's first index, a
 # small journal's: complete, ~0.3 s at most); beyond them they are filled on first use (module doc)
 REBUILD_EAGER = 10_000
-REBUILD_MEMORY = "128MB"  # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it)
+# DuckDB's buffer pool during a rebuild (it spills or evicts beyond it). What DuckDB holds outside
+# it grows ~3 MiB a million records (294 MiB peak at 1M, 300 at 3M with 128 MB): 96 MB leaves room
+# under 300 MiB at 10M (264 MiB at 1M).
+REBUILD_MEMORY = "96MB"
 PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
