@@ -67,11 +67,22 @@ class _RecordChecks:
         self.watch: dict[int, str] = {}          # seq -> id, for the seqs the caches name
         self.state_at: dict[int, State] = {}
         self.want: set[int] = set()
+        self.meta_future = None                  # the index's meta, while its thread still runs
+        self.meta: dict | None = None
 
     def _bad(self, rec, message):
         self.rep.errors.append(_record_error(rec, message))
 
+    def take_meta(self) -> dict | None:
+        """The index's meta, once its thread is done; its seq is then watched like the caches'."""
+        self.meta, self.meta_future = self.meta_future.result(), None
+        if self.meta and type(self.meta.get("seq")) is int:
+            self.want.add(self.meta["seq"])
+        return self.meta
+
     def add(self, rec: dict, line: bytes) -> None:
+        if self.meta_future is not None and not self.checked & 1023 and self.meta_future.done():
+            self.take_meta()
         self.checked += 1
         if rec["seq"] in self.want:
             self.watch[rec["seq"]] = rec["id"]
@@ -717,12 +728,10 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
     if cache:
         checks.want.add(cache["seq"])
     # The index's meta comes from a thread that imports DuckDB (~0.5 s): if it is not there yet,
-    # it is waited for only after the object pass (a --read-data rehash overlaps it), and the
-    # record at its seq, which the scan notes for the caches it knows of, is found afterwards.
-    meta_known = indexed.done()
-    meta = indexed.result() if meta_known else None
-    if meta:
-        checks.want.add(meta["seq"])
+    # it is waited for only after the object pass (a --read-data rehash overlaps it).
+    checks.meta_future = indexed
+    if indexed.done():
+        checks.take_meta()
     if w:
         checks.watch[w["seq"]] = w["id"]
         checks.state_at[w["seq"]] = w["_state"]
@@ -790,10 +799,11 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
         rep.stats["objects"], rep.stats["bytes"] = checks.objects.count, checks.objects.bytes
     else:
         checks.objects.listing(progress)
-    if not meta_known:
-        meta = indexed.result()
-        if meta:
-            _note_record_at(store, checks, st, meta["seq"], w["seq"] if w else 0)
+    # (a long scan learns the meta on its way, polling every 1024 records, and notes the record at
+    # its seq as it passes; only a record it passed before that is looked up afterwards)
+    meta = checks.take_meta() if checks.meta_future is not None else checks.meta
+    if meta:
+        _note_record_at(store, checks, st, meta["seq"], w["seq"] if w else 0)
 
     seq = meta["seq"] if meta else None
     if meta is None:
