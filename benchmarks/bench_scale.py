@@ -17,7 +17,9 @@ generation. Per year of operation: turns recorded in small batches (the image's 
 each cycle's judge on its own budget key (suites are re-sealed over a year). The result passes
 `ledger verify --read-data`. Built stores are cached under --cache keyed by their parameters;
 each measurement session works on a copy whose objects are hard links (objects are immutable,
-written once), so the cache stays pristine.
+written once), so the cache stays pristine. Disk: ~4.9 KiB a record (a `turns` object takes a
+4 KiB block), so 10M records need ~49 GB for the cache and ~5 GB per working copy. Each command's
+wall, CPU (user + system) and peak RSS come from GNU time (see run_measured).
 
 Targets (issue 18): `run --force` <= 1.1x; gens, log, show, query, record of 150 turns,
 rollback, diff <= 1.2x; incremental verify <= 1 s; verify --full, gc, report, index rebuild
