@@ -21,6 +21,16 @@ written once), so the cache stays pristine. Disk: ~4.9 KiB a record (a `turns` o
 4 KiB block), so 10M records need ~49 GB for the cache and ~5 GB per working copy. Each command's
 wall, CPU (user + system) and peak RSS come from GNU time (see run_measured).
 
+`--warm` runs each command once on each store, untimed, before the timed runs (printed as its
+"first run"). A store in use carries the states gc and report save between runs
+(.ledger/cache/reach.* and report.json, docs/store-format.md rules 22 and 23), but each benchmark
+invocation makes fresh working copies without them (the cached stores hold none, and gc's
+copied from elsewhere would be another file, refused by its seal in cache/reach.seal), so
+without `--warm` the first of the `--repeat` runs walks everything and the others start from
+its state: the min/median/max mix the two.
+
+    .venv/bin/python benchmarks/bench_scale.py --only gc,report --warm   # the steady state
+
 Targets (issue 18): `run --force` <= 1.1x; gens, log, show, query, record of 150 turns,
 rollback, diff <= 1.2x; incremental verify <= 1 s; verify --full, gc, report, index rebuild
 <= 5 us per record; peak RSS of any command <= 300 MiB at 10M records.
@@ -432,8 +442,11 @@ def _check_undo_arg() -> None:
         COMMANDS.pop("rollback-undo", None)
 
 
-def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n_large: int, say=print) -> dict:
-    """Each command `repeat` times on each store, alternating small/large."""
+def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n_large: int, say=print,
+            warm: bool = False) -> dict:
+    """Each command `repeat` times on each store, alternating small/large; with `warm`, after one untimed
+    run of it on each store (what a command saves for its next run is then in place: gc's and report's
+    states), whose figures are kept apart as `first`."""
     results: dict[str, dict] = {}
     turns = _turns_file()
     for name in names:
@@ -448,6 +461,19 @@ def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n
                 if rc != 0:
                     raise SystemExit(f"untimed `ledger {' '.join(step_args)}` on the {label} store exited {rc}:\n{tail}")
 
+        first: dict[str, dict] = {}
+        if warm:
+            for label, path in stores.items():
+                untimed(before, path, label)
+                wall, rss, rc, tail = run_measured(LEDGER + ["--store", str(path)] + args, tmp,
+                                                   turns if stdin == "turns" else None)
+                if rc != 0:
+                    raise SystemExit(f"warm-up `ledger {' '.join(args)}` on the {label} store exited {rc}:\n{tail}")
+                first[label] = {"wall": wall, "rss_mib": rss, "cpu": LAST_CPU}
+                say(f"{name:14s} {label}: first run (warm-up, untimed) {wall:.3f} s, CPU {LAST_CPU:.2f} s, "
+                    f"RSS {rss:.0f} MiB")
+                untimed(after, path, label)
+
         for i in range(repeat):
             for label, path in (stores.items() if i % 2 == 0 else reversed(list(stores.items()))):
                 untimed(before, path, label)
@@ -461,6 +487,8 @@ def measure(names: list[str], stores: dict[str, Path], repeat: int, tmp: Path, n
                                  "max": max(w for w, _, _ in v), "rss_mib": max(r for _, r, _ in v),
                                  "cpu_median": statistics.median(c for _, _, c in v)}
                          for label, v in per.items()}
+        for label, f in first.items():
+            results[name][label]["first"] = f
         results[name]["target"] = target
         say(_line(name, results[name], list(stores), n_large))
     return results
@@ -565,6 +593,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--walks", action="store_true", help="count journal walks of one `run --force` on each store")
+    ap.add_argument("--warm", action="store_true", help="run each command once per store, untimed, before the timed "
+                                                         "runs (gc's and report's saved states in place)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--code", type=Path, help="time the ledger of this source tree (e.g. `git archive` of an "
                                                "older commit) on the same stores; they are built by this one")
@@ -595,7 +625,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"unknown command(s) {unknown}; choose from {','.join(COMMANDS)}")
         small, large = list(stores)
         print(f"{'command':14s} min/median/max wall, peak RSS of the large store's runs")
-        res = measure(names, stores, a.repeat, tmp, a.records)
+        res = measure(names, stores, a.repeat, tmp, a.records, warm=a.warm)
         print("\nagainst the targets:")
         for line in verdicts(res, a.records, a.small, small, large):
             print("  " + line)
