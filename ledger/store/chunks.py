@@ -86,6 +86,18 @@ def page_ends_after(digest: bytes) -> bool:
 Location = tuple  # (pack name: 16 bytes, offset, length)
 
 
+def _tail(fd: int, st, p) -> tuple[int, int]:
+    """(byte where a pack's trailer starts, chunks it lists), from its fixed-size tail;
+    CorruptObject if the tail is missing or names more entries than the pack can hold."""
+    if st.st_size < TAIL.size:
+        raise CorruptObject(None, f"pack {p} is truncated")
+    count, magic = TAIL.unpack(os.pread(fd, TAIL.size, st.st_size - TAIL.size))
+    start = st.st_size - TAIL.size - count * TRAILER.size
+    if magic != PACK_MAGIC or start < 0:
+        raise CorruptObject(None, f"pack {p} has a damaged trailer")
+    return start, count
+
+
 class PackStore:
     """The packs/ directory: write-once pack files of chunks, and where each known chunk is."""
 
@@ -119,12 +131,7 @@ class PackStore:
         p = self.path(pack)
         fd, st = fsio.open_regular(p)
         try:
-            if st.st_size < TAIL.size:
-                raise CorruptObject(None, f"pack {p} is truncated")
-            count, magic = TAIL.unpack(os.pread(fd, TAIL.size, st.st_size - TAIL.size))
-            start = st.st_size - TAIL.size - count * TRAILER.size
-            if magic != PACK_MAGIC or start < 0:
-                raise CorruptObject(None, f"pack {p} has a damaged trailer")
+            start, count = _tail(fd, st, p)
             data = fsio.read_bounded_at(fd, count * TRAILER.size, start)
         finally:
             os.close(fd)
@@ -138,15 +145,9 @@ class PackStore:
         p = self.path(pack)
         fd, st = fsio.open_regular(p)
         try:
-            if st.st_size < TAIL.size:
-                raise CorruptObject(None, f"pack {p} is truncated")
-            count, magic = TAIL.unpack(os.pread(fd, TAIL.size, st.st_size - TAIL.size))
+            return _tail(fd, st, p)
         finally:
             os.close(fd)
-        start = st.st_size - TAIL.size - count * TRAILER.size
-        if magic != PACK_MAGIC or start < 0:
-            raise CorruptObject(None, f"pack {p} has a damaged trailer")
-        return start, count
 
     def iter_trailer(self, pack: bytes, block: int = 1 << 16):
         """(digest, offset, length, i) of every chunk a pack's trailer lists, read `block` entries
