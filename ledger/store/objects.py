@@ -79,6 +79,65 @@ def _hash_chunks(fd: int, part: list[tuple[int, int]]) -> list[tuple[bytes, int,
             return [(blake3.blake3(view[o - base:o - base + n]).digest(), o, n) for o, n in part]
 
 
+INTACT_MAP = 32 << 20   # the window of a pack ObjectStore._chunked_intact maps at once (two at most)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)   # Linux: map a window's pages in one call, not a fault each
+# threads hashing chunks against their names beside the one feeding the whole hash (which uses
+# every core itself on large updates): one per two cores, at least one, at most four
+_NAMERS = max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+def _windows(entries):
+    """(pack, [(digest, offset, length), ...]) groups of a chunked object's entries, in order:
+    consecutive chunks of one pack that fit in INTACT_MAP bytes from the first one's offset."""
+    pack, lo, part = None, 0, []
+    for d, (p, off, n) in entries:
+        if part and (p != pack or off < lo or off + n - lo > INTACT_MAP):
+            yield pack, part
+            part = []
+        if not part:
+            pack, lo = p, off
+        part.append((d, off, n))
+    if part:
+        yield pack, part
+
+
+def _feed(h, view, start: int, part) -> None:
+    """Update the whole hash with a window's chunks in order, back-to-back ones in one call."""
+    lo = hi = None
+    for _, off, n in part:
+        if off == hi:
+            hi += n
+            continue
+        if lo is not None:
+            h.update(view[lo - start:hi - start])
+        lo, hi = off, off + n
+    h.update(view[lo - start:hi - start])
+
+
+def _names_match(view, start: int, part) -> bool:
+    """Every chunk of a window hashes to its name (BLAKE3 releases the GIL on large inputs)."""
+    return all(blake3.blake3(view[off - start:off - start + n]).digest() == d for d, off, n in part)
+
+
+def _window_done(item) -> bool:
+    """Wait for a mapped window's workers, unmap it; whether its chunks matched their names."""
+    try:
+        for f in item[2]:
+            f.exception()   # waits: no worker may still read the map when it is closed
+        return all([f.result() is not False for f in item[2]])
+    finally:
+        _unmap(item)
+
+
+def _unmap(item) -> None:
+    m, view = item[0], item[1]
+    view.release()
+    try:
+        m.close()
+    except BufferError:
+        pass   # a worker's traceback still holds a slice: the map goes with it (the error is raised)
+
+
 def _strip(name: str) -> str:
     """The hex part of a file name in a fan-out directory (a `.c` or `.z` form is its object)."""
     return name.removesuffix(chunks.SUFFIX).removesuffix(compress.SUFFIX)
@@ -335,48 +394,56 @@ class ObjectStore:
             raise CorruptObject(oid)
 
     def _chunked_intact(self, oid: str) -> bool:
-        """Whole-content check of a chunked object, read into large buffers so BLAKE3 can use
-        every core (as fast as hashing one file). Chunks that lie back to back in one pack (all
-        of a first version's do) are read with one call. The whole hash proves the content, so
-        the per-chunk names need no second pass here."""
-        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        buf = memoryview(bytearray(CHUNK + chunks.MAX_SIZE))
-        fill = 0
+        """Whole-content check of a chunked object, and every chunk against its name, hashed in
+        one pass from memory maps of its packs (no copy into a buffer first): each window of at
+        most INTACT_MAP bytes of one pack is mapped once, and while one worker feeds the window's
+        chunks to the whole hash (in order) another hashes each chunk against its name; the main
+        thread maps (and populates) the next window meanwhile. At most two windows are mapped at
+        once (mapped pages count in RSS). Where a chunk lies comes from pages a local writer could
+        have planted: a window reaching beyond its pack's end (fstat of the pack as opened, never
+        following a link) is damage and is never mapped, and the bytes hashed are exactly those
+        the verified pages account for (they add up to the index's size). False on any damage."""
+        from concurrent.futures import ThreadPoolExecutor, wait  # only a chunked object needs them (~9 ms)
         fds: dict = {}
-        run: list = []   # [pack, offset, length] of the bytes still to read, contiguous in one pack
-
-        def read_run() -> bool:
-            nonlocal fill
-            pack, off, n = run
-            fd = fds.get(pack)
-            if fd is None:
-                try:
-                    fd = fds[pack] = fsio.open_regular(self.packs.path(pack))[0]
-                except (OSError, fsio.NotRegular):
-                    return False
-            if os.preadv(fd, [buf[fill:fill + n]], off) != n:
-                return False
-            fill += n
-            return True
-
+        ends: dict = {}
+        pending: list = []   # (map, view, [whole-hash future, names futures...]) of the windows in flight
         try:
-            for _, (pack, off, n) in self.chunk_entries(oid, fds):
-                if run and run[0] == pack and run[1] + run[2] == off and fill + run[2] + n <= len(buf):
-                    run[2] += n
-                    continue
-                if run and not read_run():
-                    return False
-                run = [pack, off, n]
-                if fill + n > CHUNK:
-                    h.update(buf[:fill])
-                    fill = 0
-            if run and not read_run():
-                return False
+            entries = self.chunk_entries(oid, fds)
+            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            k = _NAMERS
+            with ThreadPoolExecutor(1) as whole, ThreadPoolExecutor(k) as names:  # one: the whole in order
+                try:
+                    for pack, part in _windows(entries):
+                        fd = fds.get(pack)
+                        if fd is None:
+                            try:
+                                fd = fds[pack] = fsio.open_regular(self.packs.path(pack))[0]
+                            except (OSError, fsio.NotRegular):
+                                return False
+                        if pack not in ends:
+                            ends[pack] = os.fstat(fd).st_size
+                        first, end = min(o for _, o, _ in part), max(o + n for _, o, n in part)
+                        if end > ends[pack]:
+                            return False   # beyond the pack's end: touching such a mapped page is SIGBUS
+                        start = first - first % mmap.ALLOCATIONGRANULARITY   # maps start on a granule
+                        m = mmap.mmap(fd, end - start, flags=mmap.MAP_SHARED | _POPULATE,
+                                      prot=mmap.PROT_READ, offset=start)
+                        view = memoryview(m)
+                        pending.append((m, view, [whole.submit(_feed, h, view, start, part)]
+                                        + [names.submit(_names_match, view, start, part[i::k]) for i in range(k)]))
+                        if len(pending) > 1 and not _window_done(pending.pop(0)):
+                            return False
+                    while pending:
+                        if not _window_done(pending.pop(0)):
+                            return False
+                    return PREFIX + h.hexdigest() == oid
+                finally:
+                    for item in pending:   # left by an early return: wait for its workers, then unmap
+                        wait(item[2])
+                        _unmap(item)
         finally:
             for fd in fds.values():
                 os.close(fd)
-        h.update(buf[:fill])
-        return PREFIX + h.hexdigest() == oid
 
     def files(self, oid: str) -> list[Path]:
         """Every file that holds the object's bytes: the object file, or a chunked object's

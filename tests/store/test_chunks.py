@@ -230,3 +230,53 @@ def test_a_pack_that_is_a_link_or_a_fifo_is_corrupt_never_a_hang(small, tmp_path
     path.symlink_to(tmp_path / "f")
     with pytest.raises(CorruptObject):
         small.get_bytes(oid)
+
+
+def _forge_page(store, oid: str, edit) -> None:
+    """Rewrite a chunked object's index so its first page is `edit(entries)`, stored in a pack
+    of its own whose name and digest are right: what a local writer could plant (store-format C2)."""
+    size, pages = store.objects._index(oid)
+    d0, cov, k, loc = pages[0]
+    entries = chunks.parse_page(store.objects.packs.read(loc, d0, oid), k, cov, oid, "test")
+    entries = edit(entries)
+    page = b"".join(chunks.ENTRY.pack(d, n, p, off) for d, (p, off, n) in entries)
+    name = os.urandom(16)
+    path = store.objects.packs.path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(page)
+    forged = [(chunks.blake3.blake3(page).digest(), sum(loc[2] for _, loc in entries), len(entries),
+               (name, 0, len(page)))] + pages[1:]
+    p = store.objects.index_path(oid)
+    os.chmod(p, 0o644)
+    p.write_bytes(chunks.index_bytes(size, forged))
+
+
+def test_read_data_checks_every_chunk_against_its_name_not_only_the_whole(small, tmp_path):
+    """A page naming a chunk by a wrong digest, over the right bytes: the whole still hashes to
+    the id, but a read of that chunk fails (C2), so `intact` and `verify --read-data` must too."""
+    (tmp_path / "f").write_bytes(os.urandom(4 * MIB))
+    oid = _add(small, tmp_path / "f")
+    assert small.objects.intact(oid)
+
+    def rename_third(entries):
+        d, loc = entries[3]
+        return entries[:3] + [(bytes(32), loc)] + entries[4:]
+    _forge_page(small, oid, rename_third)
+    with pytest.raises(CorruptObject):
+        small.get_bytes(oid)
+    assert not small.objects.intact(oid)
+    assert any(x["id"] == oid for x in verify(small, read_data=True).errors)
+
+
+def test_read_data_never_maps_a_chunk_a_page_places_beyond_its_pack(small, tmp_path):
+    """A planted page placing a chunk past its pack's end (touching such a mapped page would be
+    SIGBUS): damage, reported, the process alive."""
+    (tmp_path / "f").write_bytes(os.urandom(4 * MIB))
+    oid = _add(small, tmp_path / "f")
+
+    def push_last_out(entries):
+        d, (p, off, n) = entries[-1]
+        return entries[:-1] + [(d, (p, off + (64 << 20), n))]
+    _forge_page(small, oid, push_last_out)
+    assert not small.objects.intact(oid)
+    assert any(x["id"] == oid for x in verify(small, read_data=True).errors)
