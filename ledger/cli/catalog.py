@@ -10,10 +10,7 @@ is stale. After adding a command, run that.
 from __future__ import annotations
 
 import importlib
-import inspect
 from pathlib import Path
-
-import typer
 
 # One module per command group; each exposes `register(app)`. Modules import only light
 # libraries at top level: torch/peft/transformers load inside the commands that need them.
@@ -82,6 +79,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def scan() -> dict[str, tuple[str, str]]:
     """Import every module and read what it registers (the source of truth for COMMANDS)."""
+    # docs generation and its test only: `ledger`'s start-up reads COMMANDS and never imports typer here
+    import inspect
+
+    import typer
+
     out: dict[str, tuple[str, str]] = {}
     for module in MODULES:
         sub = typer.Typer(rich_markup_mode=None)

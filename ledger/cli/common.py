@@ -9,12 +9,21 @@ import os
 import sys
 from typing import Annotated, Callable
 
-import typer
-
 from ledger import api
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout (schemas: docs/json.md).")]
-WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for the store lock (default: fail fast, exit 5).")]
+
+def __getattr__(name: str):
+    """JsonOpt and WaitOpt, the option types the command modules share, built on first use: an
+    unchanged `ledger add FILE` (ledger/cli/main.py) runs without importing typer (~35 ms)."""
+    if name not in ("JsonOpt", "WaitOpt"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import typer  # only the typer app's command modules ask for these, after importing typer themselves
+
+    wait_help = "Seconds to wait for the store lock (default: fail fast, exit 5)."
+    opts = {"JsonOpt": Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout (schemas: docs/json.md).")],
+            "WaitOpt": Annotated[float, typer.Option("--wait", help=wait_help)]}
+    globals().update(opts)
+    return opts[name]
 
 _store_dir: str | None = None
 

@@ -12,7 +12,7 @@ import typer
 from ledger import api
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, print_warnings, short
-from ledger.cli.render import VERDICT_STYLE
+from ledger.cli.render import VERDICT_STYLE, loss_segments
 from ledger.cli.tables import Column, print_table, short_id, terminal_width
 from ledger.demo.story import run_demo
 from ledger.errors import BadInput, CycleRefused
@@ -122,8 +122,6 @@ GENS_COLUMNS = [Column(""), Column("gen"), Column("id", 3), Column("parent", 2),
 
 def gens_cells(res) -> list[list]:
     """One row of `ledger gens` per generation: plain text, or (text, style) where colour helps."""
-    from ledger.cli.render import loss_segments
-
     rows = []
     for r in res.rows:
         delta = f"{r['mean_delta']:+.4f}" if r["mean_delta"] is not None else "-"

@@ -19,6 +19,7 @@ import typer
 from ledger import api
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, finish, short
+from ledger.cli.render import VERDICT_STYLE
 from ledger.errors import BadInput
 
 
@@ -89,8 +90,6 @@ def render_verdict(v: dict, vid: str | None = None) -> None:
     from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
-
-    from ledger.cli.render import VERDICT_STYLE
 
     style = VERDICT_STYLE.get(v.get("verdict"), "bold")
     t = Table.grid(padding=(0, 2))

@@ -1,6 +1,7 @@
-"""The `ledger` command: a typer app whose commands come from one module per command group,
-loaded only when used (ledger/cli/catalog.py), and which maps every LedgerError to its
-one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1).
+"""The `ledger` command: the typer app of ledger/cli/app.py, whose commands come from one module
+per command group, loaded only when used (ledger/cli/catalog.py); here every LedgerError is
+mapped to its one-line message, hint and exit code (tracebacks: LEDGER_DEBUG=1). A plain
+`ledger add FILE` runs the same command body without importing typer (_quick below).
 
 Conduct every command shares (tests/cli/test_conduct.py):
 - an error is one line and a hint on stderr; under --json it is also one JSON object on stdout,
@@ -12,134 +13,47 @@ Conduct every command shares (tests/cli/test_conduct.py):
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
 import sys
-from typing import Annotated, Optional
-
-import typer
+from pathlib import Path
 
 from ledger import api
-from ledger.cli import catalog, common
+from ledger.cli import adding, common
 from ledger.errors import BadInput, LedgerError
-
-
-class LazyGroup(typer.core.TyperGroup):
-    """The root command group, with its commands imported on first use.
-
-    Building click commands for all ~50 commands, and importing every module that defines
-    them, cost most of `ledger`'s start-up. Here `--help`, completion and typo suggestions read
-    the static catalog, and running a command imports only the module that registers it."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.commands = _LazyCommands()
-
-    def list_commands(self, ctx):
-        return list(catalog.COMMANDS)
-
-    def format_commands(self, ctx, formatter):
-        from typer._click.utils import make_default_short_help
-
-        names = list(catalog.COMMANDS)
-        limit = formatter.width - 6 - max(map(len, names))
-        with formatter.section("Commands"):
-            formatter.write_dl([(n, make_default_short_help(catalog.COMMANDS[n][1], limit)) for n in names])
-
-
-class _LazyCommands(dict):
-    """name -> click command, filled from the catalog on first lookup of each name."""
-
-    def __missing__(self, name):
-        if name not in catalog.COMMANDS:
-            raise KeyError(name)
-        module = catalog.COMMANDS[name][0]
-        # Build click commands for this module's registrations only, and of those only the one
-        # asked for (typer's conversion is the expensive part).
-        sub = typer.Typer(rich_markup_mode=None)
-        importlib.import_module(module).register(sub)
-        sub.registered_commands = [c for c in sub.registered_commands
-                                   if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
-        sub.registered_groups = [g for g in sub.registered_groups if (g.name or g.typer_instance.info.name) == name]
-        group = typer.main.get_group(sub)
-        if name not in group.commands:  # the catalog is stale (tests/report/test_docs.py checks it)
-            raise KeyError(name)
-        self[name] = group.commands[name]
-        return self[name]
-
-    def get(self, name, default=None):
-        try:
-            return self[name]
-        except KeyError:
-            return default
-
-    def keys(self):  # typo suggestions ("did you mean …") read the names, not the commands
-        return catalog.COMMANDS.keys()
-
-
-app = typer.Typer(
-    name="ledger",
-    cls=LazyGroup,
-    help="A content-addressed experiment ledger for learning systems that change themselves.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain click help: rich help rendering costs ~0.3 s of start-up
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        common.line(f"ledger {api.version()}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    store: Annotated[Optional[str], typer.Option(
-        "--store", envvar="LEDGER_DIR",
-        help="The store: a folder holding .ledger/, or the .ledger folder itself (default: found from the "
-             "current folder or any parent).")] = None,
-    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
-                                          help="Print the version and exit.")] = False,
-):
-    common.set_store_dir(store)
-
-
-def _command_path(args: list[str]) -> str:
-    """`ledger bundle create` from the arguments: the command (and its subcommand, for a group)."""
-    words, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a == "--store":  # the root's one option that takes a value
-            skip = True
-        elif not a.startswith("-"):
-            words.append(a)
-    if not words or words[0] not in catalog.COMMANDS:
-        return "ledger"
-    path = ["ledger", words[0]]
-    # on the error path only: building the group's click command is cheap next to what failed
-    cmd = _LazyCommands().get(words[0])
-    if len(words) > 1 and isinstance(cmd, typer.core.TyperGroup) and words[1] in cmd.commands:
-        path.append(words[1])
-    return " ".join(path)
 
 
 def _specific_hint(e: LedgerError, args: list[str]) -> str:
     """An error whose raiser gave no hint of its own gets the help of the command that failed,
     not a class-wide stock phrase."""
     if e.hint == type(e).default_hint and isinstance(e, BadInput) and type(e).default_hint == BadInput.default_hint:
+        from ledger.cli.app import _command_path  # the error path only: it builds typer's command
+
         return f"see `{_command_path(args)} --help` for what it accepts"
     return e.hint
+
+
+def _quick(args: list[str]) -> int | None:
+    """`ledger add FILE` with no option, run without typer: the same body as the typer command
+    (ledger/cli/adding.py), the store from LEDGER_DIR as the root option's envvar gives it. An
+    unchanged re-add is all start-up, and importing typer and building the command was ~35 ms
+    of its ~95 ms (benchmarks/RESULTS.md). Anything else: None, for the typer app."""
+    if len(args) != 2 or args[0] != "add" or not args[1] or args[1].startswith("-"):
+        return None
+    common.set_store_dir(os.environ.get("LEDGER_DIR") or None)   # click reads an empty envvar as unset
+    adding.add(Path(args[1]))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
-        rv = app(args=args, prog_name="ledger", standalone_mode=False)
+        rv = _quick(args)
+        if rv is None:
+            from ledger.cli.app import app  # typer and its app: every command but a plain `add FILE`
+
+            rv = app(args=args, prog_name="ledger", standalone_mode=False)
     except LedgerError as e:
         if common.debug():
             _print_details(e)
@@ -151,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:   # outside a command (typer turns one inside into 130, below)
         return _interrupted(json_mode)
     except Exception as e:  # usage errors and anything unexpected
+        import typer  # to tell typer's exceptions apart (imported already unless _quick ran)
+
         if isinstance(e, typer.Abort):
             return 1
         if hasattr(e, "format_message") and isinstance(e, typer.TyperException):  # click usage errors
@@ -204,6 +120,15 @@ def _report(message: str, hint: str, code: int, name: str, json_mode: bool) -> N
 
 def entry() -> None:
     sys.exit(main())
+
+
+def __getattr__(name: str):
+    """The typer app and its helpers, where docs/gen_commands.py and the tests import them from."""
+    if name in ("app", "LazyGroup", "_LazyCommands", "_command_path"):
+        from ledger.cli import app as typer_app  # imported on request: main's own start-up skips typer
+
+        return getattr(typer_app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ledger import api
-from ledger.cli import common, render
+from ledger.cli import adding, common, render
 from ledger.cli.common import JsonOpt, WaitOpt, finish, human_bytes
 from ledger.cli.tables import Column, print_table, terminal_width
 
@@ -49,18 +49,7 @@ def add(
     json_: JsonOpt = False,
 ):
     """Store a file or directory as immutable objects and record it in the journal."""
-    where = common.store_dir()
-    if json_:
-        res = api.add(path, kind=kind or None, name=name, wait=wait, store=where)
-    else:
-        with common.byte_progress(f"adding {path.name}", api.tree_size(path)) as advance:
-            res = api.add(path, kind=kind or None, name=name, wait=wait, bar=advance, store=where)
-
-    def render():
-        verb = "unchanged" if res.unchanged else "added"
-        # one line whatever the width: scripts read the id from it
-        common.line(f"{verb} {res.id}  {human_bytes(res.size)}  {res.kind}" + (f"  name={name}" if name else ""))
-    finish(json_, res, render)
+    adding.add(path, kind=kind, name=name, wait=wait, json_=json_)
 
 
 def cat(ref: Annotated[str, typer.Argument(help="Object id, prefix or name.")], json_: JsonOpt = False):
