@@ -195,6 +195,7 @@ class Payload:
     """One record kind's payload. Subclasses set KIND and declare their fields with need/opt."""
     KIND: ClassVar[str] = ""
     DEFERRED: ClassVar[tuple[str, ...]] = ()  # tables of `project` an index rebuild defers (schema.KindHooks)
+    DENSE: ClassVar[bool] = False  # one record per turn batch or turn: kept out of the index's journal_sparse
     refs: object = field(default=ABSENT, metadata={"envelope": True})
     counters: object = field(default=ABSENT, metadata={"envelope": True})
     objects: object = field(default=ABSENT, metadata={"envelope": True})
@@ -639,6 +640,7 @@ class Record(Payload):
     KIND: ClassVar[str] = "record"
     # one object read per record (a million at a million records): a rebuild defers the table
     DEFERRED: ClassVar[tuple[str, ...]] = ("turns",)
+    DENSE: ClassVar[bool] = True  # ~98% of a long journal with outcomes; no lookup asks for them by payload
     turns: str = need(ID, object_kind="turns")
     first: int = need(SEQ1)
     count: int = need(COUNT)
@@ -661,6 +663,7 @@ class Record(Payload):
 @dataclass(frozen=True, kw_only=True)
 class Outcome(Payload):
     KIND: ClassVar[str] = "outcome"
+    DENSE: ClassVar[bool] = True  # one per turn given ground truth (see Record)
     turn: str = need(TURN)
     outcome: str = need(TEXT)
     time: str = need(STR)
@@ -900,7 +903,7 @@ def _hooks(cls: type[Payload]) -> schema.KindHooks:
     def object_kinds(payload):
         return cls.from_payload(payload).object_kinds()
 
-    return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED)
+    return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED, cls.DENSE)
 
 
 for _cls in KINDS.values():

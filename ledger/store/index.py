@@ -36,12 +36,20 @@ from ledger.errors import BadInput, InternalError, StoreCorrupt
 from ledger.store import faults, schema
 from ledger.store.journal import record_id
 
-INDEX_VERSION = 3  # 2: the outcomes table; 3: run_rows and the runs view
+INDEX_VERSION = 4  # 2: the outcomes table; 3: run_rows and the runs view; 4: journal_sparse
+
+_JOURNAL_COLS = ("seq BIGINT, id VARCHAR, prev VARCHAR, time TIMESTAMP, kind VARCHAR, actor VARCHAR, "
+                 "inputs VARCHAR[], outputs VARCHAR[], payload JSON")
 
 SCHEMA = {
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
-    "journal": ("seq BIGINT, id VARCHAR, prev VARCHAR, time TIMESTAMP, kind VARCHAR, actor VARCHAR, "
-                "inputs VARCHAR[], outputs VARCHAR[], payload JSON"),
+    "journal": _JOURNAL_COLS,
+    # The journal rows of every kind but the dense ones (schema.dense_kinds(): turn batches and
+    # outcomes, ~98% of a long journal), row for row: what lookups by kind and payload field read.
+    # Testing a payload field makes DuckDB decode the payload of every 2,048-row vector that holds
+    # a row of the kind; in `journal` a rare kind is in most vectors (an export every 2,700 records:
+    # 3 in 4), here in a table of ~2% of the rows (diff's export lookup: 33 -> 1.2 ms CPU at 1M).
+    "journal_sparse": _JOURNAL_COLS,
     "objects": "id VARCHAR, size BIGINT, kind VARCHAR, name VARCHAR, seq BIGINT",
     "refs": "name VARCHAR, target VARCHAR",
     "generations": ("gen BIGINT, id VARCHAR, parent VARCHAR, base VARCHAR, adapter VARCHAR, receipt VARCHAR, "
@@ -88,10 +96,11 @@ def rows_for(rec: dict, get_json, defer: bool = False) -> dict[str, list[tuple]]
     journal row only, and one whose payload breaks its kind's schema gets no kind rows: `verify`
     names both, and the index never makes rows up for them."""
     p = rec["payload"]
-    out: dict[str, list[tuple]] = {
-        "journal": [(rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
-                     rec["inputs"], rec["outputs"], json.dumps(p, sort_keys=True))],
-    }
+    row = (rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
+           rec["inputs"], rec["outputs"], json.dumps(p, sort_keys=True))
+    out: dict[str, list[tuple]] = {"journal": [row]}
+    if rec["kind"] not in schema.dense_kinds():
+        out["journal_sparse"] = [row]  # whatever the payload: the same row as journal's (rule 21)
     if schema.envelope_problem(p) is not None:
         return out
     objs = p.get("objects") or []
@@ -107,7 +116,7 @@ def rows_for(rec: dict, get_json, defer: bool = False) -> dict[str, list[tuple]]
             pass  # ill-formed: verify reports it by seq; the index keeps the journal row only
     for rows_by_table in batches:
         for table, rows in rows_by_table.items():
-            if table not in COLUMNS or table in ("journal", "objects", "refs", "meta"):
+            if table not in COLUMNS or table in ("journal", "journal_sparse", "objects", "refs", "meta"):
                 raise InternalError(f"a projection of {rec['kind']!r} records wrote to table {table!r}",
                                     "a record kind may fill only its own tables (store/index.py SCHEMA)")
             out.setdefault(table, []).extend(rows)
@@ -215,15 +224,45 @@ def _insert(con, batch: dict[str, list[tuple]]) -> None:
         con.unregister("_rows")
 
 
-def _meta_seq(con) -> int | None:
+def _dense_meta() -> str:
+    """What meta's `dense` says of an index this code writes: the kinds journal_sparse leaves out."""
+    return ",".join(sorted(schema.dense_kinds()))
+
+
+def _layout_problem(con) -> str | None:
+    """Why the index's tables are not the ones this code reads and writes, or None when they are:
+    meta missing or unreadable, or `_version_problem`. Such an index is never used: a writer
+    rebuilds it, a lookup walks the journal, a query is refused (rule 8)."""
     try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
-        ver = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-    except Exception:
+        rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('seq', 'version', 'dense')").fetchall())
+    except Exception as e:  # noqa: BLE001 - DuckDB raises many kinds for a damaged file; the caller rebuilds or walks
+        return f"unreadable ({type(e).__name__})"
+    if not rows.get("seq", "").isdigit() or not rows.get("version", "").isdigit():
+        return "damaged (no meta)"
+    return _version_problem(rows)
+
+
+def _version_problem(meta_rows: dict) -> str | None:
+    """Another INDEX_VERSION (an index of version 3 has no journal_sparse: a lookup reading it
+    would find nothing), or a journal_sparse made with other dense kinds (it would lack rows a
+    lookup asks for); None when meta's version and dense kinds are this code's."""
+    ver = meta_rows.get("version")
+    if ver is None:
         return None
-    if not row or not ver or int(ver[0]) != INDEX_VERSION:
+    if ver != str(INDEX_VERSION):
+        return f"of index version {ver} (this ledger's is {INDEX_VERSION})"
+    if meta_rows.get("dense") != _dense_meta():
+        return f"made with other dense kinds ({meta_rows.get('dense')!r}; this ledger's are {_dense_meta()!r})"
+    return None
+
+
+def _meta_seq(con) -> int | None:
+    if _layout_problem(con) is not None:
         return None
-    return int(row[0])
+    try:
+        return int(con.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()[0])
+    except Exception:  # noqa: BLE001 - as in _layout_problem
+        return None
 
 
 def _meta(con) -> dict | None:
@@ -297,8 +336,8 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
         state = state()
     con.execute("DELETE FROM refs")
     _insert(con, {"refs": sorted(state.refs.items())})
-    con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?)",
-                [str(state.seq), state.head or "", str(INDEX_VERSION)])
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?), ('head', ?), ('version', ?), ('dense', ?)",
+                [str(state.seq), state.head or "", str(INDEX_VERSION), _dense_meta()])
     if eager is None or eager > 0:
         upto = state.seq if not deferring else (whole or 0)
         con.execute("INSERT OR REPLACE INTO meta VALUES ('deferred', ?)", [str(upto)])
@@ -358,7 +397,7 @@ def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_
         if meta is not None and not _foreign(meta, state, store_id) and meta["seq"] < state.seq:
             recs = journal_records_after(meta["seq"])
         # the records to add must continue the one the index ends at
-        why = ("damaged (no meta)" if meta is None
+        why = ((_layout_problem(con) or "damaged (no meta)") if meta is None
                else f"ahead of the journal (record {meta['seq']} > {state.seq})" if meta["seq"] > state.seq
                else "another store's or another history's" if _foreign(meta, state, store_id)
                else f"of another history (its record {meta['seq']} is not this journal's)"
@@ -479,6 +518,28 @@ def journal_row_counts(root: Path) -> tuple[int, int, int, int] | None:
         "SELECT count(*), count(DISTINCT seq), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM journal").fetchone()))
 
 
+def sparse_rows_problem(root: Path) -> str | None:
+    """What is wrong with journal_sparse as a copy of journal's rows of the kinds that are not
+    dense (verify --full: lookups read it, each row checked as they read it; a row deleted or
+    added shows only here), or None; None too when the index cannot be read (verify says so)."""
+    dense = sorted(schema.dense_kinds())
+    rare = f"kind NOT IN ({', '.join('?' * len(dense))})" if dense else "true"
+    sql = (f"SELECT (SELECT count(*) FROM journal_sparse), (SELECT count(*) FROM journal WHERE {rare}), "
+           f"(SELECT count(*) FROM journal j WHERE {rare} AND NOT EXISTS "
+           "(SELECT 1 FROM journal_sparse s WHERE s.seq = j.seq AND s.id = j.id))")
+
+    def read(con):
+        if _meta(con) is None:
+            return None
+        held, want, missing = con.execute(sql, [*dense, *dense]).fetchone()
+        if held == want and not missing:
+            return None
+        return (f"the index's journal_sparse table holds {held} rows for the journal's {want} records of kinds "
+                f"other than {', '.join(dense)} ({missing} of those missing): rows were deleted or added "
+                "(`ledger index rebuild`)")
+    return _peek(root, read)
+
+
 def indexed_id_at(root: Path, seq: int) -> str | None:
     """The id the index holds for journal record `seq` (None if it holds none)."""
     def read(con):
@@ -517,6 +578,14 @@ def query(root: Path, sql: str):
     con = _connect(path, read_only=True)
     try:
         try:
+            stale = _version_problem(dict(con.execute("SELECT key, value FROM meta WHERE key IN ('version', 'dense')")
+                                          .fetchall()))
+        except duckdb.Error:
+            stale = None  # no meta table: the query's own error (or rows) says more than a guess
+        if stale is not None:
+            # its tables are another layout's (a journal_sparse missing or partial): never answered from
+            raise StoreCorrupt(f"the index is {stale}", "run `ledger index rebuild` (a write rebuilds it too)")
+        try:
             cur = con.execute(sql)
         except duckdb.Error as e:
             raise BadInput(f"query failed: {str(e).splitlines()[0]}", _query_hint(e)) from e
@@ -545,31 +614,39 @@ def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
     """(meta, rows) in one read-only look at the index: its meta (what it projects) and the
     journal rows of `kinds` whose payload's string field `key` equals `where[key]`, newest
     first, each row (seq, id, prev, time as written, kind, actor, inputs, outputs, payload).
-    None when the index is missing or unreadable. Meta and rows come from one connection, so
-    the rows are exactly those of the records up to meta's seq."""
+    None when the index is missing or unreadable, a string saying why when its layout is not
+    this code's (`_layout_problem`). Meta and rows come from one connection, so the rows are
+    exactly those of the records up to meta's seq. Kinds that are none of them dense are read
+    from journal_sparse (the same rows, ~2% of the table: SCHEMA's comment)."""
     for key in where:
         if not _PAYLOAD_KEY_RE.match(key):
             raise InternalError(f"lookup by payload key {key!r}", "payload keys in lookups are identifiers")
-    # Two steps: the matching seqs (the kind filter in a subquery of its own: in one WHERE with the
-    # JSON test DuckDB extracted the field from far more rows), then the whole rows of those seqs
-    # only: fetching every column of the kind's rows costs ~0.2 s at a million records even when
-    # the JSON test keeps none of them (a new plan's lookup), the seqs ~10 ms.
-    find = (f"SELECT seq FROM (SELECT seq, payload FROM journal WHERE kind IN ({', '.join('?' * len(kinds))}))"
-            + "".join(f" {'WHERE' if i == 0 else 'AND'} json_extract_string(payload, '$.{k}') = ?"
-                      for i, k in enumerate(where)))
+    if not kinds:
+        raise InternalError("a lookup of no record kind")
+    marks = ", ".join("?" * len(kinds))
+    test = "".join(f" AND json_extract_string(payload, '$.{k}') = ?" for k in where)
+    sparse = not set(kinds) & schema.dense_kinds()
+    # In journal, two steps: the matching seqs (the kind filter in a subquery of its own: in one
+    # WHERE with the JSON test DuckDB extracted the field from far more rows), then the whole rows
+    # of those seqs only: fetching every column of the kind's rows costs ~0.2 s at a million
+    # records even when the JSON test keeps none of them, the seqs ~10 ms. journal_sparse is
+    # small enough to read in one.
+    one = f"SELECT {_ROW} FROM journal_sparse WHERE kind IN ({marks}){test} ORDER BY seq DESC"
+    find = f"SELECT seq FROM (SELECT seq, payload FROM journal WHERE kind IN ({marks})) WHERE true{test}"
 
     def read(con):
         meta = _meta(con)
         if meta is None:
-            return None
+            return _layout_problem(con)
+        if sparse:
+            return meta, con.execute(one, [*kinds, *where.values()]).fetchall()
         seqs = {r[0] for r in con.execute(find, [*kinds, *where.values()]).fetchall()}
         if not seqs:
             return meta, []
         # a seq range (zone maps skip the row groups outside it) and the kind, rather than an IN
         # list of seqs, which DuckDB tests against every row (~0.6 s for 370 seqs at 1M records)
-        rows = con.execute(f"SELECT {_ROW} FROM journal WHERE seq BETWEEN ? AND ? AND kind IN "
-                           f"({', '.join('?' * len(kinds))}) ORDER BY seq DESC",
-                           [min(seqs), max(seqs), *kinds]).fetchall()
+        rows = con.execute(f"SELECT {_ROW} FROM journal WHERE seq BETWEEN ? AND ? AND kind IN ({marks}) "
+                           "ORDER BY seq DESC", [min(seqs), max(seqs), *kinds]).fetchall()
         return meta, [r for r in rows if r[0] in seqs]
     return _peek(root, read)
 
@@ -578,7 +655,7 @@ _ROW = "seq, id, prev, strftime(time, '%Y-%m-%dT%H:%M:%S.%fZ'), kind, actor, inp
 
 
 def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
-    """(meta, rows) like lookup_rows, for the journal rows whose id starts with `b3:` + `hexpart`
+    """(meta, rows) like lookup_rows (or why not), for the journal rows whose id starts with `b3:` + `hexpart`
     (lowercase hex, checked by the caller), newest first, at most `limit`."""
     if not hexpart or any(c not in "0123456789abcdef" for c in hexpart):
         raise InternalError(f"id prefix {hexpart!r} is not lowercase hex")
@@ -587,13 +664,13 @@ def rows_by_id_prefix(root: Path, hexpart: str, limit: int = 2):
     def read(con):
         meta = _meta(con)
         if meta is None:
-            return None
+            return _layout_problem(con)
         return meta, con.execute(sql, ["b3:" + hexpart, limit]).fetchall()
     return _peek(root, read)
 
 
 def rows_writing(root: Path, oid: str):
-    """(meta, rows) like lookup_rows, for the journal rows of the records whose `objects` name
+    """(meta, rows) like lookup_rows (or why not), for the journal rows of the records whose `objects` name
     `oid` (the transactions that wrote it, with its size), newest first."""
     sql = (f"SELECT {_ROW} FROM journal WHERE seq IN (SELECT seq FROM objects WHERE id = ?) "
            "ORDER BY seq DESC")
@@ -601,6 +678,6 @@ def rows_writing(root: Path, oid: str):
     def read(con):
         meta = _meta(con)
         if meta is None:
-            return None
+            return _layout_problem(con)
         return meta, con.execute(sql, [oid]).fetchall()
     return _peek(root, read)

@@ -12,9 +12,10 @@ The hash chain stays the authority (docs/store-format.md, rule 15):
   the index's head (checked on the walk back over the gap, which reaches that record); an index
   of another store or another history, or one that leads the journal, is not used;
 - every record taken from the index is rebuilt from its row and must hash to its id;
-- an index that is missing, unreadable, stale in any of those ways, or whose row does not hash,
-  is never trusted: the lookup walks the journal (the old cost, the right answer) and says so in
-  `store.warnings`, naming the fix (`ledger index rebuild`).
+- an index that is missing, unreadable, of another layout (an older INDEX_VERSION), stale in any
+  of those ways, or whose row does not hash, is never trusted: the lookup walks the journal (the
+  old cost, the right answer) and says so in `store.warnings`, naming the fix (`ledger index
+  rebuild`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def by_id_prefix(store, hexpart: str, limit: int = 2) -> list[dict]:
 def _answer(store, found, match: Callable[[dict], bool]) -> Iterator[dict]:
     """The records `match` selects, newest first: the index's rows `found` (meta, rows) once the
     index is shown to be this journal's, plus the journal's records after it; else a walk."""
-    if found is None:
-        _slow(store, "the index is missing or unreadable")
+    if found is None or isinstance(found, str):
+        # a string: the index's layout is not this code's (another version; index._layout_problem)
+        _slow(store, "the index is missing or unreadable" if found is None else f"the index is {found}")
         yield from (r for r in store.journal.backwards() if match(r))
         return
     meta, rows = found

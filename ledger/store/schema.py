@@ -46,15 +46,20 @@ class KindHooks:
     object_kinds(payload)        {field: (id, kind the object must have)} for verify to open
     deferred                     the tables `project` fills, when it must read an object per record
                                  to fill them (a turn batch's turns): an index rebuild leaves them
-                                 for their first use (store/index.py, "deferred tables")"""
+                                 for their first use (store/index.py, "deferred tables")
+    dense                        one record per turn batch or turn (most of a long journal, and
+                                 never looked up by payload): the index keeps its rows out of the
+                                 journal_sparse table that lookups read (store/index.py)"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
     object_kinds: Callable[[dict], dict[str, tuple[str, str]]]
     deferred: tuple[str, ...] = ()
+    dense: bool = False
 
 
 _KINDS: dict[str, KindHooks] = {}
+_DENSE: frozenset[str] = frozenset()  # the kinds registered with `dense` (kept as one set: rows_for asks per record)
 RECORDS_MODULE = "ledger.records"  # the provider of every kind's hooks, imported on first use
 _COMMON: list[Callable[[dict, GetJson], Rows]] = []
 _REF_KINDS: list[Callable[[str], str | None]] = []
@@ -62,9 +67,12 @@ _REF_KINDS: list[Callable[[str], str | None]] = []
 
 def register(hooks: KindHooks) -> None:
     """Register one kind's hooks (ledger/records.py does, for every kind it defines)."""
+    global _DENSE
     if hooks.kind in _KINDS and _KINDS[hooks.kind] is not hooks:
         raise InternalError(f"record kind {hooks.kind!r} is registered twice")
     _KINDS[hooks.kind] = hooks
+    if hooks.dense:
+        _DENSE = _DENSE | {hooks.kind}
 
 
 def register_common(project: Callable[[dict, GetJson], Rows]) -> None:
@@ -101,6 +109,12 @@ def hooks(kind: str) -> KindHooks | None:
 def kinds() -> frozenset[str]:
     """Every registered record kind."""
     return frozenset(_loaded())
+
+
+def dense_kinds() -> frozenset[str]:
+    """The kinds registered as dense (KindHooks.dense)."""
+    _loaded()
+    return _DENSE
 
 
 def common_projections() -> tuple[Callable[[dict, GetJson], Rows], ...]:

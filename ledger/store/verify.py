@@ -830,6 +830,9 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
             rep.errors.append({"what": "index", "seq": n,
                                "message": f"the index's journal table holds {rows[0]} rows ({rows[1]} distinct) for "
                                           f"records 1..{n}: rows were deleted or added (`ledger index rebuild`)"})
+        sparse = index.sparse_rows_problem(store.root)  # the copy lookups read (rule 21)
+        if sparse is not None:
+            rep.errors.append({"what": "index", "seq": n, "message": sparse})
 
     if not store.tmp.is_dir():
         rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})

@@ -18,9 +18,11 @@ import pytest
 
 from ledger import cycle, diff, experience, generations
 from ledger.api.store import show
+from ledger.errors import StoreCorrupt
 from ledger.gate import judge as judgelib
-from ledger.store import Store, lookup
+from ledger.store import Store, index, lookup, schema
 from ledger.store.journal import Journal
+from ledger.store.verify import verify
 from ledger.train import job as trainjob
 
 FILLER = 300  # newer `record` batches above the records looked up
@@ -241,13 +243,83 @@ def test_a_missing_index_is_a_walk_that_says_so(tmp_path):
 
 def test_a_tampered_row_does_not_hash_and_is_not_trusted(tmp_path):
     """A row whose payload was edited (the train record's receipt swapped) no longer hashes to its
-    record id: the lookup drops the index for the journal and finds the real receipt."""
+    record id: the lookup drops the index for the journal and finds the real receipt. The row
+    edited is journal_sparse's, the copy a lookup of a kind that is not dense reads."""
     s, ids = _history(tmp_path)
     con = duckdb.connect(str(s.root / "index.duckdb"))
     fake = json.dumps({"plan": ids["p1"], "receipt": ids["p2"], "rung": "Learned"}, sort_keys=True)
-    con.execute("UPDATE journal SET payload = ? WHERE kind = 'train'", [fake])
+    con.execute("UPDATE journal_sparse SET payload = ? WHERE kind = 'train'", [fake])
     con.close()
     _assert_walked(_fresh(s), ids, "does not hash to its id")
+
+
+def test_lookups_of_rare_kinds_read_journal_sparse_a_row_for_row_copy_of_their_journal_rows(history, monkeypatch):
+    """journal_sparse holds journal's rows of every kind but the dense ones (turn batches and
+    outcomes), row for row; a lookup of rare kinds reads it and never `journal` (whose payload
+    column a field test would decode for most of a long journal), one of a dense kind reads journal."""
+    s, ids = history
+    con = duckdb.connect(str(s.root / "index.duckdb"), read_only=True)
+    dense = sorted(schema.dense_kinds())
+    assert dense == ["outcome", "record"]
+    sparse = con.execute("SELECT * FROM journal_sparse ORDER BY seq").fetchall()
+    rare = con.execute("SELECT * FROM journal WHERE kind NOT IN ('outcome', 'record') ORDER BY seq").fetchall()
+    n_record = con.execute("SELECT count(*) FROM journal WHERE kind = 'record'").fetchone()[0]
+    con.close()
+    assert sparse == rare and len(rare) >= 10 and n_record >= FILLER
+    sqls: list[str] = []
+    real = duckdb.DuckDBPyConnection.execute
+
+    def execute(self, sql, *a):
+        sqls.append(sql)
+        return real(self, sql, *a)
+
+    monkeypatch.setattr(duckdb.DuckDBPyConnection, "execute", execute)
+    assert cycle._find(s, "train", {"plan": ids["p1"]})["payload"]["receipt"] == ids["receipt"]
+    looked = [q for q in sqls if "kind IN" in q]
+    assert looked and all("FROM journal_sparse" in q and "FROM journal " not in q for q in looked), looked
+    sqls.clear()
+    assert len(list(lookup.records(s, "record"))) == n_record
+    assert any("FROM journal " in q for q in sqls if "kind IN" in q) and not any("journal_sparse" in q for q in sqls)
+
+
+def _old_index(s):
+    """The index as the previous INDEX_VERSION left it: no journal_sparse, version 3, no `dense`."""
+    con = duckdb.connect(str(s.root / "index.duckdb"))
+    con.execute("DROP TABLE journal_sparse")
+    con.execute("UPDATE meta SET value = '3' WHERE key = 'version'")
+    con.execute("DELETE FROM meta WHERE key = 'dense'")
+    con.close()
+
+
+def test_an_index_of_an_older_version_is_walked_refused_by_query_and_rebuilt_by_a_writer(tmp_path, reads):
+    """An index of version 3 has no journal_sparse: a lookup walks the journal and says why, a query
+    is refused (StoreCorrupt, exit 4) naming the version and the fix, and the next writer rebuilds
+    it (with a warning): afterwards lookups read no history again."""
+    s, ids = _history(tmp_path)
+    _old_index(s)
+    _assert_walked(_fresh(s), ids, f"of index version 3 (this ledger's is {index.INDEX_VERSION})")
+    with pytest.raises(StoreCorrupt) as e:
+        _fresh(s).query("select count(*) from journal")
+    assert "index version 3" in e.value.message and "ledger index rebuild" in e.value.hint
+    w = _fresh(s)
+    experience.record(w, [{"situation": "after the upgrade", "action": "a", "refusal": False}])
+    assert any("index version 3" in m and "rebuilt it" in m for m in w.warnings), w.warnings
+    t = _fresh(s)
+    assert t.index_current() and t.query("select count(*) from journal_sparse")[1][0][0] > 0
+    reads.clear()
+    assert cycle._find(t, "train", {"plan": ids["p1"]})["payload"]["receipt"] == ids["receipt"]
+    assert set(reads) <= {t.state.seq} and t.warnings == []
+
+
+def test_an_index_made_with_other_dense_kinds_is_not_trusted(tmp_path):
+    """journal_sparse made by a ledger that kept other kinds out of it would lack rows a lookup asks
+    for: meta's `dense` must be this code's, or the index is not used."""
+    s, ids = _history(tmp_path)
+    con = duckdb.connect(str(s.root / "index.duckdb"))
+    con.execute("UPDATE meta SET value = 'outcome,record,train' WHERE key = 'dense'")
+    con.execute("DELETE FROM journal_sparse WHERE kind = 'train'")
+    con.close()
+    _assert_walked(_fresh(s), ids, "other dense kinds")
 
 
 def test_show_of_a_record_id_prefix_reads_no_history(history, reads):
@@ -258,3 +330,19 @@ def test_show_of_a_record_id_prefix_reads_no_history(history, reads):
     shown = show(rec["id"][3:15], store=s)
     assert shown.record == rec
     assert set(reads) <= {s.state.seq} and s.warnings == []
+
+
+@pytest.mark.parametrize("edit", ["DELETE FROM journal_sparse WHERE kind = 'judge' AND payload->>'budget_key' = 'budget:k2'",
+                                  "INSERT INTO journal_sparse SELECT * FROM journal WHERE kind = 'record' LIMIT 1"])
+def test_a_row_deleted_from_or_added_to_journal_sparse_is_reported_by_a_full_verify(tmp_path, edit):
+    """Each row a lookup reads is hash-checked, but a deleted one is simply not read (the budget
+    count then misses a run): verify --full checks journal_sparse against journal's rows of the
+    kinds that are not dense, both ways."""
+    s, _ = _history(tmp_path)
+    assert not any(e["what"] == "index" for e in verify(_fresh(s), full=True).errors)
+    con = duckdb.connect(str(s.root / "index.duckdb"))
+    con.execute(edit)
+    con.close()
+    rep = verify(_fresh(s), full=True)
+    assert any(e["what"] == "index" and "journal_sparse" in e["message"] and "ledger index rebuild" in e["message"]
+               for e in rep.errors), rep.errors
