@@ -616,6 +616,11 @@ def main(argv=None) -> int:
         print(f"working copies in {time.perf_counter() - t:.1f} s (contended machine: 2 cores shared)")
         if a.walks:
             for label, p in stores.items():
+                # the 150 turns a timed `run` follows (COMMANDS["run"]): the working copy exported
+                # what was pending, so without them the run has nothing to train on and stops
+                _, _, rc, tail = run_measured(LEDGER + ["--store", str(p), "record", "-"], tmp, _turns_file())
+                if rc != 0:
+                    raise SystemExit(f"untimed `ledger record -` on the {label} store exited {rc}:\n{tail}")
                 print(label, json.dumps(count_walks(p, ["run", "--force", "--refusal-ok"], tmp)))
             return 0
         _check_undo_arg()
