@@ -559,22 +559,13 @@ class ObjectStore:
         """Stream an object to `dest`, verifying while copying; dest appears only if it is good."""
         dest = Path(dest)
         tmp = dest.with_name(f".{dest.name}.ledger-tmp-{os.getpid()}")
-        if self.compressed(oid):
-            data = self._read_compressed(oid)  # verified before anything is written
+        if self.compressed(oid) or self.chunked(oid):
+            # a compressed object is read and verified before anything is written; a chunked one
+            # streams, every chunk verified, then the whole (the generator raises before the end)
+            pieces = [self._read_compressed(oid)] if self.compressed(oid) else self.stream(oid)
             try:
                 with open(tmp, "wb") as fo:
-                    fo.write(data)
-                    fo.flush()
-                    os.fsync(fo.fileno())
-                os.replace(tmp, dest)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-            return
-        if self.chunked(oid):
-            try:
-                with open(tmp, "wb") as fo:
-                    for data in self.stream(oid):  # every chunk verified, then the whole
+                    for data in pieces:
                         fo.write(data)
                     fo.flush()
                     os.fsync(fo.fileno())
