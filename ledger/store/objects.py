@@ -14,6 +14,7 @@ inside an object for the ids it names, whichever form it has.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -212,18 +213,11 @@ class ObjectStore:
         """The verified bytes of a compressed object: the file read bounded (Z4), decompressed
         no further than its header declares, rehashed against the id."""
         p = self.zpath(oid)
-        try:
-            raw = fsio.read_small(p, compress.file_limit())
-        except FileNotFoundError:
-            raise MissingObject(oid) from None
-        except NotADirectoryError:
-            raise self._fanout_damaged(oid) from None
-        except fsio.NotRegular as e:
-            raise self._not_regular(oid, e.kind) from None
-        except ValueError:
-            raise CorruptObject(oid, f"object {oid} is damaged: {p} is larger than a compressed object can be") from None
-        except OSError as e:
-            raise fsio.io_error(e, f"reading object {oid}") from e
+        with self._read_errors(oid):
+            try:
+                raw = fsio.read_small(p, compress.file_limit())
+            except ValueError:
+                raise CorruptObject(oid, f"object {oid} is damaged: {p} is larger than a compressed object can be") from None
         data = compress.decode(raw, oid, p)
         if hash_bytes(data) != oid:
             raise CorruptObject(oid)
@@ -296,10 +290,11 @@ class ObjectStore:
                              "restore it from a remote or bundle (`ledger pull`, or `ledger add` of the original); "
                              "then `ledger verify --read-data`")
 
-    def open(self, oid: str) -> tuple[int, os.stat_result]:
-        """Open an object's file for reading, safely (see fsio.open_regular); typed errors."""
+    @contextlib.contextmanager
+    def _read_errors(self, oid: str):
+        """What reading an object's file can raise, as the store's typed errors."""
         try:
-            return fsio.open_regular(self.path(oid))
+            yield
         except FileNotFoundError:
             raise MissingObject(oid) from None
         except NotADirectoryError:
@@ -308,6 +303,11 @@ class ObjectStore:
             raise self._not_regular(oid, e.kind) from None
         except OSError as e:
             raise fsio.io_error(e, f"reading object {oid}") from e
+
+    def open(self, oid: str) -> tuple[int, os.stat_result]:
+        """Open an object's file for reading, safely (see fsio.open_regular); typed errors."""
+        with self._read_errors(oid):
+            return fsio.open_regular(self.path(oid))
 
     # --- chunked objects (ledger/store/chunks.py) ------------------------------------------
     def _index(self, oid: str) -> tuple[int, list]:
