@@ -16,19 +16,9 @@ from ledger.sharing import bundle, chunked
 from ledger.store import Store
 
 from .conftest import assert_clean, snapshot
+from .test_chunked import _add_big  # the same recorded add of a large file
 
 SIZE = 32 << 20        # a 4 KiB edit of a 32 MiB object (the test size)
-
-
-def _add_big(store: Store, data: bytes, name: str) -> str:
-    p = store.root.parent / name
-    p.write_bytes(data)
-    with store.transaction("add") as tx:
-        oid = tx.put_file(p)
-        tx.outputs.append(oid)
-        tx.refs[f"name/{name}"] = oid
-        tx.payload.update({"path": name, "kind": "file", "size": len(data), "name": name})
-    return oid
 
 
 @pytest.fixture
