@@ -18,10 +18,10 @@ import struct
 
 try:
     import zstandard  # module top, in a try: a `pip install --no-deps` checkout may lack it (Z5)
-except ImportError:  # pragma: no cover - a `pip install --no-deps` checkout (the GPU machines)
-    # Without the wheel this store writes every object whole (the other encoding of the same
-    # ids: nothing about an object's identity changes) and refuses to read a `.z` file with a
-    # typed error naming the package (Z5); `available()` says which.
+except ImportError:  # pragma: no cover - a `pip install --no-deps` checkout
+    # Without the wheel a format-2 store refuses both to write an object it would compress and
+    # to read a `.z` file, with a typed error naming the package (Z5): writing it whole instead
+    # would be a second, quiet path through every write.
     zstandard = None
 
 from ledger.errors import CorruptObject, UnsupportedFormat
@@ -36,16 +36,18 @@ LEVEL_LARGE = 3           # above LARGE level 19 costs seconds; the level is par
 LARGE = 1 << 20
 
 
-def available() -> bool:
-    """The zstandard wheel is importable (a store without it writes objects whole)."""
-    return zstandard is not None
+def _missing(what: str) -> UnsupportedFormat:
+    return UnsupportedFormat(f"{what} and the zstandard package is not installed",
+                             "pip install zstandard (a dependency of ledger)")
 
 
 def encode(data: bytes) -> bytes | None:
     """The `.z` file for `data`, or None when compressing is not worth it (too small, too large,
-    or not at least 1/8 smaller) or the wheel is absent."""
-    if zstandard is None or not MIN_SIZE <= len(data) <= MAX_SIZE:
+    or not at least 1/8 smaller). UnsupportedFormat without the wheel (Z5)."""
+    if not MIN_SIZE <= len(data) <= MAX_SIZE:
         return None
+    if zstandard is None:
+        raise _missing("this store compresses structured objects (format 2)")
     level = LEVEL if len(data) <= LARGE else LEVEL_LARGE
     frame = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True,
                                      write_dict_id=False).compress(data)
@@ -73,8 +75,7 @@ def decode(raw: bytes, oid: str, path) -> bytes:
     more). The caller checks the hash."""
     size = declared_size(raw, oid, path)
     if zstandard is None:
-        raise UnsupportedFormat(f"object {oid} is stored compressed and the zstandard package is not installed",
-                                "pip install zstandard (a dependency of ledger)")
+        raise _missing(f"object {oid} is stored compressed")
     try:
         with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw[HEADER.size:]),
                                                         read_across_frames=False) as r:

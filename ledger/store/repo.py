@@ -33,7 +33,7 @@ from ledger.errors import (
     UnknownRef,
     UnsupportedFormat,
 )
-from ledger.store import canonical, compress, faults, fsio, index, retention, schema, trees
+from ledger.store import canonical, faults, fsio, index, retention, schema, trees
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import Journal, default_actor, make_record, stat_identity
 from ledger.store.lock import Lock
@@ -171,8 +171,8 @@ class Store:
 
     @property
     def compresses(self) -> bool:
-        """Structured objects are written compressed (format 2 and the zstandard wheel; Z1, Z6)."""
-        return self.config.get("format") == FORMAT_VERSION and compress.available()
+        """Structured objects are written compressed (format 2; Z1, Z5, Z6)."""
+        return self.config.get("format") == FORMAT_VERSION
 
     @property
     def config(self) -> dict:

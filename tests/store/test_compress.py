@@ -187,17 +187,22 @@ def test_a_format_1_store_is_read_and_upgraded_by_its_next_writer(tmp_path):
     assert verify(Store.open(tmp_path), read_data=True, full=True).ok
 
 
-def test_without_the_wheel_objects_are_stored_whole_and_a_compressed_one_is_a_typed_error(store, monkeypatch):
-    oid = put(store, turns(200))
-    monkeypatch.setattr(compress, "zstandard", None)
-    assert not store.compresses
-    other = put(store, turns(220))
-    assert store.object_path(other).is_file()                         # Z5: the other encoding, same id
+def test_without_the_wheel_a_compressible_write_and_a_compressed_read_are_typed_errors(store, monkeypatch):
     from ledger.errors import UnsupportedFormat
 
+    oid = put(store, turns(200))
+    monkeypatch.setattr(compress, "zstandard", None)
+    assert store.compresses                                           # the format says so, not the wheel
+    before = sorted(p.name for p in (store.root / "objects").rglob("*"))
+    with pytest.raises(UnsupportedFormat) as e:                       # Z5: never written whole instead
+        put(store, turns(220))
+    assert "zstandard" in str(e.value) and "pip install zstandard" in e.value.hint
+    assert sorted(p.name for p in (store.root / "objects").rglob("*")) == before
     with pytest.raises(UnsupportedFormat) as e:
         store.get_bytes(oid)
     assert "zstandard" in str(e.value)
+    small = put(store, {"a": 1})                                      # too small to compress: no wheel needed
+    assert store.get_bytes(small)
 
 
 def test_header_layout():
