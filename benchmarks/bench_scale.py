@@ -6,6 +6,7 @@ ratio to the same command on a 100-record store, measured in the same run, alter
     .venv/bin/python benchmarks/bench_scale.py --only verify,gc,report --repeat 5
     .venv/bin/python benchmarks/bench_scale.py --build-only         # just make (and cache) the stores
     .venv/bin/python benchmarks/bench_scale.py --walks              # count journal walks of one `run --force`
+    .venv/bin/python benchmarks/bench_scale.py --records 10000000 --keep DIR   # working copies kept in DIR, reused
 
 The stores are synthetic but real: a template store runs one real learn cycle on the built-in
 tiny model (init, genesis, seal, record, export, compile, checkpoint, train, judge, commit);
@@ -334,9 +335,22 @@ def _fan(oid: str) -> tuple[str, str]:
     return oid[3:5], oid[5:]
 
 
-def working_copy(built: Path, into: Path) -> Path:
-    """A store to measure on: objects hard-linked (immutable files), everything else copied."""
+COPY_DONE = ".bench-scale-copy.json"  # beside .ledger in a working copy: made whole, from which cache entry
+
+
+def working_copy(built: Path, into: Path, keep: bool = False) -> Path:
+    """A store to measure on: objects hard-linked (immutable files), everything else copied.
+
+    With `keep`, a copy already made whole under `into` from the same cache entry (its COPY_DONE
+    names the entry's built.json) is reused as it is, with whatever earlier invocations wrote into
+    it: at 10M records a copy costs minutes (10M hard links, a 5.6 GB journal, one fold)."""
     dest = into / built.name
+    marker = dest / COPY_DONE
+    stamp = (built / ".ledger" / "built.json").read_text()
+    if keep and marker.exists():
+        if json.loads(marker.read_text()).get("built") != stamp:
+            raise SystemExit(f"{dest} is a kept copy of another build of {built.name}; remove it to make a new one")
+        return dest
     shutil.rmtree(dest, ignore_errors=True)
     src, root = built / ".ledger", dest / ".ledger"
     root.mkdir(parents=True)
@@ -357,7 +371,23 @@ def working_copy(built: Path, into: Path) -> Path:
     subprocess.run(LEDGER + ["--store", str(dest), "log", "-n", "1"], cwd=into, env=_env(), check=True,
                    capture_output=True)
     subprocess.run(LEDGER + ["--store", str(dest), "export"], cwd=into, env=_env(), check=True, capture_output=True)
+    marker.write_text(json.dumps({"built": stamp, "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
     return dest
+
+
+# What gc and report save for their next run (docs/store-format.md rules 22 and 23): removed from a
+# kept copy by --forget-states, as a store whose states were lost, so the next gc / report walks everything.
+SAVED_STATES = (("cache", "reach.bin"), ("cache", "reach.seal"), ("cache", "report.json"))
+
+
+def forget_states(store: Path) -> list[str]:
+    gone = []
+    for parts in SAVED_STATES:
+        p = store.joinpath(".ledger", *parts)
+        if p.exists():
+            p.unlink()
+            gone.append("/".join(parts))
+    return gone
 
 
 # --- measuring --------------------------------------------------------------------------------------
@@ -595,6 +625,11 @@ def main(argv=None) -> int:
     ap.add_argument("--walks", action="store_true", help="count journal walks of one `run --force` on each store")
     ap.add_argument("--warm", action="store_true", help="run each command once per store, untimed, before the timed "
                                                          "runs (gc's and report's saved states in place)")
+    ap.add_argument("--keep", type=Path, help="make the working copies under this folder once and keep them: a later "
+                                               "invocation with the same --keep reuses them as they are (what earlier "
+                                               "commands wrote included; at 10M records a copy costs minutes)")
+    ap.add_argument("--forget-states", action="store_true", help="before measuring, remove gc's and report's saved "
+                                                                  "states from the working copies (with --keep)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--code", type=Path, help="time the ledger of this source tree (e.g. `git archive` of an "
                                                "older commit) on the same stores; they are built by this one")
@@ -606,14 +641,19 @@ def main(argv=None) -> int:
         for label, p in built.items():
             print(label, p)
         return 0
-    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=a.cache))
+    if a.keep:
+        a.keep.mkdir(parents=True, exist_ok=True)
+    tmp = a.keep.resolve() if a.keep else Path(tempfile.mkdtemp(prefix="bench-scale-", dir=a.cache))
     try:
         if a.code:
             CODE = a.code.resolve()
             print(f"timing the ledger at {CODE}")
         t = time.perf_counter()
-        stores = {label: working_copy(p, tmp) for label, p in built.items()}
+        stores = {label: working_copy(p, tmp, keep=bool(a.keep)) for label, p in built.items()}
         print(f"working copies in {time.perf_counter() - t:.1f} s (contended machine: 2 cores shared)")
+        if a.forget_states:
+            for label, p in stores.items():
+                print(f"{label}: removed saved states {forget_states(p) or 'none'}")
         if a.walks:
             for label, p in stores.items():
                 # the 150 turns a timed `run` follows (COMMANDS["run"]): the working copy exported
@@ -637,7 +677,8 @@ def main(argv=None) -> int:
         if a.json:
             a.json.write_text(json.dumps({"records": a.records, "small": a.small, "results": res}, indent=1))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
