@@ -142,6 +142,45 @@ def fused_lora_unmet(c: Config, target: Target) -> tuple[str, str] | None:
     return None
 
 
+FP8_BASE = "fp8-base"
+FP8_MIN_CC = (9, 0)   # ledger.kernels.fp8_ops.FP8_MIN_CC (plan/ imports no torch)
+# The numerics gate fp8-base passes before it trains (ledger.train.numerics): the run's first
+# batch through the fp8 and the bf16 fused forward from the same adapter state. Fixed here, in
+# the plan, before any run: e4m3 keeps 3 mantissa bits (a rounding error up to 2^-4 of each
+# quantized value), so a GEMM's output moves by a few percent of its norm; the loss, a mean over
+# every token, moves far less.
+FP8_GATE = {"steps": 3, "loss_rel": 0.01, "grad_rel_l2_median": 0.10, "grad_rel_l2_max": 0.25,
+            "reference": "fused-lora (bf16 base GEMMs), same batch, same adapter state"}
+
+
+def fp8_base_unmet(c: Config, target: Target) -> tuple[str, str] | None:
+    """(requirement, why) of the first requirement of the fp8-base realization the plan does not
+    meet, or None: every fused-lora requirement, then fp8 tensor cores (compute capability 9.0)."""
+    why = fused_lora_unmet(c, target)
+    if why is not None:
+        return why
+    if target.cc < FP8_MIN_CC:
+        return "compute_capability", (f"target {target.name} has compute capability {target.compute_capability} "
+                                      f"< {FP8_MIN_CC[0]}.{FP8_MIN_CC[1]}: no fp8 tensor cores with rowwise scales")
+    return None
+
+
+def fp8_base_realizations(c: Config) -> dict:
+    """fused-lora's operators with the frozen base GEMMs in fp8 (ledger.kernels.fp8_ops)."""
+    out = fused_lora_realizations(c)
+    out["linear_lora"] = {
+        "name": FP8_BASE, "device": "cuda",
+        "requires": {**out["linear_lora"]["requires"], "compute_capability": ">=9.0", "fp8": "float8_e4m3fn"},
+        "how": "ledger::lora_linear_fp8 per group (q,k,v | o | gate,up | down): the frozen base weights quantized "
+               "ONCE to float8_e4m3fn with per-output-row scales, plus a transposed copy with per-input-column "
+               "scales for the activation gradient; x and the output gradient quantized rowwise per step "
+               "inside the compiled layer; y = x W^T and dx = gy W by torch._scaled_mm (fp32 accumulation, "
+               "bf16 out); the LoRA terms (x A^T, the B term, dA, dB) in bf16 over fp32 masters",
+        "numerics_gate": dict(FP8_GATE),
+    }
+    return out
+
+
 def fused_lora_realizations(c: Config, not_selected: dict | None = None) -> dict:
     """The operators of the fused-lora realization (ledger.train.fused, ledger.kernels.train_ops);
     what each one is, for the plan and the receipt."""
@@ -174,9 +213,12 @@ def training_loop(c: Config, target: Target, realizations: dict | None = None) -
     cupy-fused)."""
     if realizations is not None:
         names = {r["name"] for r in realizations.values()}
-        return "fused" if FUSED_LORA in names else "compiled" if "torch-compiled" in names else "eager"
+        return ("fused" if names & {FUSED_LORA, FP8_BASE} else "compiled" if "torch-compiled" in names
+                else "eager")
     want = c.compile.realization
     if target.device == "cuda" and want in ("auto", FUSED_LORA) and fused_lora_unmet(c, target) is None:
+        return "fused"
+    if target.device == "cuda" and want == FP8_BASE and fp8_base_unmet(c, target) is None:
         return "fused"
     return "compiled" if target.device == "cuda" and want in ("auto", "torch-compiled") else "eager"
 
@@ -235,6 +277,14 @@ def select_realizations(spec: Spec, target: Target, store=None, arch=None) -> di
                  "requires": {"device": "cuda", "cupy": True, "compute_capability": ">=8.0",
                               "kernel_gate": f"kernel/{FUSED_KERNEL}/{target.name}"}}
         return {op: (fused if op == "linear_lora" else eager) for op in OPERATORS}
+    if want == FP8_BASE:   # never selected by auto: it changes the numerics (gated, named)
+        why = fp8_base_unmet(c, target)
+        if why is not None:
+            raise CompileRejected(f"realization fp8-base cannot be selected: {why[1]}",
+                                  "compile for a target of compute capability >= 9.0, or set compile.realization = "
+                                  "\"fused-lora\" (ledger never falls back by itself)",
+                                  requirement=f"realization.fp8-base.{why[0]}", reason=why[1])
+        return fp8_base_realizations(c)
     lora_why = fused_lora_unmet(c, target)
     if want == FUSED_LORA and lora_why is not None:
         raise CompileRejected(f"realization fused-lora cannot be selected: {lora_why[1]}",
@@ -258,7 +308,8 @@ def _lines(arch, c: Config, micro_batch: int, seq_len: int, rows: int, loop: str
               dtype=c.precision.dtype, micro_batch=micro_batch, seq_len=seq_len, base_quant=c.precision.base_format)
     if loop in ("compiled", "fused"):  # memory per device: DDP replicates all but the data
         return memory.lines_compiled(arch, padded=padded, devices=c.train.device_count,
-                                     ce_chunk=CE_CHUNK_ROWS if loop == "fused" else None, **kw)
+                                     ce_chunk=CE_CHUNK_ROWS if loop == "fused" else None,
+                                     fp8_base=loop == "fused" and c.compile.realization == FP8_BASE, **kw)
     return memory.lines(arch, dataset_rows=rows, padded=padded, device=device, **kw)
 
 

@@ -150,7 +150,7 @@ CUBLAS_WORKSPACE = 8 * 4096 * 1024
 
 def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, micro_batch: int, seq_len: int,
                    padded: bool = True, devices: int = 1, base_quant: str = "none",
-                   ce_chunk: int | None = None) -> list[Line]:
+                   ce_chunk: int | None = None, fp8_base: bool = False) -> list[Line]:
     """The memory plan of the `torch-compiled` CUDA realization (ledger.train.child): each decoder
     layer compiled with torch.compile, bf16 autocast when the base is bf16, fused AdamW, the
     encoded dataset kept on the host and one micro-batch at a time moved to the device.
@@ -166,6 +166,13 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     [rows, vocab] logits are kept, only h's gradient, and one chunk's fp32 logits, their softmax
     and its bf16 copy are live at a time. Measured on an H200 with SmolLM2 (vocab 49,152): the
     plan without this overestimated the fused loop by 62 % (benchmarks/RESULTS.md).
+
+    `fp8_base` (the fp8-base realization, ledger.kernels.fp8_ops): every projection's frozen
+    weight is also held as two float8_e4m3fn copies (W and W^T) with fp32 scales per row and
+    column (`fp8_weights`), beside the bf16 weights the model keeps; what autograd saves is the
+    same as fused-lora's (the bf16 inputs LoRA's gradients read, not their fp8 copies); the
+    per-step fp8 activations are transients of one GEMM (the largest: the gate/up output
+    gradient's, B*T x 2I bytes and its row scales) and go into the workspace line.
     """
     a, B, T = arch, micro_batch, seq_len
     e = DTYPE_BYTES[dtype]
@@ -201,8 +208,16 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
     # and its recomputed product, 3I + 2H). Whichever is larger, plus cuBLAS's workspaces.
     logits = 2 * BT * V * 4 if ce_chunk is None else min(ce_chunk, BT) * V * (4 + 4 + e)
     work = max(logits, BT * (3 * I + 2 * H) * e) + CUBLAS_WORKSPACE
+    fp8 = []
+    if fp8_base:
+        shapes = [MODULE_SHAPES[m](a) for m in MODULE_SHAPES]
+        n8 = L * sum(2 * i * o + 4 * (i + o) for i, o in shapes)
+        fp8 = [Line("fp8_weights", n8, f"{L} layers x 7 projections: W and W^T in float8_e4m3fn (1 B a weight "
+                                       f"each) + fp32 scales a row and a column")]
+        work += BT * (2 * I + 4)   # the gate/up output gradient's fp8 copy and its row scales (backward)
     return [
         *weight_lines(a, e, base_quant),
+        *fp8,
         Line("adapter", lora * 4, f"{lora} LoRA params x 4 B"),
         Line("gradients", lora * 4, f"{lora} LoRA grads x 4 B" + (" (DDP bucket views)" if devices > 1 else "")),
         Line("optimizer_state", lora * 8 + n_lora_tensors * 4,

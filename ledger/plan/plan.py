@@ -329,6 +329,8 @@ class Realization(_View):
     build: str | None = optional()
     code_object: str | None = optional()
     arch: Json = optional()
+    # fp8-base only: the tolerances its numerics gate holds it to (ledger.train.numerics)
+    numerics_gate: Json = optional()
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_pro
 DTYPES = ("fp32", "bf16", "fp16")
 BASE_QUANTS = ("none", "q4b32", "int8")   # ledger.plan.memory.BASE_QUANTS
 MAX_WORLD = 1024   # ranks of one data-parallel run (nodes x devices): gloo's and torchrun's tested scale
-REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused", "fused-lora")
+REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused", "fused-lora", "fp8-base")
 
 
 @dataclass(frozen=True)

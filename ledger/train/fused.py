@@ -24,7 +24,11 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ledger.errors import RealizationUnavailable
+from ledger.kernels import fp8_ops
 from ledger.kernels.train_ops import block_diagonal, linear_cross_entropy, lora_linear
+
+# the frozen base GEMMs' realization: "bf16" (fused-lora) or "fp8" (fp8-base: ledger/kernels/fp8_ops.py)
+BASE_GEMMS = ("bf16", "fp8")
 
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
@@ -81,13 +85,16 @@ def _stack(parent, names):
     return stacked, tuple(w.shape[0] for w in ws), tuple(lora)
 
 
-def _group(x2, w, rows, lora):
-    """One `lora_linear` call for a group of projections that read x2."""
+def _group(x2, w, rows, lora, w8=None):
+    """One `lora_linear` call for a group of projections that read x2; with w8 (the group's
+    Fp8Weight.tensors) the fp8-base one, whose frozen GEMMs read the fp8 copies instead of w."""
     if all(p is None for p in lora):
-        return x2 @ w.t()
+        return x2 @ w.t() if w8 is None else fp8_ops.base_fp8(x2, w8)
     dt = w.dtype
     a = torch.cat([p[0].to(dt) for p in lora if p is not None], 0)
     b = block_diagonal([(p[1] * p[2]).to(dt) if p is not None else None for p in lora], list(rows))
+    if w8 is not None:
+        return fp8_ops.lora_group_fp8(x2, w8, a, b)
     return lora_linear(x2, w, a, b)[0]
 
 
@@ -104,7 +111,7 @@ def layer_forward(h, cos, sin, p, shape):
     B, T, D = h.shape
     eps, head_dim, scaling = shape["eps"], shape["head_dim"], shape["scaling"]
     x = _rms(h, p["ln1"], eps).reshape(B * T, D)
-    qkv = _group(x, p["w_qkv"], shape["rows_qkv"], p["lora_qkv"])
+    qkv = _group(x, p["w_qkv"], shape["rows_qkv"], p["lora_qkv"], p.get("w8_qkv"))
     nq, nk, _ = shape["rows_qkv"]
     q = qkv[:, :nq].view(B, T, -1, head_dim).transpose(1, 2)
     k = qkv[:, nq:nq + nk].view(B, T, -1, head_dim).transpose(1, 2)
@@ -112,22 +119,25 @@ def layer_forward(h, cos, sin, p, shape):
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
     o = o.transpose(1, 2).reshape(B * T, -1)
-    h = h + _group(o, p["w_o"], shape["rows_o"], p["lora_o"]).view(B, T, D)
+    h = h + _group(o, p["w_o"], shape["rows_o"], p["lora_o"], p.get("w8_o")).view(B, T, D)
     x = _rms(h, p["ln2"], eps).reshape(B * T, D)
-    gu = _group(x, p["w_gu"], shape["rows_gu"], p["lora_gu"])
+    gu = _group(x, p["w_gu"], shape["rows_gu"], p["lora_gu"], p.get("w8_gu"))
     ni = shape["rows_gu"][0]
     m = F.silu(gu[:, :ni]) * gu[:, ni:]
-    return h + _group(m, p["w_d"], shape["rows_d"], p["lora_d"]).view(B, T, D)
+    return h + _group(m, p["w_d"], shape["rows_d"], p["lora_d"], p.get("w8_d")).view(B, T, D)
 
 
-def layer_tensors(layer):
-    """(tensors, static shape) of one decoder layer for layer_forward."""
+def layer_tensors(layer, base_gemm: str = "bf16"):
+    """(tensors, static shape) of one decoder layer for layer_forward; with base_gemm "fp8" each
+    group's stacked frozen weight is also quantized ONCE here (`w8_<group>`, Fp8Weight.tensors)."""
     at, mlp = layer.self_attn, layer.mlp
     p, shape = {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight}, {}
     for key, parent, names in (("qkv", at, GROUPS[0][1]), ("o", at, GROUPS[1][1]), ("gu", mlp, GROUPS[2][1]),
                                ("d", mlp, GROUPS[3][1])):
         w, rows, lora = _stack(parent, names)
         p[f"w_{key}"], p[f"lora_{key}"], shape[f"rows_{key}"] = w, lora, rows
+        if base_gemm == "fp8":
+            p[f"w8_{key}"] = fp8_ops.Fp8Weight.of(w).tensors
     shape.update(eps=float(layer.input_layernorm.variance_epsilon), head_dim=int(at.head_dim),
                  scaling=float(at.scaling))
     return p, shape
@@ -150,16 +160,28 @@ class FusedLlama:
     skips the device/dtype requirements (CPU tests of the same function in fp32)."""
 
     def __init__(self, peft_model, lora_dropout: float, compile_layers: bool = True, check: bool = True,
-                 attention: str = "cudnn-sdpa", mode: str | None = None):
+                 attention: str = "cudnn-sdpa", mode: str | None = None, base_gemm: str = "bf16"):
         lm = peft_model.base_model.model
+        if base_gemm not in BASE_GEMMS:
+            raise RealizationUnavailable(f"base GEMM realization {base_gemm!r} is not one of {list(BASE_GEMMS)}")
+        name = "fp8-base" if base_gemm == "fp8" else "fused-lora"
+        dev = lm.model.embed_tokens.weight.device
         why = unmet(lm.config, lora_dropout, lm.model.embed_tokens.weight.dtype) if check else None
-        if why is None and check and lm.model.embed_tokens.weight.device.type != "cuda":
+        if why is None and check and dev.type != "cuda":
             why = "the model is not on a CUDA device"
+        # fp8 is checked even when `check` is off: without fp8 GEMMs there is no fp8-base to test
+        if why is None and base_gemm == "fp8" and (check or dev.type == "cuda"):
+            why = fp8_ops.fp8_unmet(dev)
         if why:
-            raise RealizationUnavailable(f"the plan selected fused-lora, which cannot run here: {why}",
-                                         "compile with compile.realization = \"torch-compiled\"")
+            raise RealizationUnavailable(f"the plan selected {name}, which cannot run here: {why}",
+                                         "compile with compile.realization = \"fused-lora\" or \"torch-compiled\"")
         self.lm = lm
-        self.layers = [layer_tensors(layer) for layer in lm.model.layers]
+        self.name, self.base_gemm = name, base_gemm
+        self.layers = [layer_tensors(layer, base_gemm) for layer in lm.model.layers]
+        # the bf16 reference over the same stacked weights (fp8-base's numerics gate): the same
+        # tensors without the fp8 copies, so nothing is stacked or held twice
+        self.layers_bf16 = [({k: v for k, v in p.items() if not k.startswith("w8_")}, shape)
+                            for p, shape in self.layers]
         if attention not in ATTENTION:
             raise RealizationUnavailable(f"attention realization {attention!r} is not one of {sorted(ATTENTION)}")
         self.attention = attention
@@ -169,7 +191,12 @@ class FusedLlama:
         else:
             self.fn = layer_forward
 
-    def loss(self, ids, labels):
+    def loss(self, ids, labels, base_gemm: str | None = None):
+        """The mean loss; base_gemm "bf16" on an fp8-base instance runs fused-lora's bf16 base
+        GEMMs over the same weights (the numerics gate's reference), never anything else."""
+        if base_gemm not in (None, self.base_gemm, "bf16"):
+            raise RealizationUnavailable(f"this {self.name} forward has no {base_gemm!r} base GEMMs")
+        layers = self.layers_bf16 if base_gemm == "bf16" else self.layers
         m = self.lm.model
         h = m.embed_tokens(ids)
         pos = torch.arange(ids.shape[1], device=ids.device)[None]
@@ -177,7 +204,7 @@ class FusedLlama:
         # the attention kernel is chosen when the layer is traced (forward and backward); only
         # the named backend is allowed, so a shape it refuses is an error, never another kernel
         with _backend(self.attention):
-            for p, shape in self.layers:
+            for p, shape in layers:
                 h = self.fn(h, cos, sin, p, shape)
         h = m.norm(h)
         B, T, D = h.shape

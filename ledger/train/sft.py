@@ -65,7 +65,7 @@ def check_realizations(plan: Plan) -> None:
                 f"the plan selected {r.name} on cuda for operator {op} (target {plan.target.name}), "
                 "but no CUDA device is available here; nothing was trained",
                 "run it on a machine with the target's GPU, or compile for --target cpu")
-        if r.name in ("torch-compiled", "fused-lora") and importlib.util.find_spec("triton") is None:
+        if r.name in ("torch-compiled", "fused-lora", "fp8-base") and importlib.util.find_spec("triton") is None:
             raise RealizationUnavailable(f"the plan selected torch-compiled for operator {op}, which needs triton; "
                                          "it is not installed here", "install torch's triton, or compile with "
                                          "compile.realization = \"torch-eager\"")
@@ -344,7 +344,9 @@ class SftRecipe:
         elif self.loop_kind == "fused":
             from ledger.train import fused as fusedlib  # the fused realization: CUDA plans only
 
-            self.fused = fusedlib.FusedLlama(model, c.lora.dropout, attention=plan.realizations["attention"].name)
+            fp8 = plan.realizations["linear_lora"].name == "fp8-base"   # fp8 frozen base GEMMs (gated below)
+            self.fused = fusedlib.FusedLlama(model, c.lora.dropout, attention=plan.realizations["attention"].name,
+                                             base_gemm="fp8" if fp8 else "bf16")
             model = _FusedLoss(model, self.fused)
         model.train()
         if dist.world > 1:
@@ -373,11 +375,29 @@ class SftRecipe:
             if job.get("init_adapter"):
                 load_init_adapter(self.peft_model, work / job["init_adapter"])
             torch.manual_seed(c.seeds.dropout)
+        self.numerics_gate = None
+        if self.fused is not None and self.fused.base_gemm == "fp8":
+            self._numerics_gate()   # before anything trains; a failure stops the run (exit 3)
         self.mem_setup = None
         if self.cuda:
             torch.cuda.synchronize()
             self.mem_setup = torch.cuda.memory_allocated()
         self.t_ready = time.perf_counter()
+
+    def _numerics_gate(self) -> None:
+        """fp8-base against fused-lora's bf16 base GEMMs on the first micro-batch this run trains
+        on, with the plan's tolerances (ledger.train.numerics); the adapter is left as it was."""
+        from ledger.train import numerics  # fp8-base plans only
+
+        c, dist = self.c, self.dist
+        B, n = c.data.micro_batch, self.ids.shape[0]
+        m_index = self.start_step * c.data.grad_accum
+        rows = batch_indices(m_index, B * dist.world, n, c.seeds.data, {})[dist.rank * B:(dist.rank + 1) * B]
+        x, y = (t[rows].to(dist.device) for t in (self.ids, self.labels))
+        tol = numerics.Tolerance.from_json(self.plan.realizations["linear_lora"].numerics_gate)
+        f = self.fused
+        self.numerics_gate = numerics.run(f.name, lambda: f.loss(x, y, base_gemm="bf16"), lambda: f.loss(x, y),
+                                          list(self.named), tol)
 
     def _rng_state(self) -> dict:
         st = {"torch_cpu": torch.get_rng_state()}
@@ -526,7 +546,10 @@ class SftRecipe:
                 "rendezvous": json.loads(os.environ.get("LEDGER_RENDEZVOUS", "null"))})
         if self.fused is not None:
             result["device"]["fused_lora"] = {"attention": self.fused.attention, "groups": [list(g[1]) for g in
-                                                                                            fusedlib_groups()]}
+                                                                                            fusedlib_groups()],
+                                              "realization": self.fused.name, "base_gemm": self.fused.base_gemm}
+        if self.numerics_gate is not None:
+            result["device"]["numerics_gate"] = self.numerics_gate
         if self.kernel_op is not None:
             result["device"]["fused_kernel"] = {"code_object": self.kernel_op.code_object,
                                                 "fused_calls": self.kernel_op.calls}

@@ -1,0 +1,81 @@
+"""The fp8-base operator (ledger/kernels/fp8_ops.py) on the CPU (torch's _scaled_mm has a CPU
+implementation): the quantization, the two weight layouts, and that the op computes exactly
+the dequantized function it claims (fp8 operands, fp32 accumulation) with the LoRA terms and
+their gradients in bf16. Speed and the numerics against bf16 on a real GPU: test_fused_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ledger.kernels import fp8_ops as f
+
+
+def _rel(a, b) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def test_rowwise_quantization_scales_each_row_to_e4m3_s_range_and_keeps_zero_rows():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 40, generator=g) * torch.tensor([1e-3, 1.0, 30.0, 1e4, 0.0, 2.0])[:, None]
+    q, s = f.quant_rows(x.bfloat16())
+    assert q.dtype == f.E4M3 and s.shape == (6, 1) and s.dtype == torch.float32
+    assert float(s[4]) == 1.0 and float(q[4].float().abs().max()) == 0.0   # a zero row: scale 1, zeros
+    amax = q.float().abs().amax(1)
+    assert torch.equal(amax[[0, 1, 2, 3, 5]], torch.full((5,), f.E4M3_MAX))   # every row uses the full range
+    back = q.float() * s
+    for i in (0, 1, 2, 3, 5):   # e4m3: 3 mantissa bits, a relative rounding error <= 2^-4 per value
+        assert _rel(back[i], x[i].bfloat16()) < 2 ** -4
+
+
+def test_a_frozen_weight_is_held_twice_in_the_layouts_the_fp8_gemms_take():
+    g = torch.Generator().manual_seed(1)
+    w = (torch.randn(48, 32, generator=g) * 0.05).bfloat16()
+    w8 = f.Fp8Weight.of(w)
+    assert w8.q.shape == (48, 32) and w8.sw.shape == (1, 48) and w8.qt.shape == (32, 48) and w8.swt.shape == (1, 32)
+    assert w8.q.is_contiguous() and w8.qt.is_contiguous()
+    assert w8.nbytes == f.fp8_bytes(48, 32) == 2 * 48 * 32 + 4 * (48 + 32)
+    assert _rel(w8.dequantized(), w) < 2 ** -4
+    assert _rel(w8.qt.float() * w8.swt.reshape(-1, 1), w.t()) < 2 ** -4   # per input column of W
+
+
+@pytest.mark.parametrize("rows, k, n, r", [(16, 64, 48, 8), (40, 128, 96, 16)])
+def test_lora_linear_fp8_is_the_dequantized_function_and_its_lora_gradients_are_bf16s(rows, k, n, r):
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, k, generator=g).bfloat16().requires_grad_(True)
+    w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+    a = (torch.randn(r, k, generator=g) * 0.1).bfloat16().requires_grad_(True)
+    b = (torch.randn(n, r, generator=g) * 0.1).bfloat16().requires_grad_(True)
+    gy = torch.randn(rows, n, generator=g).bfloat16()
+    w8 = f.Fp8Weight.of(w)
+    y = f.lora_group_fp8(x, w8.tensors, a, b)
+    y.backward(gy)
+    # the claimed function, computed in fp64 from the same fp8 operands
+    xq, sx = f.quant_rows(x)
+    t = (x.detach() @ a.detach().t())
+    want_y = (xq.double() * sx.double()) @ (w8.q.double() * w8.sw.double().t()).t() + t.double() @ b.detach().double().t()
+    assert _rel(y.detach(), want_y) < 1e-2   # bf16 output and the bf16 t: rounding only
+    gq, sg = f.quant_rows(gy)
+    dt = gy @ b.detach()
+    want_dx = (gq.double() * sg.double()) @ (w8.qt.double() * w8.swt.double().t()).t() + dt.double() @ a.detach().double()
+    assert _rel(x.grad, want_dx) < 1e-2
+    assert _rel(a.grad, dt.t() @ x.detach()) < 1e-2 and _rel(b.grad, gy.t() @ t) < 1e-2
+    # and against full precision: fp8's few percent, no more
+    ref = x.detach().double() @ w.double().t() + t.double() @ b.detach().double().t()
+    assert _rel(y.detach(), ref) < 0.08
+
+
+def test_a_group_without_lora_runs_only_the_fp8_gemm_and_passes_its_gradient():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(24, 64, generator=g).bfloat16().requires_grad_(True)
+    w = (torch.randn(32, 64, generator=g) * 0.05).bfloat16()
+    w8 = f.Fp8Weight.of(w)
+    y = f.base_fp8(x, w8.tensors)
+    gy = torch.randn(24, 32, generator=g).bfloat16()
+    y.backward(gy)
+    assert _rel(y.detach(), x.detach().float() @ w.float().t()) < 0.08
+    assert _rel(x.grad, gy.float() @ w.float()) < 0.08
+
+
+def test_fp8_is_refused_off_cuda():
+    assert "CUDA" in f.fp8_unmet("cpu")
