@@ -13,7 +13,9 @@ Llama-3 shape of benchmarks/bench_qlora.py. A random r16 LoRA adapter on all sev
 merged into every variant's weights (HEAD's adapter, as the image serves it).
 
 tokens/s = new tokens / wall time of one whole greedy call (prompt included), min / median / max
-over --reps calls per variant, variants interleaved. Also reported: how many of the first 32
+over --reps calls per variant, variants interleaved. `ledger-cuda-FMT` runs the fused decode step
+(ledger/kernels/decode_step.cu), `ledger-cuda-FMT-torch-step` the torch step it replaced, both
+one CUDA graph a step. Also reported: how many of the first 32
 tokens each variant shares with HF eager bf16 (quantized variants are allowed to differ).
 """
 
@@ -79,6 +81,8 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds; skip what would start after it")
+    ap.add_argument("--no-torch-step", dest="torch_step", action="store_false",
+                    help="leave out the ledger-cuda variants with the torch step (before the fused step)")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     a = ap.parse_args()
     import torch
@@ -110,17 +114,23 @@ def main() -> int:
         variants["hf-generate-bf16"] = hf(model)
         sh = gen.Shape.of({**cfg.to_dict(), "max_position_embeddings": 4096})
         decoders = {}
-        for fmt in ("bf16", "int8", "q4b32"):
-            d = cd.CudaLlama(base_sd, sh, fmt, device="cuda", context=a.prompt + a.new + 8, kernels=kern)
+        # the fused step (session 7) and, beside it in the same run, the torch step it replaced
+        # (both inside one CUDA graph a step): what the fused kernels earn
+        older = {"smollm2": ("bf16", "int8", "q4b32"), "7b": ("int8", "q4b32")}.get(name, ()) if a.torch_step else ()
+        for fmt, fused in [(f, True) for f in ("bf16", "int8", "q4b32")] + [(f, False) for f in older]:
+            d = cd.CudaLlama(base_sd, sh, fmt, device="cuda", context=a.prompt + a.new + 8, kernels=kern,
+                             fused_step=fused)
             d.load(lora, acfg)
-            decoders[fmt] = d
-            variants[f"ledger-cuda-{fmt}"] = (lambda d=d: d.decode(ids, a.new))
-        row = {"params": sum(p.numel() for p in model.parameters()), "realizations": {}}
+            key = fmt if fused else f"{fmt}-torch-step"
+            decoders[key] = d
+            variants[f"ledger-cuda-{key}"] = (lambda d=d: d.decode(ids, a.new))
+        row = {"params": sum(p.numel() for p in model.parameters()), "realizations": {}, "steps": {}}
         for fmt, d in decoders.items():
             counts: dict[str, int] = {}
             for v in d.realizations.values():
                 counts[v] = counts.get(v, 0) + 1
             row["realizations"][fmt] = counts
+            row["steps"][fmt] = d.step_realization
         t0 = time.monotonic()
         outs = {k: f() for k, f in variants.items()}      # warm-up (captures the graphs)
         row["warmup_s"] = time.monotonic() - t0
@@ -178,6 +188,7 @@ def main() -> int:
             print(f"  {k:<22} {t['median']:8.1f} tok/s (min {t['min']:.1f}, max {t['max']:.1f}); "
                   f"first 32 tokens equal to HF eager: {v['same_first_32_as_hf_eager']}", flush=True)
         print(f"  realizations: {row['realizations']}")
+        print(f"  steps: {row['steps']}")
         if isinstance(row.get("hf-generate-compiled"), str):
             print(f"  hf-generate-compiled: {row['hf-generate-compiled']}")
         Path(a.out).mkdir(parents=True, exist_ok=True)

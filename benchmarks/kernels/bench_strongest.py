@@ -56,6 +56,13 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "_work"))
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     ap.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
+    ap.add_argument("--method", default="both", choices=("events", "graph", "both"),
+                    help="events: each launch between two CUDA events behind a spin kernel (sessions 5-6); "
+                         "graph: `launches` calls back to back in one CUDA graph, replayed --graph-reps times "
+                         "(runtime.time_graph: the per-launch fixed cost excluded alike for every row, the copy "
+                         "included); both: each row timed both ways in every round")
+    ap.add_argument("--graph-reps", type=int, default=10)
+    ap.add_argument("--auto-only", action="store_true", help="each ledger kernel at its own configuration choice only")
     ap.add_argument("--serving", action="store_true",
                     help="instead: each quantized kernel and its x16 variant (their own configuration "
                          "choice) at the matrix shapes of SmolLM2 and a 7B Llama, for the serving rule")
@@ -90,9 +97,12 @@ def main() -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
     for n, k in shapes:
         row: dict = {}
-        copy_bw, _ = R.copy_bandwidth(spin)
-        row["copy_bytes_per_s"] = copy_bw
-        print(f"\n1x{n}x{k}: copy {copy_bw / 1e12:.2f} TB/s", flush=True)
+        methods = ("events", "graph") if a.method == "both" else (a.method,)
+        bw = {}
+        for method in methods:
+            bw[method], _ = R.copy_bandwidth(spin, graph=method == "graph")
+            row["copy_bytes_per_s" + ("" if method == "events" else " [graph]")] = bw[method]
+        print(f"\n1x{n}x{k}: copy " + ", ".join(f"{m} {v / 1e12:.2f} TB/s" for m, v in bw.items()), flush=True)
         cands: list[tuple[str, list, int]] = []   # (label, callables, bytes)
         keep = []
         compiled = (n, k) in COMPILED_SHAPES
@@ -107,7 +117,7 @@ def main() -> int:
             ts = [R.torch_views(d) for d in sets]
             keep += [sets, ts]
             auto = R.auto_config(mods[name], spec, sh)
-            configs = spec.configs if name in SWEPT else (auto,)
+            configs = spec.configs if name in SWEPT and not a.auto_only else (auto,)
             for cfg in configs:
                 ops = [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]
                 cands.append((f"ledger {name} {cfg}" + (" auto" if cfg == auto else ""), ops, nbytes))
@@ -157,38 +167,45 @@ def main() -> int:
             except Exception:  # noqa: BLE001 - a torch op that does not run here is a reported result
                 row[f"{name}:baseline_error"] = traceback.format_exc()[-1500:]
                 print(row[f"{name}:baseline_error"], flush=True)
-        times: dict[str, list] = {c[0]: [] for c in cands}
-        rounds: dict[str, list] = {c[0]: [] for c in cands}
+        # one row per (realization, method); the graph rows' labels end in " [graph]"
+        rows_ = [(lab + ("" if m == "events" else " [graph]"), fns, nb, m) for lab, fns, nb in cands for m in methods]
+        times: dict[str, list] = {r[0]: [] for r in rows_}
+        rounds: dict[str, list] = {r[0]: [] for r in rows_}
         for _ in range(a.rounds):
-            for label, fns, _nb in cands:
+            for label, fns, _nb, method in rows_:
                 try:
-                    t = R.time_calls(fns, a.launches, 20, spin)
+                    t = (R.time_calls(fns, a.launches, 20, spin) if method == "events" else
+                         R.time_graph(fns, a.launches, 20, a.graph_reps))
                 except Exception as e:  # noqa: BLE001 - reported, and the other rows go on
                     row[label] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
                     continue
                 times[label] += list(t.seconds)
                 rounds[label].append(t.median)
-        for label, _fns, nb in cands:
+        for label, _fns, nb, method in rows_:
             if not times[label]:
-                print(f"  {label:<58} did not run: {row.get(label)}", flush=True)
+                print(f"  {label:<66} did not run: {row.get(label)}", flush=True)
                 continue
             s = sorted(times[label])
             med = statistics.median(s)
             row[label] = {"median_s": med, "min_s": s[0], "max_s": s[-1], "round_medians_s": rounds[label],
-                          "launches": len(s), "bytes": nb, "fraction": nb / med / copy_bw}
-            print(f"  {label:<58} {med * 1e6:8.2f} us (min {s[0] * 1e6:.2f}, max {s[-1] * 1e6:.2f}; rounds "
+                          "samples": len(s), "bytes": nb, "method": method, "fraction": nb / med / bw[method]}
+            print(f"  {label:<66} {med * 1e6:8.2f} us (min {s[0] * 1e6:.2f}, max {s[-1] * 1e6:.2f}; rounds "
                   f"{', '.join(f'{r * 1e6:.2f}' for r in rounds[label])}) {row[label]['fraction']:6.1%}", flush=True)
         out["shapes"][f"1x{n}x{k}"] = row
         (out_dir / "bench_strongest.json").write_text(json.dumps(out, indent=1, default=str))
         del keep, cands
         torch.cuda.empty_cache()
 
-    print("\nsummary (issue 20 targets; best configuration of each ledger kernel):")
-    for key, r in out["shapes"].items():
-        def best(prefix, r=r):
+    print("\nsummary (issue 20 targets; best configuration of each ledger kernel; each method against its own "
+          "copy and its own torch rows):")
+    for (key, r), method in [(kr, m) for kr in out["shapes"].items() for m in ("events", "graph")]:
+        def best(prefix, r=r, method=method):
             rows = [(v["median_s"], lab) for lab, v in r.items()
-                    if lab.startswith(prefix) and isinstance(v, dict) and "median_s" in v]
+                    if lab.startswith(prefix) and isinstance(v, dict) and v.get("method") == method]
             return min(rows) if rows else (None, None)
+        if best("ledger ")[0] is None:
+            continue
+        key = f"{key} [{method}]"
         cl, _ = best("torch.compile LoRA")
         mg, _ = best("merged W+sBA")
         ci8, _ = best("torch.compile int8")

@@ -12,11 +12,23 @@ Why each part (docs/kernels.md has the kernels' figures):
     K % 128 == 0, int8 K % 64) is served by torch's dequantize + F.linear, and `realizations`
     says so per matrix -- selection, never a silent fallback. "bf16" keeps the merged weight
     dense and uses cuBLAS (ledger's own bf16 matvec ties it and its gate refuses it).
-  * one CUDA graph per step: a 30-layer decoder launches ~400 kernels a token; replaying them
-    as one graph removes the host's launch cost, which otherwise dominates small models. The
-    step takes the token and the position from device buffers and writes the next token back,
-    so N tokens are N replays with no host round trip; stop tokens are checked after each chunk
-    (greedy decoding: what follows a stop token is discarded, the answer is the same).
+  * one CUDA graph per step: the step takes the token and the position from device buffers and
+    writes the next token back, so N tokens are N replays with no host round trip; stop tokens
+    are checked after each chunk (greedy decoding: what follows a stop token is discarded, the
+    answer is the same).
+  * the fused step (`StepKernels`, ledger/kernels/decode_step.cu): in the graph, a step of the
+    torch path was ~50 small kernels a layer (the norms, rotary embedding, cache writes, masked
+    SDPA, SiLU...) of ~2 us each -- at 135M parameters that, not the weights, was the step's
+    time. On CUDA every layer is 9 launches instead: residual add + RMSNorm, the q|k|v matvec,
+    rotary + cache write, attention over the cache, o, add + RMSNorm, gate|up, SiLU * up, down;
+    then the final norm, the head and an argmax kernel that also advances token and position.
+    Same operations, same bf16 roundings as the torch path (tested against it on a GPU).
+    `step_realization` records which step runs.
+  * q4b32 needs K % 128 == 0. With the fused step a matrix whose K is not (SmolLM2: hidden 576)
+    is stored zero-padded to the next multiple of 128 (a zero weight quantizes to q = 8, i.e.
+    exactly 0) and reads the fused step's activation buffers, whose padding is zero and never
+    written: it runs on the kernel at 128/K more bytes instead of torch's dequantize. Chosen per
+    matrix when the weights are made and recorded in `realizations` ("... K 576->640").
   * prompt (prefill): one batched forward in torch (rows > 8 are GEMMs, not matvecs).
 
 Prompts + new tokens are bounded by the cache preallocated at construction (`context`); the KV
@@ -30,6 +42,7 @@ checks it against the "ledger" FastLlama decoder.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -64,15 +77,25 @@ class Matrix:
     fmt: str
     n: int
     k: int
-    w: torch.Tensor                      # bf16 [n, k] | int8 [n, k] | packed uint8 [n, k/2]
-    s: torch.Tensor | None               # int8: fp32 [n]; q4b32: bf16 [n, k/32]
+    w: torch.Tensor                      # bf16 [n, k] | int8 [n, k] | packed uint8 [n, kp/2]
+    s: torch.Tensor | None               # int8: fp32 [n]; q4b32: bf16 [n, kp/32]
     realization: str = "torch"           # "ledger:<kernel>" or "cublas" / "torch-dequant"
     launch: object = None                # the bound kernel (Kernels.bind), for M = 1
+    kp: int = 0                          # K as stored: k, or k zero-padded for the q4b32 kernels
+
+    def __post_init__(self):
+        self.kp = self.kp or self.k
 
     def dense(self, dtype) -> torch.Tensor:
         if self.fmt == "bf16":
             return self.w.to(dtype)
-        return qlinear.dequantize(self.w, self.s, self.fmt, dtype)
+        w = qlinear.dequantize(self.w, self.s, self.fmt, dtype)
+        return w[:, :self.k] if self.kp != self.k else w
+
+
+def padded_k(fmt: str, k: int) -> int:
+    """K a q4b32 matrix is stored with for the fused step's kernels (the next multiple of 128)."""
+    return -(-k // 128) * 128 if fmt == "q4b32" else k
 
 
 class Kernels:
@@ -112,19 +135,19 @@ class Kernels:
 
     def bind(self, mat: Matrix):
         """A launcher y[1, n] = x[1, k] W^T for `mat` (one block grid fixed for M = 1)."""
-        name = self.kernel_for(mat.fmt, mat.n, mat.k)
+        name = self.kernel_for(mat.fmt, mat.n, mat.kp)
         if name is None:
-            raise RealizationUnavailable(f"no ledger kernel takes a {mat.n}x{mat.k} {mat.fmt} matrix",
-                                         self._why_not(KERNEL_OF[mat.fmt], mat.n, mat.k, 1) or "")
+            raise RealizationUnavailable(f"no ledger kernel takes a {mat.n}x{mat.kp} {mat.fmt} matrix",
+                                         self._why_not(KERNEL_OF[mat.fmt], mat.n, mat.kp, 1) or "")
         spec = self.S.get(name)
         mod = self.modules[name]
-        shape = self.S.Shape(1, mat.n, mat.k, 0)
+        shape = self.S.Shape(1, mat.n, mat.kp, 0)
         cfg = self.R.auto_config(mod, spec, shape)
         fn = mod.function(spec.entry(cfg))
         grid, block = (spec.grid_blocks(cfg, shape),), (32 * cfg[0],)
         cp = self.R.cupy()
         w, s = np.uint64(mat.w.data_ptr()), np.uint64(mat.s.data_ptr())
-        n32, k32 = np.int32(mat.n), np.int32(mat.k)
+        n32, k32 = np.int32(mat.n), np.int32(mat.kp)
         zero = np.uint64(0)
 
         def launch(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -134,13 +157,62 @@ class Kernels:
         return launch
 
 
+STEP_SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "decode_step.cu"
+STEP_ENTRIES = ("ledger_rms", "ledger_rope_cache", "ledger_attn", "ledger_silu_mul", "ledger_argmax_step")
+MAX_STEP_CONTEXT = 8192     # the attention kernel keeps a row of scores in shared memory (fp32)
+_STEP_MODULES: dict = {}
+
+
+def step_unmet(shape, context: int) -> str | None:
+    """Why the fused step cannot serve this shape (None: it can); the torch step serves it then."""
+    if shape.hidden > 8 * 1024:
+        return f"hidden {shape.hidden} > 8192 (the norm kernel holds 8 elements a thread, 1024 threads)"
+    if shape.head_dim > 256 or shape.head_dim % 2:
+        return f"head_dim {shape.head_dim} is not an even number <= 256"
+    if shape.heads % shape.kv_heads:
+        return f"{shape.heads} heads are not a multiple of {shape.kv_heads} kv heads"
+    if context > MAX_STEP_CONTEXT:
+        return f"context {context} > {MAX_STEP_CONTEXT} (attention scores in shared memory)"
+    return None
+
+
+class StepKernels:
+    """The fused decode-step kernels (ledger/kernels/decode_step.cu), NVRTC-compiled once per
+    process and device; launched on torch's current stream with fixed pointers (capturable)."""
+
+    def __init__(self, arch: str | None = None):
+        from ledger.kernels import runtime as R
+        from ledger.kernels.records import b3
+
+        self.R = R
+        info = R.device_info()
+        arch = arch or f"sm_{info['cc'][0]}{info['cc'][1]}"
+        if arch not in _STEP_MODULES:
+            src = STEP_SOURCE.read_text()
+            cubin, _, _ = R.compile_source(src, [], ("-std=c++17", f"-arch={arch}"), STEP_SOURCE.name)
+            mod = R.cupy().cuda.function.Module()
+            mod.load(cubin)
+            _STEP_MODULES[arch] = (mod, {e: mod.get_function(e) for e in STEP_ENTRIES}, b3(cubin))
+        self.module, self.fns, self.code_object = _STEP_MODULES[arch]
+
+    def launch(self, name: str, grid: int, block: int, args: tuple, shared: int = 0) -> None:
+        cp = self.R.cupy()
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            self.fns[name]((grid,), (block,), args, shared_mem=shared)
+
+
+def _ptr(t: torch.Tensor) -> np.uint64:
+    return np.uint64(t.data_ptr())
+
+
 class CudaLlama:
     """Greedy decoding of a Llama base + merged adapter in `fmt` (module docstring)."""
 
     name = "ledger-cuda"
 
     def __init__(self, base_sd: dict, shape, fmt: str = "q4b32", *, device=None, context: int = 512,
-                 kernels: Kernels | None = None, dtype=torch.bfloat16, graphs: bool | None = None):
+                 kernels: Kernels | None = None, dtype=torch.bfloat16, graphs: bool | None = None,
+                 fused_step: bool | None = None):
         if fmt not in FORMATS:
             raise BadInput(f"unknown serving format {fmt!r}", f"use one of {', '.join(FORMATS)}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -178,6 +250,16 @@ class CudaLlama:
         self.W = None
         self._graph = None
         self.realizations: dict[str, str] = {}
+        # the step: the fused kernels on CUDA (bf16 only: they read and write bf16), unless asked
+        # otherwise or the shape is one they cannot take -- recorded either way, never silent
+        why = (None if self.cuda and dtype == torch.bfloat16 else "not a CUDA bf16 decoder") or step_unmet(s, self.context)
+        if fused_step and why:
+            raise RealizationUnavailable(f"the fused decode step cannot run here: {why}")
+        self.step = StepKernels() if (fused_step is None or fused_step) and why is None else None
+        self.step_realization = (f"ledger:decode-step {self.step.code_object}" if self.step else
+                                 f"torch ({why or 'fused_step=False'})")
+        if self.step:
+            self._buffers()
 
     # --- weights -------------------------------------------------------------------------------
     def _matrix(self, w32: torch.Tensor, name: str) -> Matrix:
@@ -186,11 +268,18 @@ class CudaLlama:
         if fmt == "bf16":
             m = Matrix("bf16", n, k, w32.to(self.dtype).contiguous(), None, "cublas" if self.cuda else "torch")
         else:
+            # the fused step's activation buffers are zero-padded: a q4b32 matrix whose K the
+            # kernels cannot take is stored with zero columns up to the next multiple of 128
+            kp = padded_k(fmt, k) if self.step and self.kernels is not None else k
+            if kp != k and self.kernels.supports(fmt, n, kp) is None:
+                w32 = torch.cat([w32, w32.new_zeros(n, kp - k)], 1)
+            else:
+                kp = k
             q, sc = qlinear.quantize(w32, fmt)
-            m = Matrix(fmt, n, k, q.contiguous(), sc.contiguous(), "torch-dequant")
-            why = self.kernels.supports(fmt, n, k) if self.kernels is not None else "no CUDA device"
+            m = Matrix(fmt, n, k, q.contiguous(), sc.contiguous(), "torch-dequant", kp=kp)
+            why = self.kernels.supports(fmt, n, kp) if self.kernels is not None else "no CUDA device"
             if why is None:
-                m.realization = f"ledger:{self.kernels.kernel_for(fmt, n, k)}"
+                m.realization = f"ledger:{self.kernels.kernel_for(fmt, n, kp)}" + (f" K {k}->{kp}" if kp != k else "")
                 m.launch = self.kernels.bind(m)
         self.realizations[name] = m.realization
         return m
@@ -238,7 +327,7 @@ class CudaLlama:
 
     # --- the forward ---------------------------------------------------------------------------
     def _mv(self, x: torch.Tensor, m: Matrix) -> torch.Tensor:
-        if m.launch is not None and x.shape[0] == 1:
+        if m.launch is not None and x.shape[0] == 1 and m.kp == m.k:
             y = torch.empty(1, m.n, device=x.device, dtype=self.dtype)
             m.launch(x.contiguous(), y)
             return y
@@ -281,8 +370,70 @@ class CudaLlama:
             x = x + self._mv(Fn.silu(gu[:, :half]) * gu[:, half:], L["down"])
         return self._mv(self._rms(x[-1:], W["norm"]), W["head"])[0]
 
+    # --- the fused step (CUDA) -------------------------------------------------------------------
+    def _buffers(self) -> None:
+        """The fused step's activations, made once (zero: the padding past each width stays 0)."""
+        s, dev, dt = self.shape, self.device, self.dtype
+        nq, nkv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        z = lambda n: torch.zeros(1, n, device=dev, dtype=dt)  # noqa: E731
+        self._x, self._h, self._o, self._d = z(s.hidden), z(padded_k("q4b32", s.hidden)), z(s.hidden), z(s.hidden)
+        self._qkv, self._q, self._a = z(nq + 2 * nkv), z(nq), z(padded_k("q4b32", nq))
+        self._logits = z(s.vocab)
+        self._gu = self._act = None        # sized by the MLP width, known from the weights (_step_fused)
+
+    def _mv_into(self, m: Matrix, x: torch.Tensor, y: torch.Tensor) -> None:
+        """y[1, n] = x[1, :k] W^T into the preallocated y: the bound kernel (x's zero padding
+        is the padded matrix's K), else cuBLAS on the dense or dequantized weight (the matrix's
+        recorded realization, "cublas" / "torch-dequant")."""
+        if m.launch is not None:
+            m.launch(x, y)
+        else:
+            torch.mm(x[:, :m.k], (m.w if m.fmt == "bf16" else m.dense(self.dtype)).t(), out=y)
+
+    def _step_fused(self) -> None:
+        """One decode step on the static buffers through the fused kernels (9 launches a layer)."""
+        s, W, K = self.shape, self.W, self.step
+        inter = W["layers"][0]["down"].k
+        if self._gu is None or self._gu.shape[1] != 2 * inter:
+            self._gu = torch.zeros(1, 2 * inter, device=self.device, dtype=self.dtype)
+            self._act = torch.zeros(1, padded_k("q4b32", inter), device=self.device, dtype=self.dtype)
+        D, hd, ctx = s.hidden, s.head_dim, self.context
+        nq, nkv = s.heads * hd, s.kv_heads * hd
+        i32, f32 = np.int32, np.float32
+        mv = self._mv_into
+        rms_block = min(1024, max(64, -(-D // 64) * 32))     # ~2 elements a thread; <= 8 (D <= 8192)
+        att_block = next(hd * j for j in range(1, 1025) if hd * j >= 128 and hd * j % 32 == 0)  # whole warps
+        x, h, tok, pos = _ptr(self._x), _ptr(self._h), _ptr(self._tok), _ptr(self._pos)
+        embed, zero = _ptr(W["embed"]), np.uint64(0)
+        cos, sin = _ptr(self.cos), _ptr(self.sin)
+        layer_kv = self.k_cache[0].numel() * self.k_cache.element_size()
+        nt = nq + 2 * nkv
+        for i, L in enumerate(W["layers"]):
+            K.launch("ledger_rms", 1, rms_block, (x, _ptr(self._d), embed, tok, _ptr(L["ln1"]), h, i32(D),
+                                                  f32(s.eps), i32(2 if i == 0 else 1)))
+            mv(L["qkv"], self._h, self._qkv)
+            kc, vc = np.uint64(self.k_cache.data_ptr() + i * layer_kv), np.uint64(self.v_cache.data_ptr() + i * layer_kv)
+            K.launch("ledger_rope_cache", -(-nt // 256), 256, (_ptr(self._qkv), cos, sin, pos, _ptr(self._q), kc, vc,
+                                                             i32(s.heads), i32(s.kv_heads), i32(hd), i32(ctx)))
+            K.launch("ledger_attn", s.heads, att_block, (_ptr(self._q), kc, vc, pos, _ptr(self._a), i32(s.heads),
+                                                         i32(s.kv_heads), i32(hd), i32(ctx), f32(hd ** -0.5)),
+                     shared=4 * (ctx + att_block))
+            mv(L["o"], self._a, self._o)
+            K.launch("ledger_rms", 1, rms_block, (x, _ptr(self._o), zero, tok, _ptr(L["ln2"]), h, i32(D), f32(s.eps),
+                                                  i32(1)))
+            mv(L["gu"], self._h, self._gu)
+            K.launch("ledger_silu_mul", -(-inter // 256), 256, (_ptr(self._gu), _ptr(self._act), i32(inter)))
+            mv(L["down"], self._act, self._d)
+        K.launch("ledger_rms", 1, rms_block, (x, _ptr(self._d), zero, tok, _ptr(W["norm"]), h, i32(D), f32(s.eps),
+                                              i32(1)))
+        mv(W["head"], self._h, self._logits)
+        K.launch("ledger_argmax_step", 1, 1024, (_ptr(self._logits), i32(s.vocab), _ptr(self._out), tok, pos))
+
     def _step_into(self) -> None:
         """One decode step on the static buffers: token and position in, next token out."""
+        if self.step is not None:
+            self._step_fused()
+            return
         logits = self._forward(self._tok, self._pos)
         nxt = logits.argmax().view(1)
         self._out.index_copy_(0, self._pos + 1, nxt)      # out[p + 1]: the token after position p

@@ -11,11 +11,11 @@ from ledger.image import cuda_decode as cd
 from ledger.image import generate as gen
 
 
-def _base(seed=0, intermediate=256):
+def _base(seed=0, intermediate=256, hidden=128, heads=4, kv_heads=2):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=intermediate, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    cfg = LlamaConfig(vocab_size=300, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
                       tie_word_embeddings=False, initializer_range=0.2)
     torch.manual_seed(seed)
     m = LlamaForCausalLM(cfg)
@@ -111,7 +111,7 @@ def test_kernels_and_graph_give_the_torch_paths_tokens(fmt):
     fast = cd.CudaLlama(sd, shape, fmt, device="cuda", context=96)
     fast.load()
     assert all(v == f"ledger:{cd.KERNEL_OF[fmt]}" for v in fast.realizations.values())
-    ref = cd.CudaLlama(sd, shape, fmt, device="cuda", context=96, kernels=None, graphs=False)
+    ref = cd.CudaLlama(sd, shape, fmt, device="cuda", context=96, kernels=None, graphs=False, fused_step=False)
     ref.kernels = None
     ref.load()
     assert set(ref.realizations.values()) == {"torch-dequant"}
@@ -206,3 +206,85 @@ def test_the_x16_rule_follows_the_serving_measurements():
     assert not cd.prefers_x16("int8", 4096, 4096) and not cd.prefers_x16("int8", 8192, 2048)
     assert cd.prefers_x16("int8", 2048, 8192) and cd.prefers_x16("int8", 11008, 4096)
     assert cd.prefers_x16("int8", 49152, 2048) and not cd.prefers_x16("int8", 960, 960)
+
+
+def test_a_padded_q4b32_matrix_is_the_unpadded_one():
+    """The fused step stores a q4b32 matrix whose K is not a multiple of 128 with zero columns up
+    to the next one: zero blocks quantize to exactly 0 and leave the real blocks' scales alone,
+    so the padded matrix's first K columns are the unpadded quantization, and the rest is 0."""
+    from ledger.kernels import qlinear
+
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(48, 576, generator=g)
+    kp = cd.padded_k("q4b32", 576)
+    assert (kp, cd.padded_k("q4b32", 640), cd.padded_k("int8", 576)) == (640, 640, 576)
+    q, s = qlinear.quantize(torch.cat([w, w.new_zeros(48, kp - 576)], 1), "q4b32")
+    m = cd.Matrix("q4b32", 48, 576, q, s, kp=kp)
+    full = qlinear.dequantize(q, s, "q4b32", torch.float32)
+    assert torch.equal(full[:, 576:], torch.zeros(48, kp - 576))
+    assert torch.equal(m.dense(torch.float32), qlinear.dequantize(*qlinear.quantize(w, "q4b32"), "q4b32", torch.float32))
+    assert cd.Matrix("int8", 2, 64, torch.zeros(2, 64), torch.ones(2)).kp == 64
+
+
+def test_the_fused_step_refuses_shapes_it_cannot_take():
+    cfg, _ = _base()
+    shape = gen.Shape.of(cfg)
+    assert cd.step_unmet(shape, 512) is None
+    assert "context" in cd.step_unmet(shape, cd.MAX_STEP_CONTEXT + 1)
+    import dataclasses
+
+    assert "head_dim" in cd.step_unmet(dataclasses.replace(shape, head_dim=384), 64)
+    assert "hidden" in cd.step_unmet(dataclasses.replace(shape, hidden=16384), 64)
+    # on the CPU the step is torch's, and says why
+    d = cd.CudaLlama(_base()[1], shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64)
+    assert d.step is None and d.step_realization.startswith("torch (")
+    from ledger.errors import RealizationUnavailable
+
+    with pytest.raises(RealizationUnavailable):
+        cd.CudaLlama(_base()[1], shape, "bf16", device="cpu", dtype=torch.float32, graphs=False, context=64,
+                     fused_step=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "q4b32"])
+def test_the_fused_step_is_the_torch_step(fmt):
+    """The fused decode step (ledger/kernels/decode_step.cu) against the torch step on the same
+    weights and cache: hidden 192 and MLP 320 (q4b32 pads both to multiples of 128), head_dim 48,
+    grouped-query heads; the logits of one step, the cache it wrote, and greedy decoding through
+    the captured graph against the same fused step run without a graph (bit for bit)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cfg, sd = _base(intermediate=320, hidden=192, heads=4, kv_heads=2)
+    shape = gen.Shape.of(cfg)
+    lora, acfg = _adapter(sd)
+    fused = cd.CudaLlama(sd, shape, fmt, device="cuda", context=64)
+    ref = cd.CudaLlama(sd, shape, fmt, device="cuda", context=64, graphs=False, fused_step=False,
+                       kernels=fused.kernels)
+    nograph = cd.CudaLlama(sd, shape, fmt, device="cuda", context=64, graphs=False, kernels=fused.kernels)
+    for d in (fused, ref, nograph):
+        d.load(lora, acfg)
+    assert fused.step is not None and fused.step_realization.startswith("ledger:decode-step")
+    assert ref.step is None
+    if fmt == "q4b32":   # every matrix on the kernel, the K-padded ones recorded as such
+        assert fused.realizations["layers.0.qkv"].endswith("K 192->256")
+        assert fused.realizations["layers.0.down"].endswith("K 320->384")
+        assert all(v.startswith("ledger:") for v in fused.realizations.values())
+    ids = [5, 17, 42, 7, 99]
+    with torch.inference_mode():
+        for d in (fused, ref):
+            d.k_cache.zero_()
+            d.v_cache.zero_()
+            d._forward(torch.tensor(ids, device="cuda"), torch.arange(5, device="cuda"))
+        fused._tok.fill_(11)
+        fused._pos.fill_(5)
+        fused._step_fused()
+        a = fused._logits[0].float()
+        b = ref._forward(torch.tensor([11], device="cuda"), torch.tensor([5], device="cuda")).float()
+        torch.cuda.synchronize()
+    assert float((a - b).norm() / b.norm()) < 0.02
+    assert int(fused._pos) == 6 and int(fused._tok) == int(a.argmax()) == int(fused._out[6])
+    for c in ("k_cache", "v_cache"):
+        x, y = getattr(fused, c)[:, :, :6].float(), getattr(ref, c)[:, :, :6].float()
+        assert float((x - y).norm() / y.norm()) < 0.01
+    assert fused.decode(ids, 24) == nograph.decode(ids, 24)
+    assert fused._graph and not nograph._graph
