@@ -25,6 +25,8 @@ Parts (each writes its figures into OUT/bench_train_gpu_ledger.json as soon as i
            gate), then tokens/s (min/median/max step), peak memory, MFU (flops_per_token says
            the formula) and each loss curve, side by side. --repeat trains the plan shape twice
            (the second run reuses the compile cache); --profile times one fused step's kernels.
+  alternate (issue 20) baseline, fused-lora and fp8-base in one process, timed steps alternating;
+           gradient gate and fp8-base's numerics gate first; --bases random-0.02,smollm2-shape.
   sdpa     causal attention of the bench's shape per SDPA backend (forward + backward).
   firststep  the fused realization's first step in a fresh process, cold and warm Inductor cache.
   childgap  `ledger train` of SmolLM2's architecture sandboxed, unsandboxed, with 16 threads, the
@@ -422,13 +424,18 @@ def make_loop(name, base_dir, dev, r, alpha, modules):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return m(input_ids=x, attention_mask=mk, labels=y).loss
         return step, m, {"fused": True}
-    if name.startswith("fused-lora"):   # ledger's realization, in this process (no sandbox, no store)
+    if name.startswith(("fused-lora", "fp8-base")):   # ledger's realizations, in this process (no sandbox, no store)
         from ledger.train.fused import FusedLlama
 
         m = _peft(base_dir, dev, r, alpha, modules)
         f = FusedLlama(m, 0.0, attention="flash-sdpa" if "flash" in name else "cudnn-sdpa",
-                       mode="reduce-overhead" if "graphs" in name else None)
-        return (lambda x, mk, y: f.loss(x, y)), m, {"fused": True}
+                       mode="reduce-overhead" if "graphs" in name else None,
+                       base_gemm="fp8" if name.startswith("fp8-base") else "bf16")
+
+        def fn(x, mk, y):
+            return f.loss(x, y)
+        fn.fused = f
+        return fn, m, {"fused": True}
     raise ValueError(name)
 
 
@@ -635,6 +642,213 @@ def part_loops(a, out):
                 f"{100 * r['mfu']:5.1f}% {peak / 1e9 if peak else float('nan'):8.2f} {r.get('first_step_s') or 0:8.1f}  "
                 + " ".join(f"{x:.3f}" for x in ls))
         save(out)
+
+
+def part_alternate(a, out):
+    """(issue 20, fp8-base) the baseline (autocast + per-layer compile), fused-lora and fp8-base
+    in ONE process over the same seeded batches, their timed steps ALTERNATING (step i runs every
+    loop, the first one rotating), so a drift of the machine lands on all of them alike. Before
+    timing: each loop's LoRA gradients on one batch against the baseline's (the gradient gate of
+    `loops`), and fp8-base's own numerics gate (ledger.train.numerics, the plan's tolerances)
+    against fused-lora's bf16 base GEMMs from the same state. Then tokens/s over the alternating
+    steps (min/median/max step), MFU (flops_per_token's formula), each loop's own peak memory
+    (its resident tensors + its step's peak above what was allocated before it), the loss curves
+    and each curve's largest per-step difference to the baseline's. --bases random-0.02 and/or
+    smollm2-shape (SmolLM2-135M's architecture at 0.02; --smol-seq/--smol-batch)."""
+    import gc
+
+    import torch
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    from ledger.plan.compile import FP8_GATE
+    from ledger.train import numerics
+
+    loops = [x for x in a.loops.split(",") if x]
+    if a.tiny:
+        shape = dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8)
+    else:
+        shape = dict(hidden=2048, layers=22, heads=32, kv=4, inter=5632, seq=2048, batch=8, r=16)
+    dev = a.device
+    cuda = dev == "cuda"
+    if cuda and "matmul_8192_bf16_flops" not in RESULTS:
+        RESULTS["matmul_8192_bf16_flops"] = matmul_rate()
+        RESULTS["matmul_8192_fp8_flops"] = fp8_matmul_rate()
+    for label in [b for b in a.bases.split(",") if b]:
+        work = Path(tempfile.mkdtemp(prefix="ledger-alt-"))
+        if label == "random-0.02":
+            base, sh = random_base(work / "base", shape, 0.02), shape
+        elif label == "smollm2-shape":
+            base, sh = smollm2_shaped_base(work / "base"), dict(shape, hidden=576, layers=30, heads=9, kv=3,
+                                                                 inter=1536, seq=a.smol_seq, batch=a.smol_batch)
+        else:
+            raise ValueError(f"alternate: unknown base {label!r}")
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(str(base))
+        # full-length rows of random bytes, every position labelled (the bench measures speed and
+        # the curves' agreement; the loss falls as the adapter learns the byte distribution)
+        g = torch.Generator().manual_seed(0)
+        n_rows = max(8 * sh["batch"], 64)
+        ids = torch.randint(0, 256, (n_rows, sh["seq"]), generator=g)
+        ids[:, ::7] = 32   # some structure to learn: every 7th byte a space
+        rows = (ids, torch.ones_like(ids), ids.clone())
+        fl = flops_per_token(cfg, sh["r"], ALL, sh["seq"])
+        res = {"shape": sh, "base": label, "flops": fl, "loops": loops}
+        RESULTS.setdefault("alternate", {})[label] = res
+        # the gradient gate's state: B drawn N(0, 0.02) so that dA is not zero
+        torch.manual_seed(1)
+        ref = _peft(base, dev, sh["r"], 2.0 * sh["r"], ALL)
+        init = {k: v.detach().clone() for k, v in get_peft_model_state_dict(ref).items()}
+        st = {k: (v.clone().normal_(0, 0.02) if "lora_B" in k else v.clone()) for k, v in init.items()}
+        del ref
+        gx, gmk, gy = (t[:sh["batch"]].to(dev) for t in rows)
+        ref_grads, ref_loss = None, None
+        runs = {}
+        for name in loops:
+            t0 = time.time()
+            before = torch.cuda.memory_allocated() if cuda else 0
+            torch.manual_seed(0)
+            step, m, optkw = make_loop(name, base, dev, sh["r"], 2.0 * sh["r"], ALL)
+            params = [p for p in m.parameters() if p.requires_grad]
+            named = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
+            r = {"loop": name}
+            set_peft_model_state_dict(m, st)
+            loss = step(gx, gmk, gy)
+            loss.backward()
+            grads = {n: p.grad.detach().float().cpu() for n, p in named}
+            r["grad_loss"] = float(loss)
+            if ref_grads is None:
+                ref_grads, ref_loss = grads, float(loss)
+            else:
+                rel = [float((grads[k] - ref_grads[k]).norm() / ref_grads[k].norm()) for k in ref_grads
+                       if ref_grads[k].norm() > 0]
+                r["grad_rel_l2_vs_baseline"] = {"max": max(rel), "median": statistics.median(rel), "n": len(rel)}
+                r["grad_loss_rel_vs_baseline"] = abs(float(loss) - ref_loss) / ref_loss
+            for p in params:
+                p.grad = None
+            f = getattr(step, "fused", None)
+            if f is not None and f.base_gemm == "fp8":   # the realization's own gate, as the child runs it
+                r["numerics_gate"] = numerics.run(f.name, lambda f=f: f.loss(gx, gy, base_gemm="bf16"),
+                                                  lambda f=f: f.loss(gx, gy), named,
+                                                  numerics.Tolerance.from_json(FP8_GATE), raise_on_fail=False)
+            set_peft_model_state_dict(m, init)
+            opt = torch.optim.AdamW(params, lr=1e-4, **optkw)
+            runs[name] = {"step": step, "m": m, "opt": opt, "r": r, "times": [], "toks": [], "losses": [],
+                          "peaks": [], "cache": {}}
+            for i in range(2):   # compile + optimizer state: not timed
+                _alt_step(runs[name], i, rows, dev, sh["batch"], cuda, timed=False)
+            r["setup_s"] = round(time.time() - t0, 1)
+            r["resident_bytes"] = (torch.cuda.memory_allocated() - before) if cuda else None
+            log(f"  [{label}] {name}: set up in {r['setup_s']} s, resident {(r['resident_bytes'] or 0) / 1e9:.2f} GB, "
+                f"gate {json.dumps({k: r.get(k) for k in ('grad_rel_l2_vs_baseline', 'grad_loss_rel_vs_baseline')})}"
+                + (f" numerics_gate passed={r['numerics_gate']['passed']} "
+                   f"{[(round(s['loss_rel'], 5), s['grad_rel_l2_median'], s['grad_rel_l2_max']) for s in r['numerics_gate']['steps']]}"
+                   if "numerics_gate" in r else ""))
+        steps = a.steps
+        for i in range(2, steps):
+            k = i % len(loops)
+            for name in loops[k:] + loops[:k]:
+                _alt_step(runs[name], i, rows, dev, sh["batch"], cuda, timed=True)
+        base_name = loops[0]
+        base_curve = runs[base_name]["losses"]
+        base_tps = None
+        log(f"  [{label}] {'loop':26s} {'tok/s':>9s} {'x base':>6s} {'MFU':>6s} {'step min/med/max ms':>22s} "
+            f"{'peak GB':>8s}  max |dloss| vs base  loss curve")
+        for name in loops:
+            x = runs[name]
+            r = x["r"]
+            tps = sum(x["toks"]) / sum(x["times"])
+            base_tps = base_tps or tps
+            diffs = [abs(u - v) / v for u, v in zip(x["losses"], base_curve)]
+            r.update({"steady_tokens_per_s": tps, "x_baseline": tps / base_tps, "mfu": tps * fl["per_token"] / PEAK_BF16,
+                      "step_min_s": min(x["times"]), "step_median_s": statistics.median(x["times"]),
+                      "step_max_s": max(x["times"]), "timed_steps": len(x["times"]), "losses": x["losses"],
+                      "peak_bytes": (r["resident_bytes"] + max(x["peaks"])) if cuda else None,
+                      "loss_rel_diff_vs_baseline_max": max(diffs), "loss_rel_diff_vs_baseline_last": diffs[-1]})
+            res[name] = r
+            log(f"  [{label}] {name:26s} {tps:9.0f} {tps / base_tps:6.3f} {100 * r['mfu']:5.1f}% "
+                f"{1e3 * r['step_min_s']:6.1f}/{1e3 * r['step_median_s']:6.1f}/{1e3 * r['step_max_s']:6.1f} "
+                f"{(r['peak_bytes'] or 0) / 1e9:8.2f}  {100 * max(diffs):5.2f}%  "
+                + " ".join(f"{v:.3f}" for v in x["losses"]))
+        save(out)
+        if a.profile and cuda:
+            for name in loops:
+                res[f"profile {name}"] = _profile_one(runs[name], rows, dev, sh["batch"])
+                p = res[f"profile {name}"]
+                log(f"  [{label}] profile {name}: wall {p['wall_ms']:.1f} ms, kernels {p['kernel_ms']:.1f} ms")
+                for key, ms, n in p["top"][:18]:
+                    log(f"    {ms:8.2f} ms {n:6d}x  {key[:110]}")
+            save(out)
+        for x in runs.values():
+            x.clear()
+        del runs
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def _alt_step(x, i, rows, dev, batch, cuda, timed):
+    import torch
+
+    from ledger.train import sft
+
+    ids, mask, labels = rows
+    idx = sft.batch_indices(i, batch, ids.shape[0], 0, x["cache"])
+    xb, mk, y = (t[idx].to(dev) for t in (ids, mask, labels))
+    if cuda:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    loss = x["step"](xb, mk, y)
+    loss.backward()
+    x["opt"].step()
+    x["opt"].zero_grad(set_to_none=True)
+    x["losses"].append(float(loss.item()))
+    if cuda:
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    if timed:
+        x["times"].append(dt)
+        x["toks"].append(int(mk.sum()))
+        if cuda:
+            x["peaks"].append(torch.cuda.max_memory_allocated() - before)
+
+
+def _profile_one(x, rows, dev, batch):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        _alt_step(x, 10_000, rows, dev, batch, True, timed=False)
+        wall = time.perf_counter() - t0
+    x["losses"].pop()
+    evs = [(e.key, e.self_device_time_total / 1e3, e.count) for e in prof.key_averages() if e.self_device_time_total > 0]
+    evs.sort(key=lambda r: -r[1])
+    return {"wall_ms": wall * 1e3, "kernel_ms": sum(r[1] for r in evs), "top": [list(r) for r in evs[:40]]}
+
+
+def fp8_matmul_rate() -> float:
+    """torch._scaled_mm at 8192^3, e4m3 rowwise scales, bf16 out: the fp8 peak as measured here."""
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.ones(8192, 1, device="cuda"), torch.ones(1, 8192, device="cuda")
+
+    def f():
+        return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    for _ in range(3):
+        f()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(10):
+        f()
+    e1.record()
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192 ** 3 / (e0.elapsed_time(e1) / 1e3)
 
 
 SMOLLM2_SHAPE = dict(hidden=576, layers=30, heads=9, kv=3, inter=1536, vocab=49152, tied=True, rope_theta=100000.0)

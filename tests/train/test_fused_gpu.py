@@ -70,3 +70,66 @@ def test_a_repeated_fused_cycle_reuses_its_compile_cache(store, tmp_path):
     assert r2["compile_cache"]["hit"] and r2["compile_cache"]["id"] == r1["compile_cache"]["id"]
     assert r2["timings"]["first_step_s"] <= 10.0, r2["timings"]
     assert r2["losses"][-1] < r2["losses"][0]
+
+
+def test_fp8_base_gradients_are_within_its_gate_of_the_autocast_compiled_loop():
+    """fp8-base (fp8 frozen-base GEMMs) against the baseline loop it is to beat, on one batch
+    from a state with non-zero B, held to the plan's own numerics-gate tolerances."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ledger.plan.compile import FP8_GATE
+    from ledger.train.fused import FusedLlama
+    from ledger.train.sft import compile_layers
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+                      num_key_value_heads=2, vocab_size=300, initializer_range=0.02)
+    base = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    mods = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+    def peft():
+        m = get_peft_model(copy.deepcopy(base), LoraConfig(r=16, lora_alpha=32, target_modules=mods))
+        for n, p in m.named_parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+        return m
+    ref = peft()
+    for n, p in ref.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.02)
+    mine = peft()
+    mine.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 300, (4, 512), device="cuda")
+    compile_layers(ref.base_model.model.model.layers)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want = ref(input_ids=ids, labels=ids).loss
+    want.backward()
+    f = FusedLlama(mine, 0.0, base_gemm="fp8")
+    assert f.name == "fp8-base"
+    got = f.loss(ids, ids)
+    got.backward()
+    assert abs(float(got) - float(want)) <= FP8_GATE["loss_rel"] * float(want)
+    gr = {n: p.grad.float() for n, p in ref.named_parameters() if p.requires_grad}
+    gm = {n: p.grad.float() for n, p in mine.named_parameters() if p.requires_grad}
+    rel = sorted(float((gm[n] - gr[n]).norm() / gr[n].norm()) for n in gr)
+    assert rel[len(rel) // 2] <= FP8_GATE["grad_rel_l2_median"] and rel[-1] <= FP8_GATE["grad_rel_l2_max"], rel[-5:]
+
+
+def test_ledger_train_of_an_fp8_base_plan_gates_it_and_names_it_in_the_receipt(store):
+    from ledger.plan import compile as comp
+    from ledger.plan import spec, targets
+    from ledger.train import run as trainlib
+
+    text = SPEC.format(steps=6) + '[compile]\nrealization = "fp8-base"\n'
+    plan = comp.compile_spec(store, spec.parse(text), targets.get("h200")).plan
+    assert plan.view.realizations["linear_lora"].name == "fp8-base"
+    r = trainlib.train(store, plan.id).receipt
+    assert r["realizations"]["linear_lora"] == "fp8-base" and r["rung"] == "Learned"
+    gate = r["device"]["numerics_gate"]
+    assert gate["passed"] and gate["realization"] == "fp8-base" and len(gate["steps"]) == comp.FP8_GATE["steps"]
+    assert r["device"]["fused_lora"]["base_gemm"] == "fp8"
+    assert r["losses"][-1] < r["losses"][0]
