@@ -18,12 +18,11 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from blake3 import blake3
-
 from ledger.errors import BadInput, JournalConflict, JournalCorrupt
 from ledger.store import canonical, faults, fsio
-from ledger.store.ids import PREFIX, hash_bytes, is_id
+from ledger.store.ids import hash_bytes
 from ledger.store.lock import ofd_lock_wait
+from ledger.store.scan import check_line
 
 FIELDS = ("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload")
 
@@ -64,38 +63,10 @@ def make_record(seq: int, prev: str | None, kind: str, inputs, outputs, actor: s
     return body
 
 
-_KEYS = frozenset(FIELDS) | {"id"}
-
-
 def parse_line(line: bytes) -> dict:
-    """Decode one journal line and check it names itself correctly. Raises BadInput."""
-    rec = canonical.loads(line, strict=True)
-    if not isinstance(rec, dict) or rec.keys() != _KEYS:
-        raise BadInput("journal record has the wrong fields")
-    seq, prev = rec["seq"], rec["prev"]
-    if not (type(seq) is int and seq >= 1):
-        raise BadInput("journal record has a bad seq")
-    if not (prev is None or is_id(prev)):
-        raise BadInput("journal record has a bad prev")
-    inputs, outputs = rec["inputs"], rec["outputs"]
-    if not (type(rec["kind"]) is str and type(rec["actor"]) is str and type(rec["time"]) is str
-            and type(rec["payload"]) is dict and type(inputs) is list and type(outputs) is list
-            and all(is_id(x) for x in inputs) and all(is_id(x) for x in outputs)):
-        raise BadInput("journal record has ill-typed fields")
-    # The line is canonical (checked above), so the canonical form of the fields other than `id`
-    # is the line without its `,"id":"…"` member: hash that rather than encode the record again.
-    # "actor" is the only key that sorts before "id", and a JSON string holds no bare quote, so
-    # the first `,"id":"` of the line is the record's own id member.
-    rid = rec["id"]
-    at = line.find(b',"id":"')
-    if not (is_id(rid) and at >= 0 and line.startswith(rid.encode(), at + 7) and line[at + 74:at + 75] == b'"'):
-        raise BadInput("journal record does not hash to its id")
-    h = blake3()
-    h.update(memoryview(line)[:at])
-    h.update(memoryview(line)[at + 75:])
-    if PREFIX + h.hexdigest() != rid:
-        raise BadInput("journal record does not hash to its id")
-    return rec
+    """Decode one journal line and check it names itself correctly. Raises BadInput.
+    (store/scan.py's check_line: the one per-line check every reader and pass shares.)"""
+    return check_line(line)
 
 
 @dataclass

@@ -1,0 +1,94 @@
+"""The journal scanner's per-line check, and what the whole-history passes read off a checked line.
+
+Every pass over the whole journal (`verify --full`, `index rebuild`, a first `gc` or `report`)
+spends its time per record, in CPython: parsing the line, checking it is canonical, hashing it
+for the chain. This module is the one place that work is done, as fast as it is done anywhere
+here; `journal.parse_line` is `check_line`, so `Journal.scan`, `stream` and `backwards` (every
+reader) run it.
+
+API (stable; other passes may call it):
+
+  check_line(line: bytes) -> dict
+      The record of one journal line (without its newline), or BadInput. Checks, in order:
+      the line is canonical JSON (canonical.loads(strict=True): orjson's round trip proves it,
+      Python's encoder decides what orjson cannot, see canonical._fast_strict), it is an object
+      of exactly the nine record fields, each of its type (seq >= 1, prev null or an id, inputs
+      and outputs lists of ids, kind/actor/time strings, payload an object), and the line hashes
+      to its id. The chain (seq one more, prev the last id) is the caller's: Journal._walk.
+
+  payload_bytes(line: bytes) -> bytes
+      The payload member's value exactly as the line holds it, for a line `check_line`
+      accepted: the canonical JSON of the payload (the index stores it as the payload's text).
+
+The rule that makes hashing the bytes sound (docs/store-format.md, "Canonical lines"): a record's
+id is the hash of the canonical form of its eight other fields; a line that is canonical holds
+that form as its bytes with the `,"id":"…"` member cut out (keys are sorted and "actor" is the only
+key before "id"). So the id is checked by hashing two slices of the line, never by encoding the
+record again, and only after the line was found canonical: a line that is not canonical is refused
+before its hash is looked at, by every reader, whatever the pass.
+"""
+
+from __future__ import annotations
+
+from blake3 import blake3
+
+from ledger.errors import BadInput
+from ledger.store import canonical
+from ledger.store.ids import ID_RE, PREFIX
+
+_KEYS = frozenset(("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload", "id"))
+_ID = ID_RE.match
+_ID_MEMBER = b',"id":"'
+_PAYLOAD_MEMBER = b',"payload":'
+_PREV_MEMBER = b',"prev":'
+
+
+def _ids(values) -> bool:
+    for x in values:
+        if type(x) is not str or _ID(x) is None:
+            return False
+    return True
+
+
+def check_line(line: bytes) -> dict:
+    """Decode one journal line and check that it is canonical, well-typed and names itself
+    correctly (see the module doc). Raises BadInput."""
+    rec = canonical.loads(line, strict=True)
+    if type(rec) is not dict or rec.keys() != _KEYS:
+        raise BadInput("journal record has the wrong fields")
+    seq, prev = rec["seq"], rec["prev"]
+    if not (type(seq) is int and seq >= 1):
+        raise BadInput("journal record has a bad seq")
+    if not (prev is None or (type(prev) is str and _ID(prev) is not None)):
+        raise BadInput("journal record has a bad prev")
+    inputs, outputs = rec["inputs"], rec["outputs"]
+    if not (type(rec["kind"]) is str and type(rec["actor"]) is str and type(rec["time"]) is str
+            and type(rec["payload"]) is dict and type(inputs) is list and type(outputs) is list
+            and _ids(inputs) and _ids(outputs)):
+        raise BadInput("journal record has ill-typed fields")
+    # The line is canonical (checked above), so the canonical form of the fields other than `id`
+    # is the line without its `,"id":"…"` member: hash that rather than encode the record again.
+    # "actor" is the only key that sorts before "id", and a canonical JSON string holds no bare
+    # quote, so the first `,"id":"` of the line is the record's own id member.
+    rid = rec["id"]
+    at = line.find(_ID_MEMBER)
+    if not (type(rid) is str and _ID(rid) is not None and at >= 0 and line[at + 7:at + 74] == rid.encode()
+            and line[at + 74:at + 75] == b'"'):
+        raise BadInput("journal record does not hash to its id")
+    h = blake3(line[:at])
+    h.update(line[at + 75:])
+    if PREFIX + h.hexdigest() != rid:
+        raise BadInput("journal record does not hash to its id")
+    return rec
+
+
+def payload_bytes(line: bytes) -> bytes:
+    """The payload's canonical JSON as the line holds it (a line check_line accepted).
+
+    Its keys are sorted: actor, id, inputs, kind, outputs, payload, prev, seq, time. Before the
+    payload only strings and lists of ids, after it null or an id, an integer and a string; and
+    `,"` occurs in no canonical JSON string (a quote inside one is escaped). So the first
+    `,"payload":` is the member's start, and the last `,"prev":` its end (a payload may hold a
+    key "prev" of its own, never after the top-level one)."""
+    start = line.find(_PAYLOAD_MEMBER) + len(_PAYLOAD_MEMBER)
+    return line[start:line.rfind(_PREV_MEMBER)]
