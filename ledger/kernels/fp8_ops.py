@@ -56,7 +56,8 @@ def quant_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xf = x.detach().float()
     amax = xf.abs().amax(dim=-1, keepdim=True)
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    q = (xf / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    # row-major whatever x's layout (the fp8 GEMM takes its left operand row-major only)
+    q = (xf / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).contiguous()
     return q, scale
 
 
