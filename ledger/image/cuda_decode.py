@@ -50,6 +50,7 @@ import torch.nn.functional as Fn
 
 from ledger.errors import BadInput, RealizationUnavailable
 from ledger.kernels import qlinear
+from ledger.kernels.records import b3
 
 FORMATS = ("bf16", "int8", "q4b32")
 KERNEL_OF = {"int8": "linear-int8", "q4b32": "linear-q4b32"}
@@ -182,7 +183,6 @@ class StepKernels:
 
     def __init__(self, arch: str | None = None):
         from ledger.kernels import runtime as R
-        from ledger.kernels.records import b3
 
         self.R = R
         info = R.device_info()

@@ -108,3 +108,32 @@ def test_x16_kernels_at_any_range_of_x(name, scale):
         y = runtime.DecodeLinear(mod, spec, sh, runtime.to_device(inp))(poison=True).get()
         rel_l2, _ = oracles.relative_errors(F.bf16_bits_to_f64(y), ref)
         assert rel_l2 < 3e-3, (sh, scale, rel_l2)
+
+
+def test_time_graph_times_kernels_torch_ops_and_the_copy_alike():
+    """runtime.time_graph: ledger's kernel (a cupy launch) and torch's F.linear captured back to
+    back in one CUDA graph each, and the copy: positive per-call times, one sample a replay, and
+    no more than the per-launch event harness charges the same calls (it excludes a fixed cost,
+    it adds none)."""
+    import torch
+    import torch.nn.functional as Fn
+
+    from ledger.kernels import harness as H
+    from ledger.kernels import runtime as R
+
+    spec = S.get("linear-bf16")
+    sh = S.Shape(1, 4096, 4096)
+    mod = R.load(H.build("linear-bf16", "local"))
+    spin = R.spin_function(mod)
+    sets = [R.random_device_inputs(spec, sh, 11 + c) for c in range(4)]
+    ours = [R.DecodeLinear(mod, spec, sh, d) for d in sets]
+    views = [R.torch_views(d) for d in sets]
+    theirs = [lambda t=t: Fn.linear(t["x"], t["w"]) for t in views]
+    for fns in (ours, theirs):
+        g = R.time_graph(fns, 40, 5, reps=6)
+        e = R.time_calls(fns, 40, 5, spin)
+        assert len(g.seconds) == 6 and all(0 < s < 1e-3 for s in g.seconds)
+        assert g.median <= 1.1 * e.median
+    torch.cuda.synchronize()
+    bw, t = R.copy_bandwidth(spin, nbytes=1 << 28, launches=5, graph=True)
+    assert 1e11 < bw < 1e13 and len(t.seconds) == 10
