@@ -173,32 +173,36 @@ def _set_from_repr(cfg, name, text):
 
 # --- the loop ----------------------------------------------------------------------------------
 class Loop:
-    def __init__(self, base_dir: Path, batch: int, seq: int):
+    def __init__(self, base_dir: Path, batch: int, seq: int, dev: str = "cuda"):
         import torch
         from bench_train_gpu_ledger import ALL, _peft
 
         from ledger.train.fused import FusedLlama
 
-        self.torch = torch
+        self.torch, self.dev = torch, dev
         self.base_dir = base_dir
-        self.m = _peft(base_dir, "cuda", 16, 32.0, ALL)
-        self.make = lambda: FusedLlama(self.m, 0.0)  # noqa: E731
+        self.m = _peft(base_dir, dev, 16, 32.0, ALL)
+        cuda = dev == "cuda"
+        if not cuda:   # --tiny: the script's code paths on the CPU (fp32, eager)
+            self.m = self.m.float()
+        self.make = lambda: FusedLlama(self.m, 0.0, check=cuda, compile_layers=cuda)  # noqa: E731
         self.f = self.make()
-        self.opt = torch.optim.AdamW([p for p in self.m.parameters() if p.requires_grad], lr=1e-4, fused=True)
+        self.opt = torch.optim.AdamW([p for p in self.m.parameters() if p.requires_grad], lr=1e-4, fused=cuda)
         g = torch.Generator().manual_seed(0)
         self.ids = torch.randint(0, 256, (batch, seq), generator=g)
 
     def step(self):
         torch = self.torch
         t0 = time.perf_counter()
-        x = self.ids.to("cuda", non_blocking=True)
+        x = self.ids.to(self.dev, non_blocking=True)
         loss = self.f.loss(x, x)
         loss.backward()
         h = time.perf_counter() - t0
         loss.item()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
         return time.perf_counter() - t0, h
 
     def time(self, steps: int) -> dict:
@@ -226,6 +230,7 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--train-after", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="a smoke test of this script on the CPU (tiny model, eager)")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "_work"))
     a = ap.parse_args()
     import torch
@@ -255,18 +260,25 @@ def main() -> int:
         return r
 
     work = Path(tempfile.mkdtemp(prefix="childgap-state-"))
-    base = smollm2_shaped_base(work / "base")
+    if a.tiny:
+        from bench_train_gpu_ledger import random_base
+
+        sh = dict(hidden=64, layers=2, heads=4, kv=2, inter=128)
+        base = random_base(work / "base", dict(sh, seq=64), 0.02)
+        a.seq, a.batch, a.steps = 64, 2, 2
+    else:
+        base = smollm2_shaped_base(work / "base")
+        sh = SMOLLM2_SHAPE
     store = new_store()
     rc, _, err = ledger(store, "import-base", base, "--name", "smol-shape", timeout=900)
     assert rc == 0, err
     data = dataset(store, 64, int(a.seq * 0.8), padded=True)
-    sh = SMOLLM2_SHAPE
     text = spec_text(hidden=sh["hidden"], layers=sh["layers"], heads=sh["heads"], kv=sh["kv"], inter=sh["inter"],
                      seq=a.seq, batch=a.batch, r=16, steps=a.steps + 2, data=data)
     text = text.replace("[model]\n", "[model]\nbase = \"smol-shape\"\n", 1).replace("[train]\n", "[train]\nthreads = 1\n", 1)
     f = work / "spec.toml"
     f.write_text(text)
-    rc, c, err = ledger(store, "compile", f, "--target", "h200")
+    rc, c, err = ledger(store, "compile", f, "--target", "cpu" if a.tiny else "h200")
     assert rc == 0, err
     held = Store.open(store)
     pl = comp.load(held, c["plan"])
@@ -275,7 +287,7 @@ def main() -> int:
     res["plan_realizations"] = held.get_json(c["plan"]).get("realizations")
 
     print("SmolLM2 shape, fused loop, one process:", flush=True)
-    loop = Loop(base, a.batch, a.seq)
+    loop = Loop(base, a.batch, a.seq, "cpu" if a.tiny else "cuda")
     timed("1 before setup", loop)
     s0 = global_state()
     rec = sft.SftRecipe(w)
@@ -312,7 +324,8 @@ def main() -> int:
     # actions no setting shows
     del rec
     gc.collect()
-    torch.cuda.empty_cache()
+    if not a.tiny:
+        torch.cuda.empty_cache()
     timed("4a recipe dropped (del, gc.collect, empty_cache)", loop)
     gc.freeze()
     timed("4b gc.freeze()", loop)
@@ -337,7 +350,7 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     loop.step()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU] + ([] if a.tiny else [ProfilerActivity.CUDA])) as prof:
         loop.step()
     ev = prof.key_averages()
     dev = sorted(((e.self_device_time_total, e.count, e.key) for e in ev if e.self_device_time_total > 0), reverse=True)
