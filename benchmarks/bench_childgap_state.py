@@ -171,6 +171,38 @@ def _set_from_repr(cfg, name, text):
         pass   # not a literal (a callable, a path object): reported as not restorable
 
 
+def _describe(t):
+    import torch
+
+    if isinstance(t, torch.Tensor):
+        return {"shape": tuple(t.shape), "stride": t.stride(), "dtype": str(t.dtype), "device": str(t.device),
+                "align16": t.data_ptr() % 16, "offset": t.storage_offset(), "contiguous": t.is_contiguous(),
+                "requires_grad": t.requires_grad, "leaf": t.is_leaf, "storage_bytes": t.untyped_storage().nbytes(),
+                "class": type(t).__name__}
+    if isinstance(t, (tuple, list)):
+        return [_describe(x) for x in t]
+    if isinstance(t, dict):
+        return {k: _describe(v) for k, v in t.items()}
+    return repr(t)
+
+
+def tensor_diff(f_a, f_b) -> dict:
+    """Where layer 0's tensors (and static shape) differ between two FusedLlama objects."""
+    out = {}
+    (pa, sa), (pb, sb) = f_a.layers[0], f_b.layers[0]
+    if sa != sb:
+        out["shape"] = (sa, sb)
+    da, db = _describe(pa), _describe(pb)
+    for k in sorted(set(da) | set(db)):
+        if da.get(k) != db.get(k):
+            out[k] = (da.get(k), db.get(k))
+    for name in ("embed_tokens", "norm"):
+        wa, wb = _describe(getattr(f_a.lm.model, name).weight), _describe(getattr(f_b.lm.model, name).weight)
+        if wa != wb:
+            out[name] = (wa, wb)
+    return out
+
+
 # --- the loop ----------------------------------------------------------------------------------
 class Loop:
     def __init__(self, base_dir: Path, batch: int, seq: int, dev: str = "cuda"):
@@ -305,6 +337,10 @@ def main() -> int:
     # the recipe's own model, optimizer and batch size in the same harness (its first call
     # compiles, or reuses the loop's graph where dynamo's guards pass)
     if rec.fused is not None:
+        # the two models' layer tensors as the compiled layer sees them: any difference in
+        # layout (strides, alignment, storage, dtype, grad) between the recipe's and the loop's
+        res["layer_tensor_diff"] = tensor_diff(loop.f, rec.fused)
+        print(f"  layer-0 tensors, loop vs recipe: {str(res['layer_tensor_diff'])[:1500] or 'no difference'}", flush=True)
         other = Loop.__new__(Loop)
         other.torch, other.f, other.opt, other.ids = torch, rec.fused, rec.opt, loop.ids
         timed("2b the recipe's model (rec.fused, rec.opt) in the same harness", other)
