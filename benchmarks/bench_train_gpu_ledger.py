@@ -430,7 +430,7 @@ def make_loop(name, base_dir, dev, r, alpha, modules):
         m = _peft(base_dir, dev, r, alpha, modules)
         f = FusedLlama(m, 0.0, attention="flash-sdpa" if "flash" in name else "cudnn-sdpa",
                        mode="reduce-overhead" if "graphs" in name else None,
-                       base_gemm="fp8" if name.startswith("fp8-base") else "bf16")
+                       base_gemm=("fp8-addmm" if "addmm" in name else "fp8") if name.startswith("fp8-base") else "bf16")
 
         def fn(x, mk, y):
             return f.loss(x, y)
@@ -728,9 +728,10 @@ def part_alternate(a, out):
                 p.grad = None
             f = getattr(step, "fused", None)
             if f is not None and f.base_gemm == "fp8":   # the realization's own gate, as the child runs it
-                r["numerics_gate"] = numerics.run(f.name, lambda f=f: f.loss(gx, gy, base_gemm="bf16"),
+                r["numerics_gate"] = numerics.run(f.name, lambda f=f: f.loss(gx, gy, base_gemm="bf16-dequantized"),
                                                   lambda f=f: f.loss(gx, gy), named,
-                                                  numerics.Tolerance.from_json(FP8_GATE), raise_on_fail=False)
+                                                  numerics.Tolerance.from_json(FP8_GATE), raise_on_fail=False,
+                                                  base=lambda f=f: f.loss(gx, gy, base_gemm="bf16"))
             set_peft_model_state_dict(m, init)
             opt = torch.optim.AdamW(params, lr=1e-4, **optkw)
             runs[name] = {"step": step, "m": m, "opt": opt, "r": r, "times": [], "toks": [], "losses": [],
@@ -741,8 +742,9 @@ def part_alternate(a, out):
             r["resident_bytes"] = (torch.cuda.memory_allocated() - before) if cuda else None
             log(f"  [{label}] {name}: set up in {r['setup_s']} s, resident {(r['resident_bytes'] or 0) / 1e9:.2f} GB, "
                 f"gate {json.dumps({k: r.get(k) for k in ('grad_rel_l2_vs_baseline', 'grad_loss_rel_vs_baseline')})}"
-                + (f" numerics_gate passed={r['numerics_gate']['passed']} "
-                   f"{[(round(s['loss_rel'], 5), s['grad_rel_l2_median'], s['grad_rel_l2_max']) for s in r['numerics_gate']['steps']]}"
+                + (f" numerics_gate passed={r['numerics_gate']['passed']} (loss rel vs bf16 base, grad median/max vs "
+                   f"dequantized; grad median/max vs bf16 base) "
+                   f"{[(round(s['loss_rel'], 5), s['grad_rel_l2_median'], s['grad_rel_l2_max'], s['vs_base']['grad_rel_l2_median'], s['vs_base']['grad_rel_l2_max']) for s in r['numerics_gate']['steps']]}"
                    if "numerics_gate" in r else ""))
         steps = a.steps
         for i in range(2, steps):

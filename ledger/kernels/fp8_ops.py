@@ -87,8 +87,14 @@ class Fp8Weight:
         return self.q, self.sw, self.qt, self.swt
 
     def dequantized(self) -> torch.Tensor:
-        """W as the forward GEMM sees it (fp32): for tests and the numerics gate's explanation."""
-        return self.q.float() * self.sw.reshape(-1, 1)
+        """W as the forward GEMM sees it (fp32)."""
+        return dequantize(self.q, self.sw)
+
+
+def dequantize(q: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    """The fp8 [N, K] weight with its [1, N] row scales as fp32: the base the fp8 GEMM computes
+    with (the numerics gate's bf16 reference over the same base function)."""
+    return q.float() * sw.reshape(-1, 1)
 
 
 def fp8_bytes(n: int, k: int) -> int:
@@ -144,11 +150,63 @@ def _backward(ctx, gy, gt):
 lora_linear_fp8.register_autograd(_backward, setup_context=_setup)
 
 
-def lora_group_fp8(x: torch.Tensor, w8: tuple, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def lora_group_fp8(x: torch.Tensor, w8: tuple, a: torch.Tensor, b: torch.Tensor, in_gemm: bool = True) -> torch.Tensor:
     """One fp8 LoRA linear for a group of projections reading x (ledger.train.fused._group);
-    w8 is Fp8Weight.tensors."""
+    w8 is Fp8Weight.tensors. in_gemm (fp8-base): the LoRA term rides in the fp8 GEMM as R extra
+    columns of K (`_LoraInGemm`); otherwise (kept for the bench's comparison) the opaque op
+    adds it into the GEMM's output with a bf16 rank-R GEMM (beta = 1)."""
+    if in_gemm:
+        r = a.shape[0]
+        pad = (-r) % 16   # the fp8 GEMM's K must be a multiple of 16: zero LoRA columns pad it
+        if pad:
+            a = torch.cat([a, a.new_zeros((pad, a.shape[1]))], 0)
+            b = torch.cat([b, b.new_zeros((b.shape[0], pad))], 1)
+        return _LoraInGemm.apply(x, a, b, *w8)
     xq, sx = quant_rows(x)
     return lora_linear_fp8(x, xq, sx, *w8, a, b)[0]
+
+
+def extend(q: torch.Tensor, s: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[q | extra / (s c)] in e4m3 and c: the fp8 weight with R extra columns quantized with
+    q's own row scales s [1, rows]; c >= 1 is the smallest power of two for which no extra value
+    exceeds e4m3's range (the activations' extra columns are multiplied by c instead), so nothing
+    is clipped whatever the adapter's size."""
+    sc = s.reshape(-1, 1)
+    ef = extra.float()
+    ratio = (ef.abs() / sc).amax()
+    c = torch.exp2(torch.ceil(torch.log2((ratio / E4M3_MAX).clamp(min=1.0))))
+    e8 = (ef / (sc * c)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return torch.cat([q, e8], 1), c
+
+
+class _LoraInGemm(torch.autograd.Function):
+    """y = x W^T + t B^T as ONE fp8 GEMM over K + R: [x | t c] . [W | B / c]^T, t = x A^T in
+    bf16; backward dx = gy W + dt A as ONE fp8 GEMM over N + R: [gy | dt c'] . [W^T | A^T / c']^T,
+    dt = gy B; dA = dt^T x and dB = gy^T t in bf16 from the bf16 tensors. Plain torch ops, traced
+    into the compiled layer: the concatenations and rowwise quantizations fuse into one kernel
+    each, and no bf16 pass over y or dx is left for the low-rank terms."""
+
+    @staticmethod
+    def forward(ctx, x, a, b, q, sw, qt, swt):
+        t = x @ a.t()
+        qe, c = extend(q, sw, b)
+        xq, sx = quant_rows(torch.cat([x, t * c.to(t.dtype)], 1))
+        # fast accumulation in the forward GEMM only (torchao's float8 recipe does the same);
+        # the gradient GEMM accumulates with fp32 promotion
+        y = torch._scaled_mm(xq, qe.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True)
+        ctx.save_for_backward(x, t, a, b, qt, swt)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, t, a, b, qt, swt = ctx.saved_tensors
+        dt = gy @ b
+        dx = None
+        if ctx.needs_input_grad[0]:
+            qte, c = extend(qt, swt, a.t())
+            gq, sg = quant_rows(torch.cat([gy, dt * c.to(dt.dtype)], 1))
+            dx = scaled_mm(gq, sg, qte.t(), swt)
+        return dx, dt.t() @ x, gy.t() @ t, None, None, None, None
 
 
 def base_fp8(x: torch.Tensor, w8: tuple) -> torch.Tensor:

@@ -215,6 +215,10 @@ def lines_compiled(arch: Arch, *, r: int, modules, dropout: float, dtype: str, m
         fp8 = [Line("fp8_weights", n8, f"{L} layers x 7 projections: W and W^T in float8_e4m3fn (1 B a weight "
                                        f"each) + fp32 scales a row and a column")]
         work += BT * (2 * I + 4)   # the gate/up output gradient's fp8 copy and its row scales (backward)
+        # the numerics gate's reference (ledger.train.numerics): the fp8 base dequantized to the
+        # dtype, alive through one forward and backward at setup, with that step's activations
+        fp8.append(Line("numerics_gate", L * sum(i * o for i, o in shapes) * e,
+                        "at setup only: the fp8 projections dequantized for the gate's reference step", True))
     return [
         *weight_lines(a, e, base_quant),
         *fp8,

@@ -27,8 +27,10 @@ from ledger.errors import RealizationUnavailable
 from ledger.kernels import fp8_ops
 from ledger.kernels.train_ops import block_diagonal, linear_cross_entropy, lora_linear
 
-# the frozen base GEMMs' realization: "bf16" (fused-lora) or "fp8" (fp8-base: ledger/kernels/fp8_ops.py)
-BASE_GEMMS = ("bf16", "fp8")
+# the frozen base GEMMs' realization: "bf16" (fused-lora) or "fp8" (fp8-base: ledger/kernels/fp8_ops.py,
+# the LoRA term inside the fp8 GEMM); "fp8-addmm" is fp8-base's first form (the LoRA term added by a
+# bf16 GEMM into the fp8 GEMM's output), kept so the bench can measure what moving it in gained
+BASE_GEMMS = ("bf16", "fp8", "fp8-addmm")
 
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
@@ -85,7 +87,7 @@ def _stack(parent, names):
     return stacked, tuple(w.shape[0] for w in ws), tuple(lora)
 
 
-def _group(x2, w, rows, lora, w8=None):
+def _group(x2, w, rows, lora, w8=None, in_gemm=True):
     """One `lora_linear` call for a group of projections that read x2; with w8 (the group's
     Fp8Weight.tensors) the fp8-base one, whose frozen GEMMs read the fp8 copies instead of w."""
     if all(p is None for p in lora):
@@ -94,7 +96,7 @@ def _group(x2, w, rows, lora, w8=None):
     a = torch.cat([p[0].to(dt) for p in lora if p is not None], 0)
     b = block_diagonal([(p[1] * p[2]).to(dt) if p is not None else None for p in lora], list(rows))
     if w8 is not None:
-        return fp8_ops.lora_group_fp8(x2, w8, a, b)
+        return fp8_ops.lora_group_fp8(x2, w8, a, b, in_gemm)
     return lora_linear(x2, w, a, b)[0]
 
 
@@ -111,7 +113,7 @@ def layer_forward(h, cos, sin, p, shape):
     B, T, D = h.shape
     eps, head_dim, scaling = shape["eps"], shape["head_dim"], shape["scaling"]
     x = _rms(h, p["ln1"], eps).reshape(B * T, D)
-    qkv = _group(x, p["w_qkv"], shape["rows_qkv"], p["lora_qkv"], p.get("w8_qkv"))
+    qkv = _group(x, p["w_qkv"], shape["rows_qkv"], p["lora_qkv"], p.get("w8_qkv"), shape["in_gemm"])
     nq, nk, _ = shape["rows_qkv"]
     q = qkv[:, :nq].view(B, T, -1, head_dim).transpose(1, 2)
     k = qkv[:, nq:nq + nk].view(B, T, -1, head_dim).transpose(1, 2)
@@ -119,12 +121,12 @@ def layer_forward(h, cos, sin, p, shape):
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
     o = o.transpose(1, 2).reshape(B * T, -1)
-    h = h + _group(o, p["w_o"], shape["rows_o"], p["lora_o"], p.get("w8_o")).view(B, T, D)
+    h = h + _group(o, p["w_o"], shape["rows_o"], p["lora_o"], p.get("w8_o"), shape["in_gemm"]).view(B, T, D)
     x = _rms(h, p["ln2"], eps).reshape(B * T, D)
-    gu = _group(x, p["w_gu"], shape["rows_gu"], p["lora_gu"], p.get("w8_gu"))
+    gu = _group(x, p["w_gu"], shape["rows_gu"], p["lora_gu"], p.get("w8_gu"), shape["in_gemm"])
     ni = shape["rows_gu"][0]
     m = F.silu(gu[:, :ni]) * gu[:, ni:]
-    return h + _group(m, p["w_d"], shape["rows_d"], p["lora_d"], p.get("w8_d")).view(B, T, D)
+    return h + _group(m, p["w_d"], shape["rows_d"], p["lora_d"], p.get("w8_d"), shape["in_gemm"]).view(B, T, D)
 
 
 def layer_tensors(layer, base_gemm: str = "bf16"):
@@ -136,10 +138,10 @@ def layer_tensors(layer, base_gemm: str = "bf16"):
                                ("d", mlp, GROUPS[3][1])):
         w, rows, lora = _stack(parent, names)
         p[f"w_{key}"], p[f"lora_{key}"], shape[f"rows_{key}"] = w, lora, rows
-        if base_gemm == "fp8":
+        if base_gemm.startswith("fp8"):
             p[f"w8_{key}"] = fp8_ops.Fp8Weight.of(w).tensors
     shape.update(eps=float(layer.input_layernorm.variance_epsilon), head_dim=int(at.head_dim),
-                 scaling=float(at.scaling))
+                 scaling=float(at.scaling), in_gemm=base_gemm != "fp8-addmm")
     return p, shape
 
 
@@ -164,13 +166,13 @@ class FusedLlama:
         lm = peft_model.base_model.model
         if base_gemm not in BASE_GEMMS:
             raise RealizationUnavailable(f"base GEMM realization {base_gemm!r} is not one of {list(BASE_GEMMS)}")
-        name = "fp8-base" if base_gemm == "fp8" else "fused-lora"
+        name = "fp8-base" if base_gemm.startswith("fp8") else "fused-lora"
         dev = lm.model.embed_tokens.weight.device
         why = unmet(lm.config, lora_dropout, lm.model.embed_tokens.weight.dtype) if check else None
         if why is None and check and dev.type != "cuda":
             why = "the model is not on a CUDA device"
         # fp8 is checked even when `check` is off: without fp8 GEMMs there is no fp8-base to test
-        if why is None and base_gemm == "fp8" and (check or dev.type == "cuda"):
+        if why is None and base_gemm.startswith("fp8") and (check or dev.type == "cuda"):
             why = fp8_ops.fp8_unmet(dev)
         if why:
             raise RealizationUnavailable(f"the plan selected {name}, which cannot run here: {why}",
@@ -192,11 +194,20 @@ class FusedLlama:
             self.fn = layer_forward
 
     def loss(self, ids, labels, base_gemm: str | None = None):
-        """The mean loss; base_gemm "bf16" on an fp8-base instance runs fused-lora's bf16 base
-        GEMMs over the same weights (the numerics gate's reference), never anything else."""
-        if base_gemm not in (None, self.base_gemm, "bf16"):
+        """The mean loss. On an fp8-base instance, for its numerics gate: base_gemm "bf16" runs
+        fused-lora's bf16 base GEMMs over the bf16 base, "bf16-dequantized" the same over the
+        fp8 base dequantized to bf16 (the same base function, bf16 arithmetic; those weights are
+        formed for this call and dropped after its backward), never anything else."""
+        if base_gemm not in (None, self.base_gemm) and not (self.name == "fp8-base" and base_gemm in
+                                                             ("bf16", "bf16-dequantized")):
             raise RealizationUnavailable(f"this {self.name} forward has no {base_gemm!r} base GEMMs")
         layers = self.layers_bf16 if base_gemm == "bf16" else self.layers
+        if base_gemm == "bf16-dequantized":
+            layers = [({k: (fp8_ops.dequantize(v[0], v[1]).to(p[k.replace("w8_", "w_")].dtype)
+                            if k.startswith("w8_") else v) for k, v in p.items() if not k.startswith("w_")},
+                       shape) for p, shape in self.layers]
+            layers = [({(k.replace("w8_", "w_") if k.startswith("w8_") else k): v for k, v in p.items()}, shape)
+                      for p, shape in layers]
         m = self.lm.model
         h = m.embed_tokens(ids)
         pos = torch.arange(ids.shape[1], device=ids.device)[None]

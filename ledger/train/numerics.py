@@ -4,7 +4,15 @@ computed, on the run's own first batch, the same loss and LoRA gradients as its 
 
 Each gate step evaluates reference and candidate from the SAME adapter state on the same batch
 and compares the loss (relative difference) and every LoRA gradient (relative L2 against the
-reference's). Between steps the adapter moves by one sign-SGD step along the reference's
+reference's). A candidate that also changes the FUNCTION -- fp8-base computes with a quantized
+base -- is held to two references, each for what it can say: the loss against the original
+base's (`base`: the base's change must not move the loss by more than `loss_rel`), the
+gradients against the same quantized base computed in the reference's arithmetic
+(`reference`: the fp8 arithmetic must not move them by more than the gradient tolerances).
+Against the original base the gradients are recorded too (`vs_base`), not judged: a model
+whose every weight moved by e4m3's rounding has different gradients at a random init however
+exact the arithmetic (benchmarks/RESULTS.md, session 7: 23 % median on the 1B bench model,
+12 % from the weights alone on a 6-layer one). Between steps the adapter moves by one sign-SGD step along the reference's
 gradient, so that later steps check states where B is no longer zero (at LoRA's initial B = 0
 every dA is exactly zero in both, and only dB says anything). Afterwards the adapter is put
 back exactly as it was: the gate leaves no trace in training.
@@ -98,7 +106,7 @@ def judge(steps: list[dict], tol: Tolerance) -> tuple[bool, list[str]]:
 
 
 def run(name: str, reference: LossFn, candidate: LossFn, params: list[tuple[str, torch.Tensor]],
-        tol: Tolerance, raise_on_fail: bool = True) -> dict:
+        tol: Tolerance, raise_on_fail: bool = True, base: LossFn | None = None) -> dict:
     """Gate `candidate` (realization `name`) against `reference` over `params` (the trainable
     (name, parameter) pairs both read); returns the record, raises RealizationUnavailable if it
     fails (unless raise_on_fail is False: the bench records a failure beside the others)."""
@@ -109,7 +117,15 @@ def run(name: str, reference: LossFn, candidate: LossFn, params: list[tuple[str,
         for _ in range(tol.steps):
             rl, rg = _loss_and_grads(reference, params)
             cl, cg = _loss_and_grads(candidate, params)
-            steps.append(compare_step(names, rl, rg, cl, cg))
+            step = compare_step(names, rl, rg, cl, cg)
+            if base is not None:
+                bl, bg = _loss_and_grads(base, params)
+                vs = compare_step(names, bl, bg, cl, cg)
+                step["vs_base"] = {k: vs[k] for k in ("ref_loss", "loss_rel", "grad_rel_l2_median", "grad_rel_l2_max",
+                                                      "worst")}
+                step["vs_reference_loss_rel"] = step["loss_rel"]
+                step["ref_loss"], step["loss_rel"] = bl, vs["loss_rel"]   # the loss is judged against the base
+            steps.append(step)
             with torch.no_grad():
                 for (_, p), g in zip(params, rg):
                     p.sub_(torch.sign(g).to(p.dtype), alpha=tol.update)
@@ -119,6 +135,7 @@ def run(name: str, reference: LossFn, candidate: LossFn, params: list[tuple[str,
                 p.copy_(s)
     ok, bad = judge(steps, tol)
     record = {"realization": name, "passed": ok, "failures": bad, "steps": steps,
+              "references": {"loss": "base" if base is not None else "reference", "gradients": "reference"},
               "tolerance": {"steps": tol.steps, "loss_rel": tol.loss_rel, "grad_rel_l2_median": tol.grad_rel_l2_median,
                             "grad_rel_l2_max": tol.grad_rel_l2_max, "update": f"sign-SGD {tol.update:g}"}}
     if not ok and raise_on_fail:

@@ -396,8 +396,9 @@ class SftRecipe:
         x, y = (t[rows].to(dist.device) for t in (self.ids, self.labels))
         tol = numerics.Tolerance.from_json(self.plan.realizations["linear_lora"].numerics_gate)
         f = self.fused
-        self.numerics_gate = numerics.run(f.name, lambda: f.loss(x, y, base_gemm="bf16"), lambda: f.loss(x, y),
-                                          list(self.named), tol)
+        self.numerics_gate = numerics.run(f.name, lambda: f.loss(x, y, base_gemm="bf16-dequantized"),
+                                          lambda: f.loss(x, y), list(self.named), tol,
+                                          base=lambda: f.loss(x, y, base_gemm="bf16"))
 
     def _rng_state(self) -> dict:
         st = {"torch_cpu": torch.get_rng_state()}

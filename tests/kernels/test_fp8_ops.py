@@ -40,7 +40,8 @@ def test_a_frozen_weight_is_held_twice_in_the_layouts_the_fp8_gemms_take():
 
 
 @pytest.mark.parametrize("rows, k, n, r", [(16, 64, 48, 8), (40, 128, 96, 16)])
-def test_lora_linear_fp8_is_the_dequantized_function_and_its_lora_gradients_are_bf16s(rows, k, n, r):
+@pytest.mark.parametrize("in_gemm", [True, False])
+def test_lora_linear_fp8_is_the_dequantized_function_and_its_lora_gradients_are_bf16s(rows, k, n, r, in_gemm):
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, k, generator=g).bfloat16().requires_grad_(True)
     w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
@@ -48,21 +49,50 @@ def test_lora_linear_fp8_is_the_dequantized_function_and_its_lora_gradients_are_
     b = (torch.randn(n, r, generator=g) * 0.1).bfloat16().requires_grad_(True)
     gy = torch.randn(rows, n, generator=g).bfloat16()
     w8 = f.Fp8Weight.of(w)
-    y = f.lora_group_fp8(x, w8.tensors, a, b)
+    y = f.lora_group_fp8(x, w8.tensors, a, b, in_gemm)
     y.backward(gy)
     # the claimed function, computed in fp64 from the same fp8 operands
-    xq, sx = f.quant_rows(x)
-    t = (x.detach() @ a.detach().t())
-    want_y = (xq.double() * sx.double()) @ (w8.q.double() * w8.sw.double().t()).t() + t.double() @ b.detach().double().t()
-    assert _rel(y.detach(), want_y) < 1e-2   # bf16 output and the bf16 t: rounding only
-    gq, sg = f.quant_rows(gy)
+    t = x.detach() @ a.detach().t()
     dt = gy @ b.detach()
-    want_dx = (gq.double() * sg.double()) @ (w8.qt.double() * w8.swt.double().t()).t() + dt.double() @ a.detach().double()
+
+    def deq(q, s):
+        return q.double() * s.double()
+    if in_gemm:   # [x | t c] . [W | B / c]^T and [gy | dt c'] . [W^T | A^T / c']^T
+        qe, c = f.extend(w8.q, w8.sw, b.detach())
+        xq, sx = f.quant_rows(torch.cat([x.detach(), t * c.bfloat16()], 1))
+        want_y = deq(xq, sx) @ deq(qe, w8.sw.t()).t()
+        qte, c2 = f.extend(w8.qt, w8.swt, a.detach().t())
+        gq, sg = f.quant_rows(torch.cat([gy, dt * c2.bfloat16()], 1))
+        want_dx = deq(gq, sg) @ deq(qte, w8.swt.t()).t()
+    else:          # the LoRA terms exact on top of the fp8 base GEMM
+        xq, sx = f.quant_rows(x)
+        want_y = deq(xq, sx) @ deq(w8.q, w8.sw.t()).t() + t.double() @ b.detach().double().t()
+        gq, sg = f.quant_rows(gy)
+        want_dx = deq(gq, sg) @ deq(w8.qt, w8.swt.t()).t() + dt.double() @ a.detach().double()
+    assert _rel(y.detach(), want_y) < 1e-2   # bf16 output (and the fast-accumulating forward): rounding only
     assert _rel(x.grad, want_dx) < 1e-2
     assert _rel(a.grad, dt.t() @ x.detach()) < 1e-2 and _rel(b.grad, gy.t() @ t) < 1e-2
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape   # the padding to 16 is not the caller's
     # and against full precision: fp8's few percent, no more
     ref = x.detach().double() @ w.double().t() + t.double() @ b.detach().double().t()
     assert _rel(y.detach(), ref) < 0.08
+    assert _rel(x.grad, gy.double() @ w.double() + dt.double() @ a.detach().double()) < 0.08
+
+
+def test_an_adapter_larger_than_the_weight_s_range_is_rescaled_never_clipped():
+    g = torch.Generator().manual_seed(7)
+    w = (torch.randn(32, 64, generator=g) * 0.01).bfloat16()
+    w8 = f.Fp8Weight.of(w)
+    big = (torch.randn(32, 16, generator=g) * 50.0).bfloat16()   # |B| >> 448 x W's row scale
+    qe, c = f.extend(w8.q, w8.sw, big)
+    assert float(c) > 1 and float(c) == 2 ** round(float(torch.log2(c)))
+    back = qe[:, 64:].float() * w8.sw.reshape(-1, 1) * c
+    assert _rel(back, big) < 2 ** -4 and float(qe[:, 64:].float().abs().max()) <= f.E4M3_MAX
+    x = torch.randn(8, 64, generator=g).bfloat16()
+    a = (torch.randn(16, 64, generator=g) * 0.1).bfloat16()
+    y = f.lora_group_fp8(x, w8.tensors, a, big)
+    ref = x.double() @ w.double().t() + (x.double() @ a.double().t()) @ big.double().t()
+    assert _rel(y, ref) < 0.08
 
 
 def test_a_group_without_lora_runs_only_the_fp8_gemm_and_passes_its_gradient():

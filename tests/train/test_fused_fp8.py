@@ -42,6 +42,7 @@ def test_fp8_base_memory_plan_counts_both_fp8_copies_of_every_projection(store):
     arch = comp.model.arch_of(comp.model.builtin_config(comp.Config.from_json(fp8["config"]).model.to_json()))
     shapes = [memory.MODULE_SHAPES[m](arch) for m in memory.MODULE_SHAPES]
     assert lines["fp8_weights"] == arch.layers * sum(2 * i * o + 4 * (i + o) for i, o in shapes)
+    assert lines["numerics_gate"] == arch.layers * sum(i * o for i, o in shapes) * 2   # its bf16 reference base
     assert "fp8_weights" not in ref and lines["weights"] == ref["weights"]   # the bf16 weights stay
     assert lines["activations"] == ref["activations"]
     assert fp8["memory"]["total_bytes"] > bf16["memory"]["total_bytes"]
@@ -148,10 +149,21 @@ def test_the_fp8_forward_passes_its_gate_against_the_bf16_one_on_the_cpu():
     assert all("w8_qkv" not in p for p, _ in f.layers_bf16)
     ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
     named = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
-    rec = numerics.run(f.name, lambda: f.loss(ids, ids, base_gemm="bf16"), lambda: f.loss(ids, ids), named, TOL)
+    before = [p.detach().clone() for _, p in named]
+    # as the child runs it (ledger.train.sft): gradients against the same fp8 base in bf16
+    # arithmetic, the loss against the bf16 base
+    rec = numerics.run(f.name, lambda: f.loss(ids, ids, base_gemm="bf16-dequantized"), lambda: f.loss(ids, ids),
+                       named, TOL, base=lambda: f.loss(ids, ids, base_gemm="bf16"))
     assert rec["passed"], rec["failures"]
-    assert rec["steps"][0]["zero_in_reference"] > 0 and rec["steps"][-1]["zero_in_reference"] == 0   # B moved off 0
-    assert 0 < rec["steps"][-1]["grad_rel_l2_median"]   # the fp8 path is a different computation
+    assert rec["references"] == {"loss": "base", "gradients": "reference"}
+    assert all(torch.equal(p, q) for (_, p), q in zip(named, before))
+    first, last = rec["steps"][0], rec["steps"][-1]
+    assert first["zero_in_reference"] > 0 and last["zero_in_reference"] == 0   # B moved off 0
+    assert 0 < last["grad_rel_l2_median"]   # the fp8 arithmetic is a different computation
+    # the base itself moved: against the bf16 base the gradients differ more than against the
+    # dequantized one (what the gate's two references separate)
+    assert last["vs_base"]["grad_rel_l2_median"] > last["grad_rel_l2_median"]
+    assert last["ref_loss"] == last["vs_base"]["ref_loss"] and "vs_reference_loss_rel" in last
     with pytest.raises(RealizationUnavailable, match="no 'fp16' base GEMMs"):
         f.loss(ids, ids, base_gemm="fp16")
 
