@@ -203,6 +203,22 @@ def tensor_diff(f_a, f_b) -> dict:
     return out
 
 
+def profile_step(loop, tiny: bool) -> dict:
+    """One step under torch.profiler with CUDA activity: the kernels' device time against the
+    step's wall time tells a GPU-bound step from a host-bound one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loop.step()
+    with profile(activities=[ProfilerActivity.CPU] + ([] if tiny else [ProfilerActivity.CUDA])) as prof:
+        wall, host = loop.step()
+    ev = prof.key_averages()
+    dev = sorted(((e.self_device_time_total, e.count, e.key) for e in ev if e.self_device_time_total > 0), reverse=True)
+    return {"device_ms": sum(x[0] for x in dev) / 1e3, "kernels": sum(x[1] for x in dev), "wall_ms": 1e3 * wall,
+            "top_device": [[round(t / 1e3, 3), n, k[:80]] for t, n, k in dev[:12]],
+            "top_host": [[round(e.self_cpu_time_total / 1e3, 3), e.count, e.key[:80]] for e in
+                         sorted(ev, key=lambda e: -e.self_cpu_time_total)[:12]]}
+
+
 # --- the loop ----------------------------------------------------------------------------------
 class Loop:
     def __init__(self, base_dir: Path, batch: int, seq: int, dev: str = "cuda"):
@@ -243,17 +259,33 @@ class Loop:
         first = time.perf_counter() - first
         self.step()
         main = threading.get_native_id()
+        gcs = {"n": [0, 0, 0], "s": [0.0, 0.0, 0.0], "t0": 0.0}
+
+        def on_gc(phase, info):   # time spent in each generation's collections over the timed steps
+            if phase == "start":
+                gcs["t0"] = time.perf_counter()
+            else:
+                gcs["n"][info["generation"]] += 1
+                gcs["s"][info["generation"]] += time.perf_counter() - gcs["t0"]
+
+        gc.callbacks.append(on_gc)
         c0, p0, th0 = time.thread_time(), time.process_time(), _thread_cpu()
         ts, hs = [], []
-        for _ in range(steps):
-            t, h = self.step()
-            ts.append(t)
-            hs.append(h)
+        try:
+            for _ in range(steps):
+                t, h = self.step()
+                ts.append(t)
+                hs.append(h)
+        finally:
+            gc.callbacks.remove(on_gc)
         c1, p1, th1 = time.thread_time(), time.process_time(), _thread_cpu()
         busy = sorted(((th1[t][1] - th0.get(t, ("", 0.0))[1]) / steps, th1[t][0], t) for t in th1)[::-1][:4]
         return {"step_ms": 1e3 * statistics.median(ts), "step_min_ms": 1e3 * min(ts), "host_ms": 1e3 * statistics.median(hs),
                 "main_cpu_ms": 1e3 * (c1 - c0) / steps, "process_cpu_ms": 1e3 * (p1 - p0) / steps,
-                "first_s": round(first, 2), "busiest_threads_ms": [[round(1e3 * c, 1), n, int(t) == main] for c, n, t in busy]}
+                "first_s": round(first, 2), "busiest_threads_ms": [[round(1e3 * c, 1), n, int(t) == main] for c, n, t in busy],
+                "gc_per_step": {"collections": [round(x / steps, 2) for x in gcs["n"]],
+                                "ms": [round(1e3 * x / steps, 2) for x in gcs["s"]]},
+                "gc_objects": len(gc.get_objects())}
 
 
 def main() -> int:
@@ -287,7 +319,7 @@ def main() -> int:
         res["timings"][label] = r
         print(f"  {label:58s} step {r['step_ms']:7.1f} ms (min {r['step_min_ms']:.1f})  host {r['host_ms']:6.1f}  "
               f"main CPU {r['main_cpu_ms']:6.1f}  process CPU {r['process_cpu_ms']:6.1f}  first {r['first_s']} s  "
-              f"threads {r['busiest_threads_ms'][:3]}", flush=True)
+              f"threads {r['busiest_threads_ms'][:2]}  gc/step {r['gc_per_step']}  objects {r['gc_objects']}", flush=True)
         save()
         return r
 
@@ -321,6 +353,10 @@ def main() -> int:
     print("SmolLM2 shape, fused loop, one process:", flush=True)
     loop = Loop(base, a.batch, a.seq, "cpu" if a.tiny else "cuda")
     timed("1 before setup", loop)
+    res["profile_before_setup"] = profile_step(loop, a.tiny)
+    print(f"  profile: {res['profile_before_setup']['device_ms']:.1f} ms of kernels a step in "
+          f"{res['profile_before_setup']['kernels']} launches; top {res['profile_before_setup']['top_device'][:3]}", flush=True)
+    timed("1b before setup, after the profiler ran", loop)
     s0 = global_state()
     rec = sft.SftRecipe(w)
     t0 = time.perf_counter()
@@ -334,6 +370,13 @@ def main() -> int:
         print(f"    {k}: {str(x)[:120]} -> {str(y)[:120]}", flush=True)
     save()
     timed("2 after setup", loop)
+    gc.collect()
+    gc.freeze()
+    timed("2c gc.collect + gc.freeze after setup", loop)
+    gc.disable()
+    timed("2d gc disabled", loop)
+    gc.enable()
+    gc.unfreeze()
     # the recipe's own model, optimizer and batch size in the same harness (its first call
     # compiles, or reuses the loop's graph where dynamo's guards pass)
     if rec.fused is not None:
@@ -342,7 +385,7 @@ def main() -> int:
         res["layer_tensor_diff"] = tensor_diff(loop.f, rec.fused)
         print(f"  layer-0 tensors, loop vs recipe: {str(res['layer_tensor_diff'])[:1500] or 'no difference'}", flush=True)
         other = Loop.__new__(Loop)
-        other.torch, other.f, other.opt, other.ids = torch, rec.fused, rec.opt, loop.ids
+        other.torch, other.f, other.opt, other.ids, other.dev = torch, rec.fused, rec.opt, loop.ids, loop.dev
         timed("2b the recipe's model (rec.fused, rec.opt) in the same harness", other)
         del other
     else:
@@ -381,21 +424,8 @@ def main() -> int:
                                "cpu_ms": 1e3 * statistics.median(rec.step_cpu[2:] or rec.step_cpu)}
         print(f"  5 recipe.train() itself: {res['recipe_train']}", flush=True)
         timed("5 after recipe.train()", loop)
-    # where the step's time goes now: one step under torch.profiler with CUDA activity (at the
-    # end: the profiler's own state cannot disturb the timings above)
-    from torch.profiler import ProfilerActivity, profile
-
-    loop.step()
-    with profile(activities=[ProfilerActivity.CPU] + ([] if a.tiny else [ProfilerActivity.CUDA])) as prof:
-        loop.step()
-    ev = prof.key_averages()
-    dev = sorted(((e.self_device_time_total, e.count, e.key) for e in ev if e.self_device_time_total > 0), reverse=True)
-    res["profile_last_state"] = {"device_ms": sum(x[0] for x in dev) / 1e3, "kernels": sum(x[1] for x in dev),
-                                 "top_device": [[round(t / 1e3, 3), n, k[:80]] for t, n, k in dev[:12]],
-                                 "top_host": [[round(e.self_cpu_time_total / 1e3, 3), e.count, e.key[:80]] for e in
-                                              sorted(ev, key=lambda e: -e.self_cpu_time_total)[:12]]}
-    print(f"  profile (last state): {res['profile_last_state']['device_ms']:.1f} ms of kernels in "
-          f"{res['profile_last_state']['kernels']} launches; top {res['profile_last_state']['top_device'][:4]}", flush=True)
+    res["profile_last_state"] = profile_step(loop, a.tiny)
+    print(f"  profile (last state): {res['profile_last_state']['device_ms']:.1f} ms of kernels a step", flush=True)
     save()
     return 0
 

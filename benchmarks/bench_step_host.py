@@ -19,6 +19,7 @@ by own time) and torch.profiler's host-side operators.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -60,7 +61,14 @@ def one(a) -> dict:
     ids = torch.randint(0, 256, (a.batch, a.seq), generator=g)
     res = {"threads": torch.get_num_threads(), "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
            "cache": a.cache_state, "shape": SMOLLM2_SHAPE}
-    times, host = [], []
+    times, host, cpu = [], [], []
+    gcs = {"s": 0.0, "t0": 0.0}
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gcs["t0"] = time.perf_counter()
+        else:
+            gcs["s"] += time.perf_counter() - gcs["t0"]
 
     def step():
         t0 = time.perf_counter()
@@ -77,12 +85,20 @@ def one(a) -> dict:
     t0 = time.perf_counter()
     step()
     res["first_step_s"] = time.perf_counter() - t0
+    gc.callbacks.append(on_gc)
     for i in range(a.steps - 1):
+        c0 = time.thread_time()
+        if i == 1:
+            gcs["s"] = 0.0
         dt, h = step()
         if i >= 1:
             times.append(dt)
             host.append(h)
+            cpu.append(time.thread_time() - c0)
+    gc.callbacks.remove(on_gc)
     res.update(step_median_s=statistics.median(times), step_min_s=min(times), host_median_s=statistics.median(host),
+               step_cpu_median_s=statistics.median(cpu), gc_ms_per_step=round(1e3 * gcs["s"] / max(1, len(times)), 2),
+               gc_objects=len(gc.get_objects()), cublas_workspace_config=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
                tokens_per_s=a.batch * a.seq / statistics.median(times))
     if a.profile:
         import cProfile
@@ -145,9 +161,44 @@ def matrix(a) -> dict:
     return out
 
 
+# the training child's environment (ledger.train.run.child_env / job.child_env), cumulatively
+CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+             "TORCHINDUCTOR_COMPILE_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
+
+
+def env_matrix(a) -> dict:
+    """Fresh processes at one thread (as the child), the child's environment with and without
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for every training child since session 4), alternating
+    over `a.env_rounds` rounds; one warm-up process first so every timed one finds a warm cache."""
+    out: dict = {}
+    cache = tempfile.mkdtemp(prefix="ind-env-")
+    variants = [("child env without CUBLAS_WORKSPACE_CONFIG", {}),
+                ("child env with CUBLAS_WORKSPACE_CONFIG=:4096:8", {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})]
+    runs = [("warm-up (cache)", {})] + [v for _ in range(a.env_rounds) for v in variants]
+    for i, (name, extra) in enumerate(runs):
+        env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+        env.update(CHILD_ENV, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache + "/triton", **extra)
+        p = subprocess.run([sys.executable, __file__, "--threads", "1", "--cache-state", "warm" if i else "cold",
+                            "--steps", str(a.steps), "--seq", str(a.seq), "--batch", str(a.batch), "--json"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        try:
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            r = {"error": p.stderr[-3000:]}
+        out.setdefault(name, []).append(r)
+        print(f"{name:48s} step {r.get('step_median_s', float('nan')) * 1e3:7.1f} ms  host "
+              f"{r.get('host_median_s', float('nan')) * 1e3:7.1f} ms  main CPU {r.get('step_cpu_median_s', float('nan')) * 1e3:6.1f} ms"
+              f"  first {r.get('first_step_s', float('nan')):5.1f} s  gc {r.get('gc_ms_per_step')} ms/step "
+              f"{r.get('error', '')[-400:]}", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--matrix", action="store_true")
+    ap.add_argument("--env-matrix", action="store_true", help="the child's environment with and without "
+                                                               "CUBLAS_WORKSPACE_CONFIG, fresh processes, alternating")
+    ap.add_argument("--env-rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--cache-state", default="?")
     ap.add_argument("--steps", type=int, default=12)
@@ -157,8 +208,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "_work"))
     a = ap.parse_args()
-    if a.matrix:
-        res = matrix(a)
+    if a.matrix or a.env_matrix:
+        res = env_matrix(a) if a.env_matrix else matrix(a)
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "bench_step_host.json").write_text(json.dumps(res, indent=1, default=str))
         return 0

@@ -154,7 +154,13 @@ def prepare(store, plan: comp.Plan, resume: tuple[str, dict] | None, work: Path,
 
 def child_env(work: Path, plan: PlanView) -> dict:
     env = job.child_env(work, plan.runtime.threads, _PASS_ENV)
-    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if not plan.cuda:
+        # deterministic algorithms (a CPU plan's bit-exactness) refuse cuBLAS calls without a
+        # fixed workspace configuration; a CUDA child runs the non-deterministic kernels and
+        # keeps torch's own default (32 MiB on Hopper, the plan's workspace line). Setting it for
+        # CUDA children too was measured (issue 20, session 7, benchmarks/bench_step_host.py
+        # --env-matrix) against the same loop without it.
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if plan.runtime.loop_kind in ("compiled", "fused"):
         # Inductor compiles in a pool of worker processes by default; a confined child grants
         # /proc/self to itself only, so its workers cannot run there: compile in-process.
