@@ -49,13 +49,18 @@ class KindHooks:
                                  for their first use (store/index.py, "deferred tables")
     dense                        one record per turn batch or turn (most of a long journal, and
                                  never looked up by payload): the index keeps its rows out of the
-                                 journal_sparse table that lookups read (store/index.py)"""
+                                 journal_sparse table that lookups read (store/index.py)
+    scan(payload)                check and object_kinds in one: (check's BadInput message or None,
+                                 object_kinds' answer, {} when there is a message), for a payload
+                                 whose envelope is well-formed; what verify calls on every record
+                                 (None: verify calls object_kinds, which checks first)"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
     object_kinds: Callable[[dict], dict[str, tuple[str, str]]]
     deferred: tuple[str, ...] = ()
     dense: bool = False
+    scan: Callable[[dict], tuple[str | None, dict[str, tuple[str, str]]]] | None = None
 
 
 _KINDS: dict[str, KindHooks] = {}

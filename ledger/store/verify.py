@@ -84,37 +84,52 @@ class _RecordChecks:
         if self.meta_future is not None and not self.checked & 1023 and self.meta_future.done():
             self.take_meta()
         self.checked += 1
-        if rec["seq"] in self.want:
-            self.watch[rec["seq"]] = rec["id"]
+        seq = rec["seq"]
+        if seq in self.want:
+            self.watch[seq] = rec["id"]
         payload = rec["payload"]
-        objs = payload.get("objects")
-        entries = [o for o in objs if isinstance(o, list) and len(o) == 3 and is_id(o[0])] \
-            if isinstance(objs, list) else []
         problem = schema.envelope_problem(payload)
-        named_by = self.objects.record(rec, _ids_of(rec, line), entries)
+        objs = payload.get("objects")
+        if problem is None:
+            entries = objs or ()   # the envelope says: a list of [id, size >= 0, kind]
+        else:
+            entries = [o for o in objs if isinstance(o, list) and len(o) == 3 and is_id(o[0])] \
+                if isinstance(objs, list) else []
+        at = self.objects.record(_ids_of(rec, line), entries)
         if problem is not None:
             self._bad(rec, problem)
-            self._snapshot(rec["seq"])
+            self._snapshot(seq)
             return  # cannot be folded: its refs are not refs
-        if not rec["kind"] or len(rec["kind"]) > schema.MAX_KIND_LEN:
+        kind = rec["kind"]
+        if not kind or len(kind) > schema.MAX_KIND_LEN:
             self._bad(rec, f"the kind must be 1 to {schema.MAX_KIND_LEN} characters")
-        h = schema.hooks(rec["kind"])
-        try:  # object_kinds checks the payload against its kind's schema first (one parse per record)
-            named = h.object_kinds(payload) if h else {}
-        except BadInput as e:
-            self._bad(rec, e.message)
-            named = {}
-        for key, (oid, want) in named.items():
-            named_by.want(f"payload.{key}", oid, want)
-        refs = payload.get("refs") or {}
-        for name, target in refs.items():
-            want = schema.ref_object_kind(name)
-            if want and target is not None:
-                named_by.want(f"ref {name}", target, want)
-        if "HEAD" in refs:
-            self.head_moved = {"seq": rec["seq"], "kind": rec["kind"]}
+        h = schema.hooks(kind)
+        if h is None:
+            named = None
+        elif h.scan is not None:   # the kind's checks and object_kinds in one (no dataclass built)
+            problem, named = h.scan(payload)
+            if problem is not None:
+                self._bad(rec, problem)
+        else:
+            try:  # object_kinds checks the payload against its kind's schema first (one parse per record)
+                named = h.object_kinds(payload)
+            except BadInput as e:
+                self._bad(rec, e.message)
+                named = None
+        if named:
+            for key, (oid, want) in named.items():
+                self.objects.want(rec, at, entries, f"payload.{key}", oid, want)
+        refs = payload.get("refs")
+        if refs:
+            for name, target in refs.items():
+                want = schema.ref_object_kind(name)
+                if want and target is not None:
+                    self.objects.want(rec, at, entries, f"ref {name}", target, want)
+            if "HEAD" in refs:
+                self.head_moved = {"seq": seq, "kind": kind}
         self.fold.add(rec, checked=True)
-        self._snapshot(rec["seq"])
+        if seq in self.want:
+            self.state_at[seq] = self.fold.state()
 
     def _snapshot(self, seq: int) -> None:
         if seq in self.want:
@@ -239,6 +254,7 @@ def _record_error(rec: dict, message: str) -> dict:
 
 _ID_BYTES = re.compile(rb"b3:[0-9a-f]{64}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_PLAIN_NAMES = re.compile(r"(?:[0-9a-f]{62}\n)*")   # a fan-out directory's names, one a line: whole files
 
 
 def _ids_of(rec: dict, line: bytes) -> set[str]:
@@ -328,19 +344,6 @@ _SMALL = 1 << 16              # objects up to this size are read in one call (th
 STRUCTURED_MAX = 256 << 20    # as Store.closure: a larger object is data, never followed
 
 
-class _Named:
-    """What one record names, for the batch it is in: the kinds it wants its objects to have (and
-    what an error about it names: its seq, id and kind, not the whole parsed record)."""
-    __slots__ = ("rec", "index", "recorded", "objects")
-
-    def __init__(self, objects: "_Objects", rec: dict, index: int, recorded: dict):
-        self.objects, self.index, self.recorded = objects, index, recorded
-        self.rec = {"seq": rec["seq"], "id": rec["id"], "kind": rec["kind"][:64]}
-
-    def want(self, where: str, oid: str, want: str) -> None:
-        self.objects.kind_checks.append((self, where, oid, want))
-
-
 class _Objects:
     """The objects the checked records reach, checked as the journal streams by, in memory that
     does not grow with records or objects beyond 8 bytes an id (rule 20).
@@ -365,6 +368,7 @@ class _Objects:
         self.kinds: dict[str, str | None] = {}   # caches of a few thousand entries, cleared when full
         self.sizes: dict[str, int | None] = {}
         self.count = self.bytes = 0
+        self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
         self._clear()
 
     def _clear(self) -> None:
@@ -374,45 +378,57 @@ class _Objects:
         self.records = 0
 
     # --- fed by _RecordChecks --------------------------------------------------------------------
-    def record(self, rec: dict, names: set[str], entries: list) -> _Named:
+    def record(self, names: set[str], entries) -> int:
+        """A record naming `names` and recording `entries` ([id, size, kind] each): its index in
+        the batch (what a kind check of it refers to). A full batch is judged when the next
+        record comes (or at finish), so a record's kind checks are always in its own batch."""
+        if self.records >= _BATCH:
+            self.flush()
         i = self.records
         self.records += 1
         first = self.first
         for oid in names:
             if oid not in first:
                 first[oid] = i
-        recorded: dict[str, object] = {}
-        for o in entries:
-            self.entries.append((o[0], o[1]))
-            had = recorded.get(o[0])
-            recorded[o[0]] = o[2] if had is None or had == o[2] else ()  # two kinds: read the object
-        named = _Named(self, rec, i, {} if self.read_data else recorded)
-        if self.records >= _BATCH:
-            self.flush()
-        return named
+        self.entries.extend((o[0], o[1]) for o in entries)
+        return i
+
+    def want(self, rec: dict, index: int, entries, where: str, oid: str, want: str) -> None:
+        """Record `rec` (index `index` of the batch) names `oid` at `where` as an object of kind
+        `want`. Its own payload.objects vouches for that kind when every entry of it for `oid`
+        records `want` (and at least one does), never under read_data; the batch then checks only
+        that the record is the first to name the object (else it is read for its kind)."""
+        if self.read_data:
+            written = False
+        elif len(entries) == 1:   # most records write one object (a turn batch)
+            written = entries[0][0] == oid and entries[0][2] == want
+        else:
+            written = any(o[0] == oid for o in entries) and all(o[2] == want for o in entries if o[0] == oid)
+        self.kind_checks.append((rec["seq"], rec["id"], rec["kind"][:64], where, oid, want, written, index))
 
     def flush(self) -> None:
         """Judge the batch: open what it names for the first time (and what that reaches)."""
-        names = list(self.first)
+        first = self.first
+        names = list(first)
         keys = np.fromiter((_key(n) for n in names), dtype=np.int64, count=len(names))
         old = self.seen.contains(keys)
-        fresh = {n for n, o in zip(names, old) if not o}
         sizes: dict[str, int | None] = {}     # id -> size found (None: missing or damaged)
         done: set[int] = set()
-        todo = [n for n in names if n in fresh]
+        todo = [(n, int(k)) for n, k, o in zip(names, keys, old) if not o]
+        fresh = {n for n, _ in todo}
         while todo:
             children: set[str] = set()
-            for oid in todo:
-                k = _key(oid)
+            for oid, k in todo:
                 if k in done:
                     continue
                 done.add(k)
                 sizes[oid] = size = self._examine(oid, children)
                 self._remember(oid, size)
-            nxt = [c for c in children if _key(c) not in done]
+            nxt = [(c, _key(c)) for c in children]
+            nxt = [(c, k) for c, k in nxt if k not in done]
             if nxt:
-                ck = np.fromiter((_key(c) for c in nxt), dtype=np.int64, count=len(nxt))
-                nxt = [c for c, o in zip(nxt, self.seen.contains(ck)) if not o]
+                ck = np.fromiter((k for _, k in nxt), dtype=np.int64, count=len(nxt))
+                nxt = [ck_ for ck_, o in zip(nxt, self.seen.contains(ck)) if not o]
             todo = nxt
         for oid, recorded in self.entries:
             size = sizes[oid] if oid in sizes else self._size(oid)
@@ -420,26 +436,30 @@ class _Objects:
                 self.reported.add(oid)
                 self.errors.append({"what": "corrupt", "id": oid,
                                     "message": f"object {oid} has {size} bytes, {recorded} were written"})
-        for named, where, oid, want in self.kind_checks:
-            if named.recorded.get(oid) == want and oid in fresh and self.first.get(oid) == named.index:
-                continue  # written by this record, which says it is of that kind (read_data: never)
-            got = self._kind(oid)
-            if got is not None and got != want:
-                what = f"a {got!r} object" if got else "not a structured object"
-                self.rep.errors.append(_record_error(named.rec, f"{where} names {oid}, which is {what}, "
-                                                                f"not a {want!r} object"))
+        self._judge_kinds(fresh, first)
         self.seen.add(done)
         self._clear()
         if not gc.isenabled():
             gc.collect(0)   # the scan runs without the cyclic collector (_verify): the young, once a batch
+
+    def _judge_kinds(self, fresh: set, first: dict) -> None:
+        for seq, rid, kind, where, oid, want, written, at in self.kind_checks:
+            if written and oid in fresh and first.get(oid) == at:
+                continue  # written by this record, which says it is of that kind (read_data: never)
+            got = self._kind(oid)
+            if got is not None and got != want:
+                what = f"a {got!r} object" if got else "not a structured object"
+                self.rep.errors.append(_record_error({"seq": seq, "id": rid, "kind": kind},
+                                                     f"{where} names {oid}, which is {what}, not a {want!r} object"))
 
     # --- one object ------------------------------------------------------------------------------
     def _examine(self, oid: str, children: set) -> int | None:
         """Check one named object; its size (None if missing or damaged, reported); the ids inside
         a structured one are added to `children`."""
         h = oid[len(PREFIX):]
+        sub = self._subdir(h[:2])
         try:
-            fd = os.open(f"{self.dir}/{h[:2]}/{h[2:]}", _OPEN)
+            fd = os.open(h[2:], _OPEN, dir_fd=sub) if sub is not None else os.open(f"{self.dir}/{h[:2]}/{h[2:]}", _OPEN)
         except FileNotFoundError:
             return self._examine_other(oid, children)
         except NotADirectoryError:
@@ -470,6 +490,27 @@ class _Objects:
             return None
         finally:
             os.close(fd)
+
+    def _subdir(self, fan: str) -> int | None:
+        """An open descriptor of fan-out directory objects/<fan> (opened once: an object is then
+        opened by its name in it, not by walking the whole path again), or None where that is not
+        a plain directory — then the object is opened by its path, as any reader opens it (a
+        file in the directory's place is named by the listing)."""
+        fd = self.subdirs.get(fan, -1)
+        if fd == -1:
+            try:
+                fd = os.open(f"{self.dir}/{fan}", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                fd = None
+            self.subdirs[fan] = fd
+        return fd
+
+    def close(self) -> None:
+        """Close the fan-out directories' descriptors."""
+        for fd in self.subdirs.values():
+            if fd is not None:
+                os.close(fd)
+        self.subdirs = {}
 
     def _examine_other(self, oid: str, children: set) -> int | None:
         """An object with no whole file: chunked (index, pages and packs checked), compressed (its
@@ -562,6 +603,7 @@ class _Objects:
     def finish(self) -> None:
         """The last batch; then the missing ids, sorted (a pruned one is not missing, rule P3)."""
         self.flush()
+        self.close()
         if self.missing:
             pruned = self.store.pruned()
             for oid in sorted(self.missing):
@@ -578,11 +620,24 @@ class _Objects:
         object is checked too. With read_data every object is rehashed once."""
         ob, rep = self.store.objects, self.rep
         total_ids, dangling, first_dangling = 0, 0, []
-        for groups in _groups(ob.dir):
+        plain_ids = 0
+
+        def all_reached(fan: str, names: list) -> bool:
+            # A directory of whole files only, every one an object the journal pass examined (the
+            # usual case): nothing of it is left to judge, so no entry of it is looked at alone.
+            nonlocal plain_ids
+            keys = np.fromiter((_key(PREFIX + fan + n) for n in names), dtype=np.int64, count=len(names))
+            if self.read_data or not self.seen.contains(keys).all():
+                return False
+            plain_ids += len(names)
+            return True
+
+        for groups in _groups(ob.dir, all_reached):
             ids = [g[0][0] for g in groups]
             reached_all = self.seen.contains(np.fromiter((_key(i) for i in ids), dtype=np.int64, count=len(ids)))
             for group, reached in zip(groups, reached_all):
                 total_ids, dangling = self._judge(group, bool(reached), progress, total_ids, dangling, first_dangling)
+        total_ids += plain_ids
         self.rep.errors.extend(self.errors)
         self.errors = []
         rep.stats["objects"] = total_ids
@@ -678,11 +733,13 @@ def _suffix(name: str) -> str:
     return ""
 
 
-def _groups(objdir):
+def _groups(objdir, taken=None):
     """The files of objects/ grouped by the object they hold, in id order, one fan-out directory at
     a time: lists of [(id, DirEntry)] (a whole file, a chunk index `<hex>.c` and a compressed
     `<hex>.z` are one object). A file or link in place of a fan-out directory is a group of its own
-    (its name is no id, so it is reported as foreign)."""
+    (its name is no id, so it is reported as foreign). `taken(fan, names)` is first offered the
+    names of each directory whose every name is 62 hex digits (whole files of well-named objects):
+    when it answers True the directory is its, and yields nothing."""
     try:
         top = sorted(os.scandir(objdir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -693,6 +750,15 @@ def _groups(objdir):
             continue
         if len(sub.name) != 2:
             continue
+        if taken is not None:
+            try:
+                names = os.listdir(sub.path)
+            except OSError:
+                names = None   # listed again below, where what is wrong is said
+            if names:
+                text = "\n".join(names) + "\n"
+                if text.count("\n") == len(names) and _PLAIN_NAMES.fullmatch(text) and taken(sub.name, names):
+                    continue
         groups: list = []
         for e in sorted(os.scandir(sub.path), key=lambda e: e.name):
             oid = PREFIX + sub.name + e.name[:len(e.name) - len(_suffix(e.name))]
@@ -747,6 +813,9 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
             scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add, lines=True)
         else:
             scan = j.scan(keep=False, each=checks.add, lines=True)
+    except BaseException:
+        checks.objects.close()   # (finish closes them on the way that goes on)
+        raise
     finally:
         if collecting:
             gc.enable()
