@@ -448,3 +448,16 @@ def test_the_fused_loop_plans_no_mask_and_no_full_logits(store):
     mask = 16 * 512 * 512 + arch.layers * 16 * 512 * 512 * 2
     assert compiled["activations"] - fused["activations"] == mask + rows * (V * 4 - 64 * 2)
     assert fused["weights"] == compiled["weights"]
+
+
+def test_only_a_cpu_child_gets_a_fixed_cublas_workspace(tmp_path):
+    """CUBLAS_WORKSPACE_CONFIG is what deterministic algorithms need for cuBLAS: a CPU plan (the
+    bit-exact one) keeps it; a CUDA child runs the non-deterministic kernels with torch's default
+    workspace (the setting was measured against it: issue 20, session 7)."""
+    from ledger.train import run as trainlib
+
+    store = Store.init(tmp_path / "s")
+    gpu = comp.compile_spec(store, spec.parse("[data]\nsteps = 2\n"), H200).plan
+    cpu = comp.compile_spec(store, spec.parse("[data]\nsteps = 2\n"), CPU).plan
+    assert "CUBLAS_WORKSPACE_CONFIG" not in trainlib.child_env(tmp_path, gpu.view)
+    assert trainlib.child_env(tmp_path, cpu.view)["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
