@@ -21,7 +21,6 @@ before anything becomes visible. Rules: docs/store-format.md, C7–C9.
 from __future__ import annotations
 
 import io
-import struct
 
 import blake3
 
@@ -30,9 +29,8 @@ from ledger.sharing.pool import batches, run_all
 from ledger.store import chunks
 from ledger.store.ids import PREFIX, hex_of
 
-LIST_MAGIC = b"ledger-chunks\x00\x00\x01"
-LIST_HEAD = struct.Struct(">16sQII")   # magic, object size, chunk count, reserved (0)
-LIST_ENTRY = struct.Struct(">32sI")    # chunk digest, length
+# the chunk list's format is the store's (verify hashes it too: docs/store-format.md C12)
+LIST_MAGIC, LIST_HEAD, LIST_ENTRY = chunks.LIST_MAGIC, chunks.LIST_HEAD, chunks.LIST_ENTRY
 LIST_MAX = 64 << 20                    # a list read for an object of unknown size is at most this
 ASK = 1000                             # chunk ids asked about in one has_objects call
 
@@ -54,10 +52,7 @@ def list_limit(size: int) -> int:
     return LIST_HEAD.size + LIST_ENTRY.size * (size // chunks.MIN_SIZE + 1)
 
 
-def encode(size: int, entries) -> bytes:
-    """The chunk list of an object of `size` bytes: entries are (digest, length)."""
-    entries = list(entries)
-    return LIST_HEAD.pack(LIST_MAGIC, size, len(entries), 0) + b"".join(LIST_ENTRY.pack(d, n) for d, n in entries)
+encode = chunks.chunk_list   # (size, [(digest, length)]) -> the list's bytes
 
 
 def decode(data: bytes, oid: str, where: str, expect: int | None = None,

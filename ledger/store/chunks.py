@@ -65,6 +65,13 @@ CACHE_MAGIC = b"ledger-chunkidx\x01"
 CACHE_HEAD = struct.Struct(">16s48sIIQ")      # magic, store id (ASCII, NUL-padded), packs, reserved (0), entries
 CACHE_ENTRY = struct.Struct(">32s16sQII")     # chunk digest, pack, offset, length, its index in the pack's trailer
 FANOUT = struct.Struct(">65537I")             # start of each first-two-bytes bucket of entries (and the end)
+# the chunk list (docs/store-format.md C8, C12): an object's chunks by digest and length only,
+# no pack, offset or page. A remote holds it as `chunked/ab/<62 hex>` (ledger/sharing/chunked.py);
+# its BLAKE3, recorded by the record that wrote the object's index (payload.chunk_lists), is what
+# lets `verify --read-data` hash each byte once (C12)
+LIST_MAGIC = b"ledger-chunks\x00\x00\x01"
+LIST_HEAD = struct.Struct(">16sQII")   # magic, object size, chunk count, reserved (0)
+LIST_ENTRY = struct.Struct(">32sI")    # chunk digest, length
 SPILL = 1 << 18          # entries sorted in memory at once while the cache is built (~25 MiB)
 OVERLAY_MIN = 1 << 14    # entries of packs the cache does not cover that are held in memory before it is rewritten
 
@@ -76,6 +83,19 @@ def cut(view) -> list[tuple[int, int]]:
     if not len(view):
         return []
     return [(c.offset, c.length) for c in FastCDC(AVG_SIZE, min_size=MIN_SIZE, max_size=MAX_SIZE).cut_buf(view)]
+
+
+def chunk_list(size: int, entries) -> bytes:
+    """The chunk list of an object of `size` bytes: entries are (digest, length), in order."""
+    entries = list(entries)
+    return LIST_HEAD.pack(LIST_MAGIC, size, len(entries), 0) + b"".join(LIST_ENTRY.pack(d, n) for d, n in entries)
+
+
+def list_digest(entries) -> str:
+    """The hex BLAKE3 of the chunk list of an object whose chunks are `entries`, (digest,
+    location) as ObjectStore.chunk_entries gives them: what payload.chunk_lists records (C12)."""
+    pairs = [(d, loc[2]) for d, loc in entries]
+    return blake3.blake3(chunk_list(sum(n for _, n in pairs), pairs)).hexdigest()
 
 
 def page_ends_after(digest: bytes) -> bool:

@@ -163,6 +163,10 @@ class ObjectStore:
         self.packs = chunks.PackStore(root)
         self.repaired: list[str] = []  # ids whose damaged copy a write replaced (the caller reports them)
         self.chunked_min = chunks.THRESHOLD  # objects this large are stored as chunks (tests lower it)
+        # id -> hex BLAKE3 of the chunk list of a chunked object whose index this process wrote,
+        # or found intact by hashing it whole and every chunk by name: a transaction naming the
+        # object records it (payload.chunk_lists), so verify --read-data hashes it once (C12)
+        self.lists: dict[str, str] = {}
 
     # --- naming -------------------------------------------------------------------------
     def path(self, oid: str) -> Path:
@@ -393,25 +397,53 @@ class ObjectStore:
         if PREFIX + h.hexdigest() != oid:
             raise CorruptObject(oid)
 
-    def _chunked_intact(self, oid: str) -> bool:
-        """Whole-content check of a chunked object, and every chunk against its name, hashed in
-        one pass from memory maps of its packs (no copy into a buffer first): each window of at
-        most INTACT_MAP bytes of one pack is mapped once, and while one worker feeds the window's
-        chunks to the whole hash (in order) another hashes each chunk against its name; the main
-        thread maps (and populates) the next window meanwhile. At most two windows are mapped at
-        once (mapped pages count in RSS). Where a chunk lies comes from pages a local writer could
-        have planted: a window reaching beyond its pack's end (fstat of the pack as opened, never
-        following a link) is damage and is never mapped, and the bytes hashed are exactly those
-        the verified pages account for (they add up to the index's size). False on any damage."""
+    def check_data(self, oid: str, listed: str | None = None) -> tuple[bool, str]:
+        """Rehash a stored object: (intact, how). `listed` is the chunk-list digest the journal
+        recorded for it (payload.chunk_lists, C12), if any. `how`: "whole" (not chunked: hashed
+        whole), "list" (chunked, and its index's chunk list hashes to `listed`: the whole content
+        is hashed against the id once, with every core, and the chunks' names are the ones the
+        recording writer checked), "names" (chunked, nothing recorded: the whole and every chunk
+        against its name, each byte hashed twice) or "other-list" (chunked, its index lists other
+        chunks than were recorded: checked as "names", and the caller says so)."""
+        if not self.chunked(oid):
+            return self.intact(oid), "whole"
+        fds: dict = {}
+        try:
+            entries = self.chunk_entries(oid, fds)
+        except (MissingObject, CorruptObject):
+            return False, "names"
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        how = "names" if listed is None else "list" if listed == chunks.list_digest(entries) else "other-list"
+        try:
+            return self._chunked_intact(oid, names=how != "list", entries=entries), how
+        except (MissingObject, CorruptObject):
+            return False, how
+
+    def _chunked_intact(self, oid: str, names: bool = True, entries: list | None = None) -> bool:
+        """Whole-content check of a chunked object, and (`names`) every chunk against its name,
+        hashed in one pass from memory maps of its packs (no copy into a buffer first): each
+        window of at most INTACT_MAP bytes of one pack is mapped once, and while one worker feeds
+        the window's chunks to the whole hash (in order, BLAKE3's own threads on every core)
+        others hash each chunk against its name; the main thread maps (and populates) the next
+        window meanwhile. At most two windows are mapped at once (mapped pages count in RSS).
+        Where a chunk lies comes from pages a local writer could have planted: a window reaching
+        beyond its pack's end (fstat of the pack as opened, never following a link) is damage and
+        is never mapped, and the bytes hashed are exactly those the verified pages account for
+        (they add up to the index's size). False on any damage. Found intact with the names
+        checked, the chunk list is known good: remembered for the next record (self.lists).
+        `entries`: the object's chunk_entries, if the caller has read them already."""
         from concurrent.futures import ThreadPoolExecutor, wait  # only a chunked object needs them (~9 ms)
         fds: dict = {}
         ends: dict = {}
         pending: list = []   # (map, view, [whole-hash future, names futures...]) of the windows in flight
         try:
-            entries = self.chunk_entries(oid, fds)
+            if entries is None:
+                entries = self.chunk_entries(oid, fds)
             h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-            k = _NAMERS
-            with ThreadPoolExecutor(1) as whole, ThreadPoolExecutor(k) as names:  # one: the whole in order
+            k = _NAMERS if names else 0
+            with ThreadPoolExecutor(1) as whole, ThreadPoolExecutor(max(1, k)) as namers:  # one: the whole in order
                 try:
                     for pack, part in _windows(entries):
                         fd = fds.get(pack)
@@ -430,13 +462,17 @@ class ObjectStore:
                                       prot=mmap.PROT_READ, offset=start)
                         view = memoryview(m)
                         pending.append((m, view, [whole.submit(_feed, h, view, start, part)]
-                                        + [names.submit(_names_match, view, start, part[i::k]) for i in range(k)]))
+                                        + [namers.submit(_names_match, view, start, part[i::k]) for i in range(k)]))
                         if len(pending) > 1 and not _window_done(pending.pop(0)):
                             return False
                     while pending:
                         if not _window_done(pending.pop(0)):
                             return False
-                    return PREFIX + h.hexdigest() == oid
+                    if PREFIX + h.hexdigest() != oid:
+                        return False
+                    if names:
+                        self.lists[oid] = chunks.list_digest(entries)
+                    return True
                 finally:
                     for item in pending:   # left by an early return: wait for its workers, then unmap
                         wait(item[2])
@@ -731,11 +767,14 @@ class ObjectStore:
         except BaseException:
             pack.abort()
             raise
-        return self._install_index(oid, sum(loc[2] for _, loc in entries), pages)
+        return self._install_index(oid, sum(loc[2] for _, loc in entries), pages, chunks.list_digest(entries))
 
-    def _install_index(self, oid: str, total: int, pages) -> tuple[bool, str]:
+    def _install_index(self, oid: str, total: int, pages, listed: str) -> tuple[bool, str]:
         """Write a chunked object's index to tmp/, fsync it and rename it into objects/ (the
-        object's commit point; its pack is durable already). Returns (newly stored, id)."""
+        object's commit point; its pack is durable already). Returns (newly stored, id).
+        `listed` is its chunk list's digest, of chunks this write named from the bytes whose
+        hash is the id: remembered for the record (self.lists) when this index is the one
+        installed."""
         tmp = fsio.tmp_path(self.tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -745,7 +784,10 @@ class ObjectStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            return self._install(tmp, oid, self.index_path(oid)), oid
+            new = self._install(tmp, oid, self.index_path(oid))
+            if new:
+                self.lists[oid] = listed
+            return new, oid
         except OSError as e:
             tmp.unlink(missing_ok=True)
             raise fsio.io_error(e, "writing a chunk index") from e
@@ -929,7 +971,7 @@ class ObjectStore:
             except BaseException:
                 pack.abort()
                 raise
-            new, oid = self._install_index(oid, size, pages)
+            new, oid = self._install_index(oid, size, pages, chunks.list_digest(entries))
             return oid, size, new
         except OSError as e:
             raise fsio.io_error(e, f"adding {src}") from e

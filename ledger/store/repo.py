@@ -54,6 +54,9 @@ class Transaction:
     payload: dict = field(default_factory=dict)
     refs: dict = field(default_factory=dict)
     objects: dict = field(default_factory=dict)  # id -> (size, kind) written or referenced here
+    # id -> chunk-list digest of a chunked object whose index this process wrote or checked
+    # whole and by name (payload.chunk_lists: what lets verify --read-data hash it once, C12)
+    chunk_lists: dict = field(default_factory=dict)
     record: dict | None = None
     # Stat-cache entries are written only after the commit, so a hit means "this exact file
     # was committed before" — that is what lets an unchanged re-add skip both hash and record.
@@ -61,6 +64,9 @@ class Transaction:
 
     def _note(self, oid: str, size: int, kind: str) -> str:
         self.objects[oid] = (size, kind)
+        listed = self.store.objects.lists.get(oid)
+        if listed is not None:
+            self.chunk_lists[oid] = listed
         return oid
 
     def put_bytes(self, data: bytes, kind: str = "blob", compressed: bool = False) -> str:
@@ -647,6 +653,8 @@ class Store:
             payload["refs"] = dict(tx.refs)
         if tx.objects:
             payload["objects"] = [[oid, size, k] for oid, (size, k) in sorted(tx.objects.items())]
+        if tx.chunk_lists:
+            payload["chunk_lists"] = [[oid, d] for oid, d in sorted(tx.chunk_lists.items()) if oid in tx.objects]
         rec = make_record(st.seq + 1, st.head, kind, tx.inputs, tx.outputs, tx.actor, payload)
         # Every writer's record meets its kind's schema (ledger/records.py) before it can commit:
         # the check verify makes of a stored record, made once where the record is written.

@@ -15,6 +15,8 @@ The envelope is the store's own part of every payload (docs/store-format.md, "Re
   refs      {name: id | null}       the ref changes the fold applies (null deletes)
   counters  {name: integer}         counter deltas the fold adds
   objects   [[id, size >= 0, kind]] what the transaction wrote or referenced, with sizes
+  chunk_lists [[id, 64 hex]]        the chunk-list digest of a chunked object it wrote (C12);
+                                    each id one of its objects, once
 A record whose envelope breaks these rules cannot be folded: the fold raises JournalCorrupt
 naming its seq (`envelope_problem`), so no command acts on a state it cannot compute.
 """
@@ -128,6 +130,9 @@ def common_projections() -> tuple[Callable[[dict, GetJson], Rows], ...]:
     return tuple(_COMMON)
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64
 
@@ -160,6 +165,14 @@ def envelope_problem(payload: object) -> str | None:
             if not (isinstance(o, list) and len(o) == 3 and is_id(o[0]) and _is_int(o[1]) and o[1] >= 0
                     and isinstance(o[2], str)):
                 return "payload.objects entries must be [id, size >= 0, kind]"
+    lists = payload.get("chunk_lists")
+    if lists is not None:
+        named = {o[0] for o in objects} if isinstance(objects, list) else set()
+        if not isinstance(lists, list) or not all(
+                isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and e[0] in named
+                and isinstance(e[1], str) and _HEX64.fullmatch(e[1]) for e in lists) \
+                or len({e[0] for e in lists}) != len(lists):
+            return "payload.chunk_lists entries must be [id of one of payload.objects, 64 hex], one per id"
     return None
 
 

@@ -100,6 +100,8 @@ class _RecordChecks:
             self._bad(rec, problem)
             self._snapshot(seq)
             return  # cannot be folded: its refs are not refs
+        if self.read_data and "chunk_lists" in payload:
+            self.objects.listed(payload["chunk_lists"], rec["seq"])
         kind = rec["kind"]
         if not kind or len(kind) > schema.MAX_KIND_LEN:
             self._bad(rec, f"the kind must be 1 to {schema.MAX_KIND_LEN} characters")
@@ -369,6 +371,11 @@ class _Objects:
         self.sizes: dict[str, int | None] = {}
         self.count = self.bytes = 0
         self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
+        # read_data: id -> (chunk-list digest, seq of the record) that the records writing a chunked
+        # object recorded (C12); ("", seq) where two records disagree. Only ids stored as chunks
+        # are kept, so it grows with the chunked objects (>= 16 MiB each), not with records.
+        self.lists: dict[str, tuple[str, int]] = {}
+        self.hashed = {"list": 0, "names": 0, "other-list": 0}
         self._clear()
 
     def _clear(self) -> None:
@@ -451,6 +458,16 @@ class _Objects:
                 what = f"a {got!r} object" if got else "not a structured object"
                 self.rep.errors.append(_record_error({"seq": seq, "id": rid, "kind": kind},
                                                      f"{where} names {oid}, which is {what}, not a {want!r} object"))
+
+    def listed(self, entries: list, seq: int) -> None:
+        """A record's payload.chunk_lists (its envelope checked): every record must agree (C12)."""
+        for oid, digest in entries:
+            had = self.lists.get(oid)
+            if had is None:
+                if self.store.objects.chunked(oid):
+                    self.lists[oid] = (digest, seq)
+            elif had[0] != digest:
+                self.lists[oid] = ("", seq)
 
     # --- one object ------------------------------------------------------------------------------
     def _examine(self, oid: str, children: set) -> int | None:
@@ -642,6 +659,15 @@ class _Objects:
         self.errors = []
         rep.stats["objects"] = total_ids
         rep.stats["bytes"] = self.bytes
+        if self.read_data and any(self.hashed.values()):
+            rep.stats["chunked_hashed"] = dict(self.hashed)
+            twice = self.hashed["names"]
+            if twice:
+                # not a silent fallback (C12): which objects cost twice the hashing, and why
+                rep.info.append({"what": "chunk-list", "count": twice,
+                                 "message": f"{twice} chunked object(s) have no chunk list recorded (written before "
+                                            "records carried one), or two records disagree about it: hashed "
+                                            "whole and every chunk by name"})
         if dangling:
             rep.info.append({"what": "dangling", "count": dangling, "ids": first_dangling,
                              "message": f"{dangling} object(s) no record reaches (`ledger gc` removes them)"})
@@ -681,11 +707,19 @@ class _Objects:
                 self.count += 1
                 self.bytes += got
         if self.read_data:
+            listed = self.lists.get(oid, ("", 0))
             try:
-                good = ob.intact(oid)
+                good, how = ob.check_data(oid, listed[0] or None)
             except StorageIOError as e:
                 rep.errors.append({"what": "unreadable", "id": oid, "message": e.message})
                 return total_ids, dangling
+            if how in self.hashed:
+                self.hashed[how] += 1
+            if how == "other-list" and good:
+                rep.warnings.append({"what": "chunk-list", "id": oid, "seq": listed[1],
+                                     "message": f"object {oid}: its chunk index lists other chunks than record "
+                                                f"{listed[1]} recorded (rewritten outside ledger?); its content is "
+                                                "intact (hashed whole and every chunk by name)"})
             if not good and oid not in self.reported:
                 message = f"object {oid} does not hash to its name"
                 if ob.chunked(oid):
