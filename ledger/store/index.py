@@ -33,10 +33,12 @@ import time
 from pathlib import Path
 
 from ledger.errors import BadInput, InternalError, StoreCorrupt
-from ledger.store import faults, schema
+from ledger.store import canonical, faults, scan, schema
 from ledger.store.journal import record_id
 
-INDEX_VERSION = 4  # 2: the outcomes table; 3: run_rows and the runs view; 4: journal_sparse
+# 2: the outcomes table; 3: run_rows and the runs view; 4: journal_sparse; 5: the journal rows'
+# payload is its canonical JSON (the line's own bytes; was json.dumps's spaced, ASCII-escaped text)
+INDEX_VERSION = 5
 
 _JOURNAL_COLS = ("seq BIGINT, id VARCHAR, prev VARCHAR, time TIMESTAMP, kind VARCHAR, actor VARCHAR, "
                  "inputs VARCHAR[], outputs VARCHAR[], payload JSON")
@@ -86,9 +88,17 @@ def _ts(s: str) -> str:
     return s.rstrip("Z").replace("T", " ")
 
 
-def rows_for(rec: dict, get_json, defer: bool = False) -> dict[str, list[tuple]]:
+_UNKNOWN = object()
+
+
+def rows_for(rec: dict, get_json, defer: bool = False, payload_text: str | None = None,
+             envelope=_UNKNOWN) -> dict[str, list[tuple]]:
     """Rows each table gains from one journal record. `get_json(id)` reads structured objects;
     with `defer`, a kind whose tables are deferred is not projected (see the module doc).
+    The journal row's payload is the payload's canonical JSON: `payload_text` when the caller
+    has it (a rebuild slices it off the checked line, scan.payload_bytes), else encoded here, so
+    a rebuild and a sync write the same text. `envelope`: envelope_problem(payload), when the
+    caller has just computed it.
 
     The journal and objects rows are the store's own; every other table is a record kind's
     projection (registered by ledger/records.py into store/schema.py), so this module knows no
@@ -96,12 +106,14 @@ def rows_for(rec: dict, get_json, defer: bool = False) -> dict[str, list[tuple]]
     journal row only, and one whose payload breaks its kind's schema gets no kind rows: `verify`
     names both, and the index never makes rows up for them."""
     p = rec["payload"]
+    if payload_text is None:
+        payload_text = canonical.dumps(p).decode()
     row = (rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
-           rec["inputs"], rec["outputs"], json.dumps(p, sort_keys=True))
+           rec["inputs"], rec["outputs"], payload_text)
     out: dict[str, list[tuple]] = {"journal": [row]}
     if rec["kind"] not in schema.dense_kinds():
         out["journal_sparse"] = [row]  # whatever the payload: the same row as journal's (rule 21)
-    if schema.envelope_problem(p) is not None:
+    if (schema.envelope_problem(p) if envelope is _UNKNOWN else envelope) is not None:
         return out
     objs = p.get("objects") or []
     if objs:
@@ -206,6 +218,20 @@ def _use_arrow(rows: int) -> bool:
     return rows >= ARROW_ROWS or "pyarrow" in sys.modules
 
 
+def _journal_types() -> dict:
+    return {"seq": lambda pa: pa.int64(), "id": lambda pa: pa.string(), "prev": lambda pa: pa.string(),
+            "time": lambda pa: pa.string(), "kind": lambda pa: pa.string(), "actor": lambda pa: pa.string(),
+            "inputs": lambda pa: pa.list_(pa.string()), "outputs": lambda pa: pa.list_(pa.string()),
+            "payload": lambda pa: pa.string()}
+
+
+# Arrow types of the store's own tables (journal, journal_sparse, objects); the time is the text
+# DuckDB casts to TIMESTAMP on insert, as for an inferred column.
+_ARROW_TYPES = {"journal": _journal_types(), "journal_sparse": _journal_types(),
+                "objects": {"id": lambda pa: pa.string(), "size": lambda pa: pa.int64(), "kind": lambda pa: pa.string(),
+                            "name": lambda pa: pa.string(), "seq": lambda pa: pa.int64()}}
+
+
 def _insert(con, batch: dict[str, list[tuple]]) -> None:
     for table, rows in batch.items():
         if not rows:
@@ -218,7 +244,16 @@ def _insert(con, batch: dict[str, list[tuple]]) -> None:
 
         # one transpose in C (zip), then one Arrow column per table column: a batch of
         # records becomes a columnar append, not a row-by-row insert
-        tbl = pa.table(dict(zip(cols, map(list, zip(*rows)))))
+        columns = dict(zip(cols, map(list, zip(*rows))))
+        typed = _ARROW_TYPES.get(table)
+        if typed is not None:
+            # the store's own tables, whose every value check_line and the envelope check typed:
+            # given the types, Arrow converts without inferring them (2.6 -> 1.1 us a journal row)
+            tbl = pa.Table.from_pydict(columns, schema=pa.schema([(c, typed[c](pa)) for c in cols]))
+        else:
+            # a kind's projection may hold values of any type (read from objects): inferred,
+            # and cast by DuckDB on insert
+            tbl = pa.table(columns)
         con.register("_rows", tbl)
         con.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _rows")
         con.unregister("_rows")
@@ -312,19 +347,33 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
     whole: int | None = None   # the last record projected with its deferred tables, while unbroken
     deferring = False
 
-    def add(rec: dict) -> None:
+    def add(rec: dict, line: bytes | None = None, envelope=_UNKNOWN) -> None:
+        # `line`: the record's checked line (a scan's `lines`), whose payload bytes are the
+        # journal row's payload text; `envelope`: its envelope_problem, when the feeder knows it
         nonlocal batch, n, whole, deferring
         defer = eager is not None and n >= eager
         if defer:
             deferring = True
         elif not deferring:
             whole = rec["seq"]
-        for t, rows in rows_for(rec, get_json, defer).items():
-            batch.setdefault(t, []).extend(rows)
+        text = None if line is None else scan.payload_bytes(line).decode()
+        for t, rows in rows_for(rec, get_json, defer, text, envelope).items():
+            b = batch.get(t)
+            if b is None:
+                batch[t] = rows
+            else:
+                b.extend(rows)
         n += 1
         if n % BATCH_RECORDS == 0:
-            _insert(con, batch)
-            batch = {}
+            # Only the tables that hold a batch's worth of rows are appended: an append costs
+            # DuckDB about a millisecond whatever its size, and the tables of rare kinds gain a few
+            # rows a batch (7 of them: ~4 us a record at a million records). Each table holds at
+            # most ~2 batches of rows before its append, so memory stays bounded.
+            full = {t: rows for t, rows in batch.items() if len(rows) >= BATCH_RECORDS}
+            _insert(con, full)
+            for t in full:
+                del batch[t]
+            scan.collect_young()
 
     if callable(records):
         records(add)          # a feeder: calls `add` once per record (a journal scan's `each`)
@@ -361,7 +410,8 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         # the buffer pool is capped, so memory is one batch whatever the journal's length.
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
         _create(con)
-        _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
+        with scan.without_collector():
+            _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
         con.execute("CHECKPOINT")
     except BaseException:
         con.close()

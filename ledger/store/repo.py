@@ -564,7 +564,7 @@ class Store:
 
         # a rebuild (missing or foreign index) is fed by a scan, one record at a time (bounded memory)
         why = index.sync(self.root, records_after, st, self.get_json, self.tmp,
-                         lambda: lambda add: self.journal.scan(keep=False, each=add), self.store_id)
+                         lambda: lambda add: self.journal.scan(keep=False, each=add, lines=True), self.store_id)
         if why is not None:
             self.warnings.append(f"the index was {why}: rebuilt it from the journal")
 
@@ -597,10 +597,13 @@ class Store:
             f, done = Fold(), {}
 
             def feed(add):
-                def each(rec):
-                    f.add(rec)
-                    add(rec)
-                done["scan"] = self.journal.scan(keep=False, each=each)
+                def each(rec, line):
+                    # the envelope checked once for the fold and the projection: an ill-formed one
+                    # stops the fold (JournalCorrupt naming the record, rule R4) as before
+                    bad = schema.envelope_problem(rec["payload"])
+                    f.add(rec, checked=bad is None)
+                    add(rec, line, bad)
+                done["scan"] = self.journal.scan(keep=False, each=each, lines=True)
 
             try:
                 index.rebuild(self.root, feed, f.state, self.get_json, self.tmp, self.store_id)

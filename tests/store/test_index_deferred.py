@@ -75,7 +75,7 @@ def test_a_row_that_does_not_hash_stops_the_fill_and_says_the_index_is_not_trust
     s.rebuild_index()
     con = duckdb.connect(str(s.root / "index.duckdb"))
     # the record batch at seq 6 now names another turns object: its row no longer hashes
-    con.execute("UPDATE journal SET payload = replace(payload::VARCHAR, '\"count\": 2', '\"count\": 3')::JSON "
+    con.execute("UPDATE journal SET payload = replace(payload::VARCHAR, '\"count\":2', '\"count\":3')::JSON "
                 "WHERE seq = 6")
     con.close()
     s.query("select count(*) from turns")
