@@ -430,7 +430,7 @@ def make_loop(name, base_dir, dev, r, alpha, modules):
         m = _peft(base_dir, dev, r, alpha, modules)
         f = FusedLlama(m, 0.0, attention="flash-sdpa" if "flash" in name else "cudnn-sdpa",
                        mode="reduce-overhead" if "graphs" in name else None,
-                       base_gemm=("fp8-addmm" if "addmm" in name else "fp8") if name.startswith("fp8-base") else "bf16")
+                       base_gemm=("fp8-in-gemm" if "in-gemm" in name else "fp8") if name.startswith("fp8-base") else "bf16")
 
         def fn(x, mk, y):
             return f.loss(x, y)
@@ -727,7 +727,7 @@ def part_alternate(a, out):
             for p in params:
                 p.grad = None
             f = getattr(step, "fused", None)
-            if f is not None and f.base_gemm == "fp8":   # the realization's own gate, as the child runs it
+            if f is not None and f.name == "fp8-base":   # the realization's own gate, as the child runs it
                 r["numerics_gate"] = numerics.run(f.name, lambda f=f: f.loss(gx, gy, base_gemm="bf16-dequantized"),
                                                   lambda f=f: f.loss(gx, gy), named,
                                                   numerics.Tolerance.from_json(FP8_GATE), raise_on_fail=False,

@@ -178,7 +178,8 @@ def fp8_base_realizations(c: Config) -> dict:
                "ONCE to float8_e4m3fn with per-output-row scales, plus a transposed copy with per-input-column "
                "scales for the activation gradient; x and the output gradient quantized rowwise per step "
                "inside the compiled layer; y = x W^T and dx = gy W by torch._scaled_mm (fp32 accumulation, "
-               "bf16 out); the LoRA terms (x A^T, the B term, dA, dB) in bf16 over fp32 masters",
+               "bf16 out), the LoRA terms (x A^T, the B term added into y and the A term into dx with cuBLAS "
+               "beta = 1, dA, dB) in bf16 over fp32 masters",
         "numerics_gate": dict(FP8_GATE),
     }
     return out
