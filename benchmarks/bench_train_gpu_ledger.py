@@ -730,7 +730,8 @@ def part_alternate(a, out):
             if f is not None and f.name == "fp8-base":   # the realization's own gate, as the child runs it
                 r["numerics_gate"] = numerics.run(f.name, lambda f=f: f.loss(gx, gy, base_gemm="bf16-dequantized"),
                                                   lambda f=f: f.loss(gx, gy), named,
-                                                  numerics.Tolerance.from_json(FP8_GATE), raise_on_fail=False,
+                                                  numerics.Tolerance.from_json({**FP8_GATE, "update": 1e-4}),
+                                                  raise_on_fail=False,
                                                   base=lambda f=f: f.loss(gx, gy, base_gemm="bf16"))
             set_peft_model_state_dict(m, init)
             opt = torch.optim.AdamW(params, lr=1e-4, **optkw)

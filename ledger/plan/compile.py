@@ -153,7 +153,8 @@ FP8_MIN_CC = (9, 0)   # ledger.kernels.fp8_ops.FP8_MIN_CC (plan/ imports no torc
 # (the same base function in bf16 arithmetic; ledger.train.numerics says why two references).
 FP8_GATE = {"steps": 3, "loss_rel": 0.01, "grad_rel_l2_median": 0.10, "grad_rel_l2_max": 0.25,
             "reference": "fused-lora's bf16 GEMMs, same batch, same adapter state: the loss against the bf16 "
-                         "base, the gradients against the fp8 base dequantized to bf16"}
+                         "base, the gradients against the fp8 base dequantized to bf16; between steps sign-SGD "
+                         "at optimizer.lr (AdamW's first step)"}
 
 
 def fp8_base_unmet(c: Config, target: Target) -> tuple[str, str] | None:

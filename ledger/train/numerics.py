@@ -12,9 +12,12 @@ gradients against the same quantized base computed in the reference's arithmetic
 Against the original base the gradients are recorded too (`vs_base`), not judged: a model
 whose every weight moved by e4m3's rounding has different gradients at a random init however
 exact the arithmetic (benchmarks/RESULTS.md, session 7: 23 % median on the 1B bench model,
-12 % from the weights alone on a 6-layer one). Between steps the adapter moves by one sign-SGD step along the reference's
-gradient, so that later steps check states where B is no longer zero (at LoRA's initial B = 0
-every dA is exactly zero in both, and only dB says anything). Afterwards the adapter is put
+12 % from the weights alone on a 6-layer one).
+
+Between steps the adapter moves by one sign-SGD step along the reference's gradient at the
+run's learning rate -- what AdamW's first step does (m / sqrt(v) = sign(g)) -- so that later
+steps check the states training reaches first, where B is no longer zero (at LoRA's initial
+B = 0 every dA is exactly zero in both, and only dB says anything). Afterwards the adapter is put
 back exactly as it was: the gate leaves no trace in training.
 
 A gradient whose reference norm is zero is compared by the candidate's norm alone (it must be
@@ -40,7 +43,7 @@ class Tolerance:
     loss_rel: float
     grad_rel_l2_median: float
     grad_rel_l2_max: float
-    update: float = 1e-3     # the sign-SGD step between gate steps
+    update: float = 1e-3     # the sign-SGD step between gate steps (the child: optimizer.lr)
 
     @classmethod
     def from_json(cls, d: dict) -> Tolerance:

@@ -402,7 +402,9 @@ class SftRecipe:
         m_index = self.start_step * c.data.grad_accum
         rows = batch_indices(m_index, B * dist.world, n, c.seeds.data, {})[dist.rank * B:(dist.rank + 1) * B]
         x, y = (t[rows].to(dist.device) for t in (self.ids, self.labels))
-        tol = numerics.Tolerance.from_json(self.plan.realizations["linear_lora"].numerics_gate)
+        # the gate's steps move the adapter as AdamW's first step would: sign(g) x lr
+        tol = numerics.Tolerance.from_json({**self.plan.realizations["linear_lora"].numerics_gate,
+                                            "update": c.optimizer.lr})
         f = self.fused
         self.numerics_gate = numerics.run(f.name, lambda: f.loss(x, y, base_gemm="bf16-dequantized"),
                                           lambda: f.loss(x, y), list(self.named), tol,
