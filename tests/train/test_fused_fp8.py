@@ -175,3 +175,22 @@ def test_fp8_base_refuses_to_run_where_it_cannot():
         FusedLlama(_tiny_bf16(), 0.0, compile_layers=False, base_gemm="fp8")   # CPU
     with pytest.raises(RealizationUnavailable, match="is not one of"):
         FusedLlama(_tiny_bf16(), 0.0, compile_layers=False, check=False, base_gemm="int4")
+
+
+def test_the_receipt_of_an_fp8_base_run_names_it_and_carries_its_gate(store):
+    """What the receipt says of an fp8-base run, built from the child's report the way the
+    parent builds it (the run itself needs an H200: test_fused_gpu.py)."""
+    from ledger.train import receipt
+
+    plan = comp.compile_spec(store, spec.parse(FP8), targets.get("h200")).plan
+    m = Fake(err=1e-3)
+    gate = numerics.run("fp8-base", m.ref, m.cand, m.params(), TOL)
+    result = {"counters": {"optimizer_steps": 2}, "steps_done": 2, "start_step": 0, "stopped": None,
+              "losses": [2.0, 1.0], "memory": {}, "timings": {}, "versions": {}, "determinism": {},
+              "device": {"fused_lora": {"realization": "fp8-base", "base_gemm": "fp8"}, "numerics_gate": gate}}
+    manifest = {"state": {"cursor": {"next_step": 3}}, "rng": "b3:rng", "optimizer": "b3:opt"}
+    r = receipt.build(plan_id=plan.id, plan=plan.view, result=result, final_checkpoint="b3:ck", final_manifest=manifest,
+                      adapter="b3:ad", checkpoints=[], resumed_from=None, sandbox={})
+    assert r["realizations"]["linear_lora"] == "fp8-base" and r["realizations"]["attention"] == "cudnn-sdpa"
+    assert r["device"]["numerics_gate"]["passed"] and r["device"]["numerics_gate"]["realization"] == "fp8-base"
+    assert r["memory"]["predicted_lines"]["fp8_weights"] > 0 and r["rung"] == "Learned"
