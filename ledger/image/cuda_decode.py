@@ -375,7 +375,9 @@ class CudaLlama:
         """The fused step's activations, made once (zero: the padding past each width stays 0)."""
         s, dev, dt = self.shape, self.device, self.dtype
         nq, nkv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-        z = lambda n: torch.zeros(1, n, device=dev, dtype=dt)  # noqa: E731
+        def z(n):   # normal tensors even when built under inference mode: the capture writes them outside it
+            with torch.inference_mode(False):
+                return torch.zeros(1, n, device=dev, dtype=dt)
         self._x, self._h, self._o, self._d = z(s.hidden), z(padded_k("q4b32", s.hidden)), z(s.hidden), z(s.hidden)
         self._qkv, self._q, self._a = z(nq + 2 * nkv), z(nq), z(padded_k("q4b32", nq))
         self._logits = z(s.vocab)
@@ -395,8 +397,9 @@ class CudaLlama:
         s, W, K = self.shape, self.W, self.step
         inter = W["layers"][0]["down"].k
         if self._gu is None or self._gu.shape[1] != 2 * inter:
-            self._gu = torch.zeros(1, 2 * inter, device=self.device, dtype=self.dtype)
-            self._act = torch.zeros(1, padded_k("q4b32", inter), device=self.device, dtype=self.dtype)
+            with torch.inference_mode(False):   # normal tensors: the capture runs outside inference mode
+                self._gu = torch.zeros(1, 2 * inter, device=self.device, dtype=self.dtype)
+                self._act = torch.zeros(1, padded_k("q4b32", inter), device=self.device, dtype=self.dtype)
         D, hd, ctx = s.hidden, s.head_dim, self.context
         nq, nkv = s.heads * hd, s.kv_heads * hd
         i32, f32 = np.int32, np.float32

@@ -383,11 +383,13 @@ class SftRecipe:
         if self.cuda:
             torch.cuda.synchronize()
             self.mem_setup = torch.cuda.memory_allocated()
-        # Everything setup built (modules, peft's wrappers, the tokenizer, the plan, dynamo's and
-        # transformers' caches) lives for the whole run: frozen, the cyclic collector no longer
-        # walks it at every full collection the step's short-lived objects trigger (a host-bound
-        # small model's step pays for that walk; issue 20, session 7). Only collection timing
-        # changes: no object's life, no result.
+        # Everything setup built (modules, peft's wrappers, the tokenizer, the plan, transformers'
+        # caches) lives for the whole run: frozen, the cyclic collector no longer walks it at
+        # each full collection the step's short-lived objects trigger. Only collection timing
+        # changes: no object's life, no result. (Issue 20, session 7: landed with dropping
+        # CUBLAS_WORKSPACE_CONFIG from CUDA children, ledger/train/run.py; together they took the
+        # sandboxed SmolLM2-shape step from 156 to 92 ms -- which of the two did it was not
+        # separated; a fresh process's loop spent 0.2-0.6 ms a step in the collector.)
         gc.collect()
         gc.freeze()
         self.t_ready = time.perf_counter()
