@@ -158,8 +158,8 @@ def child_env(work: Path, plan: PlanView) -> dict:
         # deterministic algorithms (a CPU plan's bit-exactness) refuse cuBLAS calls without a
         # fixed workspace configuration; a CUDA child runs the non-deterministic kernels and
         # keeps torch's own default (32 MiB on Hopper, the plan's workspace line). Issue 20,
-        # session 7: with it the same fused loop ran 114 ms a step in the child's environment,
-        # without it 79 ms in a fresh process (benchmarks/RESULTS.md; not yet A/B'd in one run).
+        # session 7: the SmolLM2-shape fused loop with it, 114 ms a step (cold cache); without
+        # it, 104 ms cold and 79 ms warm -- never A/B'd in one run (benchmarks/RESULTS.md).
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if plan.runtime.loop_kind in ("compiled", "fused"):
         # Inductor compiles in a pool of worker processes by default; a confined child grants
