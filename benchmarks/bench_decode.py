@@ -15,7 +15,9 @@ merged into every variant's weights (HEAD's adapter, as the image serves it).
 tokens/s = new tokens / wall time of one whole greedy call (prompt included), min / median / max
 over --reps calls per variant, variants interleaved. `ledger-cuda-FMT` runs the fused decode step
 (ledger/kernels/decode_step.cu), `ledger-cuda-FMT-torch-step` the torch step it replaced, both
-one CUDA graph a step. Also reported: how many of the first 32
+one CUDA graph a step. Also reported: the same call for one new token (the prompt's share) and
+decode-only tokens/s = (new - 1) / (call - that), except for HF compiled (another length would
+recompile its static cache). Also reported: how many of the first 32
 tokens each variant shares with HF eager bf16 (quantized variants are allowed to differ).
 """
 
@@ -105,8 +107,8 @@ def main() -> int:
         variants = {}
 
         def hf(m):
-            def run():
-                out = m.generate(prompt.cuda(), max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False,
+            def run(n=a.new):
+                out = m.generate(prompt.cuda(), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                  pad_token_id=0)
                 return out[0, a.prompt:].tolist()
             return run
@@ -123,7 +125,7 @@ def main() -> int:
             d.load(lora, acfg)
             key = fmt if fused else f"{fmt}-torch-step"
             decoders[key] = d
-            variants[f"ledger-cuda-{key}"] = (lambda d=d: d.decode(ids, a.new))
+            variants[f"ledger-cuda-{key}"] = (lambda n=a.new, d=d: d.decode(ids, n))
         row = {"params": sum(p.numel() for p in model.parameters()), "realizations": {}, "steps": {}}
         for fmt, d in decoders.items():
             counts: dict[str, int] = {}
@@ -142,7 +144,19 @@ def main() -> int:
                 f()
                 torch.cuda.synchronize()
                 times[k].append(time.perf_counter() - t)
-        res["models"][name] = row = {**row, "eager_times": times, "eager_outs_first_32": {k: v[:32] for k, v in outs.items()}}
+        # the prompt's share: the same calls for ONE new token (prompt + first token), so that
+        # decode-only tokens/s = (new - 1) / (call - prompt call). Not for HF compiled: a call of
+        # another length sizes its static cache anew (a recompile), which would distort it.
+        prompt_times = {k: [] for k in variants}
+        for _ in range(a.reps):
+            for k, f in variants.items():
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                f(1)
+                torch.cuda.synchronize()
+                prompt_times[k].append(time.perf_counter() - t)
+        res["models"][name] = row = {**row, "eager_times": times, "prompt_times": prompt_times,
+                                     "eager_outs_first_32": {k: v[:32] for k, v in outs.items()}}
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "bench_decode.json").write_text(json.dumps(res, indent=1, default=str))
         if left() > (110 if name == "7b" else 60):
@@ -181,12 +195,18 @@ def main() -> int:
             tps = sorted(a.new / t for t in ts)
             row["variants"][k] = {"tokens_per_s": {"min": tps[0], "median": statistics.median(tps), "max": tps[-1]},
                                   "call_s": ts, "same_first_32_as_hf_eager": sum(x == y for x, y in zip(outs[k][:32], ref[:32]))}
+            if prompt_times.get(k):
+                pm = statistics.median(prompt_times[k])
+                row["variants"][k]["prompt_call_s"] = pm
+                row["variants"][k]["decode_only_tokens_per_s"] = (a.new - 1) / max(1e-9, statistics.median(ts) - pm)
         res["models"][name] = row
         print(f"\n{name} ({row['params'] / 1e9:.2f}B params), {a.prompt}-token prompt + {a.new} new, greedy:")
         for k, v in row["variants"].items():
             t = v["tokens_per_s"]
+            extra = (f"; prompt call {1e3 * v['prompt_call_s']:.1f} ms, decode only {v['decode_only_tokens_per_s']:.1f} tok/s"
+                     if "prompt_call_s" in v else "")
             print(f"  {k:<22} {t['median']:8.1f} tok/s (min {t['min']:.1f}, max {t['max']:.1f}); "
-                  f"first 32 tokens equal to HF eager: {v['same_first_32_as_hf_eager']}", flush=True)
+                  f"first 32 tokens equal to HF eager: {v['same_first_32_as_hf_eager']}{extra}", flush=True)
         print(f"  realizations: {row['realizations']}")
         print(f"  steps: {row['steps']}")
         if isinstance(row.get("hf-generate-compiled"), str):
