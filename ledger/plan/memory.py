@@ -143,8 +143,9 @@ def _half_precision_eager_per_token(a: Arch, mods: set, r: int, dropout: float, 
     return norms + lora_in + lora_out + attn + mlp
 
 
-# cuBLAS workspaces on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for every training child) gives
-# 8 buffers of 4096 KiB, taken from torch's caching allocator on first use.
+# cuBLAS workspaces on CUDA: torch's default on Hopper (a CUDA child gets no CUBLAS_WORKSPACE_CONFIG,
+# ledger/train/run.py) and the CPU plans' :4096:8 both come to 32 MiB, taken from torch's caching
+# allocator on first use.
 CUBLAS_WORKSPACE = 8 * 4096 * 1024
 
 
