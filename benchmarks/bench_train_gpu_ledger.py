@@ -553,7 +553,7 @@ def part_loops(a, out):
     if g is not None and "smollm2" in a.bases:
         bases.append(("smollm2", g))
     bases = [b for b in bases if b[0] in a.bases]
-    loops = [x for x in a.loops.split(",") if x]
+    loops = [x for x in (a.loops or ALT_LOOPS).split(",") if x]
     for label, gguf in bases:
         store = new_store()
         work = Path(tempfile.mkdtemp(prefix="ledger-loops-"))
@@ -644,6 +644,9 @@ def part_loops(a, out):
         save(out)
 
 
+ALT_LOOPS = "autocast-compile,fused-lora (in process),fp8-base (in process)"
+
+
 def part_alternate(a, out):
     """(issue 20, fp8-base) the baseline (autocast + per-layer compile), fused-lora and fp8-base
     in ONE process over the same seeded batches, their timed steps ALTERNATING (step i runs every
@@ -663,7 +666,7 @@ def part_alternate(a, out):
     from ledger.plan.compile import FP8_GATE
     from ledger.train import numerics
 
-    loops = [x for x in a.loops.split(",") if x]
+    loops = [x for x in (a.loops or "ledger,autocast-compile,peft-defaults,liger").split(",") if x]
     if a.tiny:
         shape = dict(hidden=64, layers=2, heads=4, kv=2, inter=128, seq=64, batch=4, r=8)
     else:
@@ -1107,8 +1110,10 @@ def main() -> int:
     ap.add_argument("--configs", default="", help="memory part: only these configurations (m1,m2,...), in this order")
     ap.add_argument("--ddp-shape", default="mid", choices=("mid", "1b"), help="ddp part: the model (mid: m1; 1b: the bench's)")
     ap.add_argument("--bases", default="random-0.02,smollm2", help="loops part: which bases")
-    ap.add_argument("--loops", default="ledger,autocast-compile,peft-defaults,liger",
-                    help="loops part: which loops (also: fused-lora (in process))")
+    ap.add_argument("--loops", default=None,
+                    help="loops part: which loops (default ledger,autocast-compile,peft-defaults,liger; also: "
+                         "fused-lora (in process)); alternate part: default " + ALT_LOOPS + " (the first is the "
+                         "baseline; also: fp8-base in-gemm (in process), peft-defaults, liger)")
     ap.add_argument("--realization", default="auto", help="loops part: ledger's compile.realization")
     ap.add_argument("--repeat", action="store_true", help="loops part: train the same plan shape twice (compile cache)")
     ap.add_argument("--profile", action="store_true", help="loops part: profile one step of ledger's realization")
