@@ -25,6 +25,7 @@ from ledger import runs
 from ledger.errors import BadInput, JournalCorrupt
 from ledger.records import ABSENT, given
 from ledger.store import canonical, fsio, gcstate, schema
+from ledger.store import scan as scanner
 from ledger.store.ids import hash_bytes
 from ledger.verdicts.summary import verdict_summary
 
@@ -34,6 +35,7 @@ CYCLE_ENDS = ("commit", "refusal")
 # the record kinds whose payload fields the report reads
 READ_KINDS = frozenset({"export", "record", "outcome", "seal", "judge", "rollback", *RUN_KINDS, *CYCLE_ENDS})
 RECENT_TURNS = 8
+COLLECT_EVERY = 5_000  # records folded between collections of the young generation (the pass runs without the collector)
 
 
 @dataclass(frozen=True)
@@ -511,8 +513,17 @@ def gather(store) -> Report:
     if f is None:
         f, offset = _Fold(), 0
     start = f.last
-    scan = store.journal.scan(offset, (start["seq"] if start else 0) + 1, start["id"] if start else None,
-                              keep=False, each=lambda rec: f.add(store, rec))
+    n = [0]
+
+    def each(rec):
+        f.add(store, rec)
+        n[0] += 1
+        if n[0] % COLLECT_EVERY == 0:
+            scanner.collect_young()
+
+    with scanner.without_collector():  # a fold over every record (store/scan.py says why)
+        scan = store.journal.scan(offset, (start["seq"] if start else 0) + 1, start["id"] if start else None,
+                                  keep=False, each=each)
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal chain is broken at {scan.problem}", "run `ledger verify`")
     if f.last is not None and (start is None or f.last["seq"] != start["seq"]):
