@@ -26,7 +26,10 @@ import numpy as np  # the listing's keys and masks (reach.py)
 
 from ledger.errors import JournalCorrupt
 from ledger.store import chunks, fsio, gcstate, reach, retention
+from ledger.store import scan as scanner
 from ledger.store.state import Fold, State
+
+COLLECT_EVERY = 5_000  # records walked between collections of the young generation (the walk runs without the collector)
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,18 @@ def _walk(store) -> reach.Walk:
         w = reach.Walk(store, saved.reach, saved.not_kept, saved.inputs, saved.unresolved, saved.special)
         start, offset = saved.state, saved.offset
     f = Fold(start)
+    n = [0]
 
     def each(rec):
         f.add(rec)
         w.add_record(rec)
+        n[0] += 1
+        if n[0] % COLLECT_EVERY == 0:
+            scanner.collect_young()
 
     try:
-        scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
+        with scanner.without_collector():  # a walk over every record (store/scan.py says why)
+            scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
     except JournalCorrupt as e:
         raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
     if scan.broken_at is not None:
