@@ -12,7 +12,6 @@ the record's seq.
 from __future__ import annotations
 
 import errno
-import gc
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from ledger.store import canonical, chunks, compress, fsio, index, schema
 from ledger.store.fsio import StorageIOError
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import now
+from ledger.store.scan import collect_young, without_collector
 from ledger.store.state import Fold, State
 
 
@@ -446,8 +446,7 @@ class _Objects:
         self._judge_kinds(fresh, first)
         self.seen.add(done)
         self._clear()
-        if not gc.isenabled():
-            gc.collect(0)   # the scan runs without the cyclic collector (_verify): the young, once a batch
+        collect_young()   # the scan runs without the cyclic collector (_verify): the young, once a batch
 
     def _judge_kinds(self, fresh: set, first: dict) -> None:
         for seq, rid, kind, where, oid, want, written, at in self.kind_checks:
@@ -835,24 +834,17 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
     if w:
         checks.watch[w["seq"]] = w["id"]
         checks.state_at[w["seq"]] = w["_state"]
-    # The scan allocates a few dicts and lists per record and frees them by reference count; the
-    # cyclic collector would still traverse the young ones (and now and then everything the
-    # interpreter holds) every few hundred records: 10-30% of a full verify's CPU. Each batch of
-    # object checks collects the young generation instead (_Objects.flush), so a cycle made by
-    # anything on the way still goes within one batch.
-    collecting = gc.isenabled()
-    gc.disable()
+    # A whole-history pass: without the cyclic collector (store/scan.py says why), each batch of
+    # object checks collecting the young generation instead (_Objects.flush).
     try:
-        if w:
-            scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add, lines=True)
-        else:
-            scan = j.scan(keep=False, each=checks.add, lines=True)
+        with without_collector():
+            if w:
+                scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add, lines=True)
+            else:
+                scan = j.scan(keep=False, each=checks.add, lines=True)
     except BaseException:
         checks.objects.close()   # (finish closes them on the way that goes on)
         raise
-    finally:
-        if collecting:
-            gc.enable()
     rep.stats["records"] = scan.last_seq
     rep.stats["checked"] = checks.checked
     if scan.broken_at is not None:
