@@ -7,7 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger import api
+from ledger.api import _quick
 from ledger.cli import common
+
+
+def quick(path: Path) -> None:
+    """A plain `ledger add FILE` (ledger/cli/main.py): an unchanged file is answered from the stat
+    cache before the store's modules load (the same line `add` prints for it); anything else —
+    changed, new, a folder, no entry, a racy one — is `add`."""
+    hit = _quick.unchanged_file(path, common.store_dir())
+    if hit is None:
+        add(path)
+        return
+    oid, size = hit
+    common.line(f"unchanged {oid}  {common.human_bytes(size)}  blob")
 
 
 def add(path: Path, kind: str = "", name: str | None = None, wait: float = 0.0, json_: bool = False) -> None:

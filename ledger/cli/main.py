@@ -37,11 +37,12 @@ def _quick(args: list[str]) -> int | None:
     """`ledger add FILE` with no option, run without typer: the same body as the typer command
     (ledger/cli/adding.py), the store from LEDGER_DIR as the root option's envvar gives it. An
     unchanged re-add is all start-up, and importing typer and building the command was ~35 ms
-    of its ~95 ms (benchmarks/RESULTS.md). Anything else: None, for the typer app."""
+    of its ~95 ms (benchmarks/RESULTS.md); an unchanged file is answered from the stat cache
+    before the store's modules load (adding.quick). Anything else: None, for the typer app."""
     if len(args) != 2 or args[0] != "add" or not args[1] or args[1].startswith("-"):
         return None
     common.set_store_dir(os.environ.get("LEDGER_DIR") or None)   # click reads an empty envvar as unset
-    adding.add(Path(args[1]))
+    adding.quick(Path(args[1]))
     return 0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import blake3
 
 from ledger.errors import AmbiguousRef, BadInput, CorruptObject, MissingObject, UnknownRef
-from ledger.store import canonical, chunks, compress, faults, fsio
+from ledger.store import canonical, chunks, compress, faults, fsio, statcache
 from ledger.store.ids import PREFIX, PREFIX_RE, hash_bytes, hex_of, is_id
 
 CHUNK = 16 << 20  # 16 MiB: large enough for multi-threaded hashing, small enough for the 200 MiB budget
@@ -188,13 +188,7 @@ class ObjectStore:
     def has(self, oid: str) -> bool:
         """A regular file is stored under this id, whole, as a chunk index or compressed (not a
         link, directory or FIFO)."""
-        for p in (self.path(oid), self.index_path(oid), self.zpath(oid)):
-            try:
-                if stat.S_ISREG(os.lstat(p).st_mode):
-                    return True
-            except (FileNotFoundError, NotADirectoryError):
-                pass
-        return False
+        return statcache.has_object(self.path(oid))
 
     def chunked(self, oid: str) -> bool:
         """The object is stored as chunks (its index is here, and no whole copy is)."""

@@ -9,6 +9,8 @@ from pathlib import Path
 from ledger.errors import NotAStore
 
 DIRNAME = ".ledger"
+FORMAT_VERSION = 2  # 2: objects may be stored compressed (`.z`, store/compress.py); 1 is read and upgraded
+FORMATS = (1, 2)    # config "format"s this ledger opens (Store.open; the stat cache's quick answer too)
 
 
 def find_root(dir: str | Path | None = None) -> Path:

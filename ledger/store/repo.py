@@ -33,16 +33,16 @@ from ledger.errors import (
     UnknownRef,
     UnsupportedFormat,
 )
-from ledger.store import canonical, faults, fsio, index, retention, schema, trees
-from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
+from ledger.store import canonical, faults, fsio, index, retention, schema, statcache, trees
+from ledger.store.ids import find_ids, is_id
 from ledger.store.journal import Journal, default_actor, make_record, stat_identity
 from ledger.store.lock import Lock
 from ledger.store.objects import ObjectStore
-from ledger.store.paths import DIRNAME, find_root
+from ledger.store.paths import DIRNAME, FORMAT_VERSION, FORMATS, find_root
+from ledger.store.statcache import fs_stat as _fs_stat
 from ledger.store.state import Fold, State, check_ref_changes
 
-FORMAT_VERSION = 2  # 2: objects may be stored compressed (`.z`, store/compress.py); 1 is read and upgraded
-FORMATS = (1, 2)
+
 @dataclass
 class Transaction:
     """One transaction: the objects it writes and the one record it appends on exit."""
@@ -108,11 +108,6 @@ REFS_MAX = 256 << 20    # refs.json holds every ref: generous, but bounded
 def _new_store_id() -> str:
     # not a b3: id, so nothing mistakes it for a reference to an object
     return "store-" + uuid.uuid4().hex
-
-
-def _fs_stat(path) -> os.stat_result:
-    """stat(2), in one place: the stat cache's keys and its racy check read the same clock."""
-    return os.stat(path)
 
 
 @dataclass(frozen=True)
@@ -747,19 +742,12 @@ class Store:
     # tick. An entry is trusted only if every file it covers was last modified strictly before
     # the entry itself was written (both times from the filesystem's clock): such an entry is
     # never written (stat_cache_put), and one that reads as racy is ignored (stat_cache_get).
+    # (the entry names, stat lines and lookups are ledger/store/statcache.py's, which answers an
+    # unchanged `ledger add FILE` before this module loads)
     def _key(self, text: str) -> Path:
-        return self.root / "cache" / "stat" / hash_bytes(text.encode("utf-8", "surrogateescape"))[len(PREFIX):][:32]
+        return statcache.entry_path(self.root, text)
 
-    @staticmethod
-    def _stat_line(path: Path) -> tuple[str, os.stat_result]:
-        try:
-            st = _fs_stat(path)
-            real = path.resolve()
-        except FileNotFoundError:
-            raise BadInput(f"{path} vanished while it was being added", "retry when nothing is changing it") from None
-        except OSError as e:
-            raise BadInput(f"cannot read {path}: {e.strerror}", "check its permissions") from None
-        return f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}", st
+    _stat_line = staticmethod(statcache.stat_line)
 
     def stat_key(self, path: Path) -> "StatKey":
         text, st = self._stat_line(Path(path))
@@ -783,18 +771,7 @@ class Store:
         return StatKey(self._key("tree\0" + "\n".join(lines)), total, newest, None)
 
     def stat_cache_get(self, key: "StatKey") -> str | None:
-        try:
-            fd, st = fsio.open_regular(key.path)
-        except (OSError, fsio.NotRegular):
-            return None
-        try:
-            data = os.read(fd, 128)
-        finally:
-            os.close(fd)
-        if key.newest_ns >= _fs_stat(key.path).st_mtime_ns:
-            return None  # racy: written within the tick of the file's last change
-        oid = data.decode("ascii", "replace").strip()
-        return oid if is_id(oid) and self.objects.has(oid) else None
+        return statcache.lookup(self.root, key.path, key.newest_ns)
 
     def stat_cache_put(self, key: "StatKey", oid: str) -> None:
         try:
