@@ -66,7 +66,7 @@ def test_an_add_records_its_chunk_list_and_read_data_hashes_each_byte_once(small
     assert rep.stats["chunked_hashed"] == {"list": 1, "names": 0, "other-list": 0}
     assert named == []                                       # no chunk was hashed a second time
     assert not any(i["what"] == "chunk-list" for i in rep.info)
-    # the CLI records it too (ledger add, not only a Transaction in process)
+    # the object store's own answer for the recorded digest: one hash, intact
     assert fresh.objects.check_data(oid, _recorded(small, oid)[0]) == (True, "list")
 
 
