@@ -647,6 +647,15 @@ class Record(Payload):
     requests: list = opt(list_of(OPT_STR))
     image: dict = opt(shape(session=STR, **{"from": INT, "upto": INT}))
     context: str = opt(ID, object_kind="image-context")
+    # What `ledger record` and the image write for a batch (KindHooks.line_shape): count, the turns
+    # counter, first, the batch object as the one objects entry, turns. Integers of at most 18
+    # digits are within 64 bits; the counter is non-negative here (a negative one takes the
+    # general path); canonical bytes hold no escape inside an id.
+    LINE_SHAPE: ClassVar[tuple] = (
+        re.compile(rb',"payload":\{"count":(?:0|[1-9][0-9]{0,17}),"counters":\{"turns":(?:0|[1-9][0-9]{0,17})\},'
+                   rb'"first":[1-9][0-9]{0,17},"objects":\[\["(b3:[0-9a-f]{64})",(?:0|[1-9][0-9]{0,17}),"turns"\]\],'
+                   rb'"turns":"(b3:[0-9a-f]{64})"\},"prev":'),
+        (("turns", "turns"),))
 
     @staticmethod
     def project(rec, p, get_json):
@@ -903,7 +912,8 @@ def _hooks(cls: type[Payload]) -> schema.KindHooks:
     def object_kinds(payload):
         return cls.from_payload(payload).object_kinds()
 
-    return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED, cls.DENSE, _scan_check(cls))
+    return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED, cls.DENSE, _scan_check(cls),
+                            getattr(cls, "LINE_SHAPE", None))
 
 
 def _scan_check(cls: type[Payload]):

@@ -55,7 +55,14 @@ class KindHooks:
     scan(payload)                check and object_kinds in one: (check's BadInput message or None,
                                  object_kinds' answer, {} when there is a message), for a payload
                                  whose envelope is well-formed; what verify calls on every record
-                                 (None: verify calls object_kinds, which checks first)"""
+                                 (None: verify calls object_kinds, which checks first)
+    line_shape                   (pattern, ((key, kind), ...)) or None: a bytes pattern that, matched
+                                 at a canonical line's `,"payload":` member through its `,"prev":`,
+                                 proves the envelope well-formed, the kind's checks passed, the
+                                 payload's ids exactly its groups that begin "b3:", and object_kinds
+                                 {key: (payload[key], kind)} for the pairs given; the shape nearly
+                                 every record of a dense kind has, so verify skips those three checks
+                                 (tests/store/test_verify_fast.py holds it to their answers)"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
@@ -63,6 +70,7 @@ class KindHooks:
     deferred: tuple[str, ...] = ()
     dense: bool = False
     scan: Callable[[dict], tuple[str | None, dict[str, tuple[str, str]]]] | None = None
+    line_shape: tuple[re.Pattern, tuple[tuple[str, str], ...]] | None = None
 
 
 _KINDS: dict[str, KindHooks] = {}

@@ -88,25 +88,40 @@ class _RecordChecks:
         if seq in self.want:
             self.watch[seq] = rec["id"]
         payload = rec["payload"]
-        problem = schema.envelope_problem(payload)
-        objs = payload.get("objects")
-        if problem is None:
-            entries = objs or ()   # the envelope says: a list of [id, size >= 0, kind]
+        kind = rec["kind"]
+        h = schema.hooks(kind)
+        shape = h.line_shape if h is not None else None
+        m = shape[0].match(line, line.find(b',"payload":')) if shape is not None else None
+        if m is not None:
+            # the kind's usual shape (KindHooks.line_shape): the line's bytes prove the envelope,
+            # the kind's checks, the payload's ids and its object kinds at once
+            problem = None
+            entries = payload["objects"]
+            names = set(rec["inputs"])
+            names.update(rec["outputs"])
+            names.update(g.decode() for g in m.groups() if g and g.startswith(b"b3:"))
+            named = {key: (payload[key], want) for key, want in shape[1]}
         else:
-            entries = [o for o in objs if isinstance(o, list) and len(o) == 3 and is_id(o[0])] \
-                if isinstance(objs, list) else []
-        at = self.objects.record(_ids_of(rec, line), entries)
+            problem = schema.envelope_problem(payload)
+            objs = payload.get("objects")
+            if problem is None:
+                entries = objs or ()   # the envelope says: a list of [id, size >= 0, kind]
+            else:
+                entries = [o for o in objs if isinstance(o, list) and len(o) == 3 and is_id(o[0])] \
+                    if isinstance(objs, list) else []
+            names = _ids_of(rec, line)
+        at = self.objects.record(names, entries)
         if problem is not None:
             self._bad(rec, problem)
             self._snapshot(seq)
             return  # cannot be folded: its refs are not refs
         if self.read_data and "chunk_lists" in payload:
             self.objects.listed(payload["chunk_lists"], rec["seq"])
-        kind = rec["kind"]
         if not kind or len(kind) > schema.MAX_KIND_LEN:
             self._bad(rec, f"the kind must be 1 to {schema.MAX_KIND_LEN} characters")
-        h = schema.hooks(kind)
-        if h is None:
+        if m is not None:
+            pass   # named above
+        elif h is None:
             named = None
         elif h.scan is not None:   # the kind's checks and object_kinds in one (no dataclass built)
             problem, named = h.scan(payload)
