@@ -19,7 +19,10 @@ each cycle's judge on its own budget key (suites are re-sealed over a year). The
 `ledger verify --read-data`. Built stores are cached under --cache keyed by their parameters;
 each measurement session works on a copy whose objects are hard links (objects are immutable,
 written once), so the cache stays pristine. Disk: ~4.9 KiB a record (a `turns` object takes a
-4 KiB block), so 10M records need ~49 GB for the cache and ~5 GB per working copy. Each command's
+4 KiB block), so 10M records need ~49 GB for the cache and ~8 GB per working copy. Where that
+does not fit, a filesystem with 1 KiB blocks holds the same store in ~19 GB (RESULTS.md, "10M
+records, session 7": a loop-mounted ext4 made with `mkfs.ext4 -b 1024 -N 11500000`); the
+format is the same, and the 100-record store is built beside it on the same filesystem. Each command's
 wall, CPU (user + system) and peak RSS come from GNU time (see run_measured).
 
 `--warm` runs each command once on each store, untimed, before the timed runs (printed as its
