@@ -11,7 +11,7 @@ import pytest
 
 from ledger.store import Store, chunks, objects, repack, schema
 from ledger.store.verify import verify
-from tests.store.test_chunks import _add, _forge_page
+from tests.store.test_chunks import _add, _forge_page, flip_a_chunk_byte
 from tests.store.test_repack import _setup
 
 MIB = 1 << 20
@@ -73,14 +73,7 @@ def test_an_add_records_its_chunk_list_and_read_data_hashes_each_byte_once(small
 def test_a_planted_chunk_fails(small, tmp_path):
     """Bytes of one chunk flipped in its pack: the one hash of the whole fails."""
     oid = _add(small, _file(tmp_path))
-    d, (pack, off, n) = small.objects.chunk_entries(oid)[5]
-    p = small.objects.packs.path(pack)
-    os.chmod(p, 0o644)
-    with open(p, "r+b") as f:
-        f.seek(off + n // 2)
-        b = f.read(1)
-        f.seek(off + n // 2)
-        f.write(bytes([b[0] ^ 1]))
+    flip_a_chunk_byte(small, oid)
     rep = _read_data(small.root)
     assert [e for e in rep.errors if e["id"] == oid and e["what"] == "corrupt"], rep.errors
     assert rep.stats["chunked_hashed"]["list"] == 1          # the fast path ran, and caught it

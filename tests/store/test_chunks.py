@@ -35,6 +35,19 @@ def _add(store, path) -> str:
     return oid
 
 
+def flip_a_chunk_byte(store, oid: str, i: int = 5):
+    """Flip one byte in the middle of the object's i-th chunk, in its pack; the pack's path."""
+    _, (pack, off, n) = store.objects.chunk_entries(oid)[i]
+    p = store.objects.packs.path(pack)
+    os.chmod(p, 0o644)
+    with open(p, "r+b") as f:
+        f.seek(off + n // 2)
+        b = f.read(1)
+        f.seek(off + n // 2)
+        f.write(bytes([b[0] ^ 1]))
+    return p
+
+
 def test_id_is_whole_content_hash_and_reads_are_exact(small, tmp_path):
     data = os.urandom(6 * MIB + 123)
     (tmp_path / "w").write_bytes(data)
@@ -88,14 +101,7 @@ def test_a_damaged_chunk_is_detected_on_read_naming_object_and_pack(small, tmp_p
     data = os.urandom(4 * MIB)
     (tmp_path / "f").write_bytes(data)
     oid = _add(small, tmp_path / "f")
-    d, (pack, off, n) = small.objects.chunk_entries(oid)[5]
-    p = small.objects.packs.path(pack)
-    os.chmod(p, 0o644)
-    with open(p, "r+b") as f:
-        f.seek(off + n // 2)
-        b = f.read(1)
-        f.seek(off + n // 2)
-        f.write(bytes([b[0] ^ 1]))
+    p = flip_a_chunk_byte(small, oid)
     with pytest.raises(CorruptObject) as e:
         small.get_bytes(oid)
     assert e.value.exit_code == 4 and oid in e.value.message and str(p) in e.value.message
