@@ -366,20 +366,27 @@ def flops_per_token(cfg, r: int, modules, seq: int) -> dict:
             "formula": "4*N_mm + 6*N_lora + 6*L*T*d_q (causal attention, fwd 2*T*d_q per token-layer, bwd 2x fwd)"}
 
 
+def cuda_ms(f, warmup: int = 3, calls: int = 10) -> float:
+    """Milliseconds a call of `f` takes on the GPU: `warmup` calls, then `calls` between two events."""
+    import torch
+
+    for _ in range(warmup):
+        f()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(calls):
+        f()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / calls
+
+
 def matmul_rate() -> float:
     import torch
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        a @ b
-    e1.record()
-    torch.cuda.synchronize()
-    return 10 * 2 * 8192 ** 3 / (e0.elapsed_time(e1) / 1e3)
+    return 2 * 8192 ** 3 / (cuda_ms(lambda: a @ b) / 1e3)
 
 
 def _peft(base_dir, dev, r, alpha, modules, fp32_adapter=True):
@@ -846,15 +853,7 @@ def fp8_matmul_rate() -> float:
 
     def f():
         return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-    for _ in range(3):
-        f()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        f()
-    e1.record()
-    torch.cuda.synchronize()
-    return 10 * 2 * 8192 ** 3 / (e0.elapsed_time(e1) / 1e3)
+    return 2 * 8192 ** 3 / (cuda_ms(f) / 1e3)
 
 
 SMOLLM2_SHAPE = dict(hidden=576, layers=30, heads=9, kv=3, inter=1536, vocab=49152, tied=True, rope_theta=100000.0)
@@ -1045,15 +1044,7 @@ def part_sdpa(a, out):
             with sdpa_kernel([getattr(SDPBackend, name)]):
                 def f():
                     F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
-                for _ in range(3):
-                    f()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                for _ in range(10):
-                    f()
-                e1.record()
-                torch.cuda.synchronize()
-                res[name] = e0.elapsed_time(e1) / 10
+                res[name] = cuda_ms(f)
         except Exception as e:  # noqa: BLE001 - a backend that refuses the shape is recorded
             res[name] = repr(e)[:300]
     RESULTS["sdpa_ms_fwd_bwd_one_layer"] = res
