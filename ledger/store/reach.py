@@ -80,13 +80,27 @@ def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class Keys:
     """A set of ids as uint64 keys: a sorted base array (loaded from the state), a sorted array
-    of what was added since, and the latest additions in a small Python set."""
+    of what was added since, and the latest additions in a small Python set.
+
+    The added keys live in a buffer that grows in place (ndarray.resize: glibc's realloc of a
+    large block is an mremap, so no second copy is ever resident) and are merged into it from
+    the end. np.insert would allocate the whole merged array beside the old one at every flush:
+    at ten million keys gc's first run held a third 78 MB array for that alone (issue 18, 10M
+    records: 345 MiB during the walk). Once a view of the buffer has been handed out, the
+    buffer is never resized or merged into again (a later flush copies it first), so a view
+    neither dangles nor changes."""
 
     def __init__(self, base: np.ndarray | None = None):
         self.base = np.empty(0, dtype=np.uint64) if base is None else base
-        self._extra = np.empty(0, dtype=np.uint64)
+        self._buf = np.empty(0, dtype=np.uint64)
+        self._n = 0
+        self._lent = False           # a view of _buf is out there: never resize it in place
         self._recent: set[int] = set()
         self._all: np.ndarray | None = None
+
+    @property
+    def _extra(self) -> np.ndarray:
+        return self._buf[:self._n]
 
     def has(self, k: int) -> bool:
         if k in self._recent:
@@ -106,14 +120,29 @@ class Keys:
             self._flush()
 
     def _flush(self) -> None:
-        if self._recent:
-            new = np.unique(np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent)))
-            self._extra = merged(self._extra, new)
-            self._recent = set()
+        if not self._recent:
+            return
+        new = np.unique(np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent)))
+        self._recent = set()
+        old = self._extra
+        new = new[~member(old, new)]
+        if not len(new):
+            return
+        n, m = self._n, len(new)
+        cap = max(n + m, len(self._buf) + len(self._buf) // 4 + _FLUSH)
+        if self._lent:               # a view reads the old keys: merge into a copy instead
+            grown = np.empty(max(n + m, len(self._buf)), dtype=np.uint64)
+            grown[:n] = old
+            self._buf, self._lent = grown, False
+        elif n + m > len(self._buf):
+            self._buf.resize(cap, refcheck=False)
+        _merge_from_the_end(self._buf, n, new)
+        self._n = n + m
 
     def added(self) -> np.ndarray:
         """The keys added since the base (sorted, unique; may include some already in the base)."""
         self._flush()
+        self._lent = True
         return self._extra
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
@@ -124,14 +153,28 @@ class Keys:
     def array(self) -> np.ndarray:
         """Every key, sorted and unique (the base array itself when nothing was added)."""
         self._flush()
-        if not len(self._extra):
+        if not self._n:
             return self.base
         if self._all is None:   # kept: gc asks twice (to save the state, then to judge the listing)
+            self._lent = True
             self._all = merged(self.base, self._extra)
         return self._all
 
     def __len__(self) -> int:
         return len(self.array())
+
+
+def _merge_from_the_end(buf: np.ndarray, n: int, new: np.ndarray) -> None:
+    """Merge the sorted keys `new` (none in buf[:n]) into the sorted buf[:n], in place, into
+    buf[:n + len(new)]. Old keys move right by the number of new keys below them; moving them
+    a slice at a time from the end never overwrites one not yet moved (its place is at or
+    right of where it is), and each slice's temporaries are _SLICE keys."""
+    at_new = np.searchsorted(buf[:n], new) + np.arange(len(new))
+    for hi in range(n, 0, -_SLICE):
+        lo = max(0, hi - _SLICE)
+        part = buf[lo:hi].copy()
+        buf[np.arange(lo, hi) + np.searchsorted(new, part)] = part
+    buf[at_new] = new
 
 
 @dataclass
