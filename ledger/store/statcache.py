@@ -3,7 +3,7 @@ file's stat line — its real path, device, inode, size, mtime and ctime — hol
 committed from it. Store's stat_key / stat_cache_get / stat_cache_put are built on these functions.
 
 Kept light (no store modules beyond fsio and ids, no dataclasses): an unchanged `ledger add FILE`
-is answered from here (`unchanged_file`, through ledger/api/quick.py) before the store's other
+is answered from here (`unchanged_file`, through ledger/api/_quick.py) before the store's other
 modules load — an unchanged re-add is all start-up, and those imports were half of it.
 
 git's "racy" rule: a file's stat says nothing about a rewrite within the same timestamp tick. An
