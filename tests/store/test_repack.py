@@ -17,6 +17,7 @@ from ledger.store import Store, chunks, gc, repack
 from ledger.store.verify import verify
 from tests.conftest import ledger_cmd
 from tests.reliability.helpers import assert_consistent
+from tests.store.test_chunks import flip_a_chunk_byte
 
 MIB = 1 << 20
 TAIL = 500      # x's last chunk: far shorter than x's page (~75 entries x 60 B)
@@ -150,15 +151,9 @@ def test_a_damaged_live_chunk_stops_the_repack_before_any_index_changes(tmp_path
     old_index = s.objects.index_path(xid).read_bytes()
     packs = sorted(str(p) for _, p in s.objects.packs.iter_packs())
     p = repack.plan(s)
-    d, (pack, off, n) = next((d, loc) for d, loc in s.objects.chunk_entries(xid)
-                             if str(s.objects.packs.path(loc[0])) == p.packs[0][0])
-    path = s.objects.packs.path(pack)
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as f:
-        f.seek(off + n // 2)
-        b = f.read(1)
-        f.seek(off + n // 2)
-        f.write(bytes([b[0] ^ 1]))
+    i = next(i for i, (_, loc) in enumerate(s.objects.chunk_entries(xid))
+             if str(s.objects.packs.path(loc[0])) == p.packs[0][0])
+    flip_a_chunk_byte(s, xid, i)
     with pytest.raises(CorruptObject, match="does not hash to its name"):
         repack.repack(Store.open(s.root))
     s = Store.open(s.root)
