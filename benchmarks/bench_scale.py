@@ -233,10 +233,13 @@ def build(n: int, cache: Path, per_cycle: int = 2700, batch: int = 2, say=print)
     for r in tpl_recs[:3]:                              # init, genesis, seal: as recorded
         w.append(r["kind"], r["inputs"], r["outputs"], r["actor"], r["payload"])
     gen0 = by_kind["genesis"]["payload"]["refs"]["HEAD"]
-    turns_obj = json.loads((src / "objects").joinpath(*_fan(by_kind["record"]["payload"]["turns"])).read_bytes())
+    # read through the object store: the template's structured objects are stored compressed (Z1)
+    from ledger.store.objects import ObjectStore
+    tpl_objects = ObjectStore(src)
+    turns_obj = tpl_objects.get_json(by_kind["record"]["payload"]["turns"])
     sample = turns_obj["turns"][:50]
-    dataset_bytes = (src / "objects").joinpath(*_fan(by_kind["export"]["payload"]["dataset"])).read_bytes()
-    gen_manifest = json.loads((src / "objects").joinpath(*_fan(by_kind["commit"]["payload"]["refs"]["HEAD"])).read_bytes())
+    dataset_bytes = tpl_objects.get_bytes(by_kind["export"]["payload"]["dataset"])
+    gen_manifest = tpl_objects.get_json(by_kind["commit"]["payload"]["refs"]["HEAD"])
     turns = exported = 0
     head, gen_n = gen0, 0
     report_every = max(1, n // 10)
@@ -332,10 +335,6 @@ def _dataset_of_cycle(template: bytes, cycle: int) -> bytes:
     out = io.BytesIO()
     pq.write_table(table, out)
     return out.getvalue()
-
-
-def _fan(oid: str) -> tuple[str, str]:
-    return oid[3:5], oid[5:]
 
 
 COPY_DONE = ".bench-scale-copy.json"  # beside .ledger in a working copy: made whole, from which cache entry
