@@ -269,9 +269,13 @@ class Walk:
     def __init__(self, store, reach: np.ndarray | None = None, not_kept: np.ndarray | None = None,
                  inputs: np.ndarray | None = None, unresolved=(), special=()):
         self.store = store
+        # The policy's closure is nearly all of rule 9's (only superseded training state is left
+        # out), so it is held as what it leaves out: at ten million objects a second closure of
+        # its own was another ~98 MB of keys (issue 18: gc's first run at 10M records, 423 MiB).
         self.reach = Keys(reach)                   # rule 9's closure
-        self.kept = Keys()                         # the policy's closure: what it added to the saved one
-        self._not_kept = Keys(not_kept)            # saved: reached, but not kept by the policy
+        self._dropped = Keys(not_kept)             # reached, and not kept when the record that reached it was walked
+        self._revived = Keys()                     # dropped, then kept by a later record
+        self._pending: set[int] = set()            # reached by the record being walked, not kept (yet)
         self.inputs = Keys(inputs)                 # every id a record names as an input
         self.unresolved: set[str] = set(unresolved)
         self.special: set[str] = set(special)      # checkpoints and receipts the policy keeps
@@ -279,16 +283,18 @@ class Walk:
         self.resolved = 0                          # unresolved objects that opened whole this time
 
     def _kept(self, k: int) -> bool:
-        """Kept by the policy: added this walk, or in the saved closure (reached, not not-kept)."""
-        if self.kept.has(k):
-            return True
-        base = self.reach.base
-        if len(base):
-            u = np.uint64(k)
-            i = int(base.searchsorted(u))
-            if i < len(base) and base[i] == u:
-                return not self._not_kept.has(k)
-        return False
+        """Kept by the policy: reached, and neither waiting for the record being walked to keep
+        it nor dropped without being revived since."""
+        if k in self._pending or not self.reach.has(k):
+            return False
+        return not self._dropped.has(k) or self._revived.has(k)
+
+    def _keep(self, k: int) -> None:
+        """The policy keeps `k` (reached, not kept so far)."""
+        if k in self._pending:
+            self._pending.discard(k)
+        else:
+            self._revived.add(k)
 
     def add_record(self, rec: dict) -> None:
         """Grow both closures by what one record names."""
@@ -305,6 +311,7 @@ class Walk:
             if self.reach.has(k):
                 continue
             self.reach.add(k)
+            self._pending.add(k)
             node = memo.get(oid) or self._open(oid, memo)
             stack.extend(c for c in node.children if not self.reach.has(key(c)))
         # the policy's closure is inside rule 9's (named ids are among every id, its edges among
@@ -315,11 +322,14 @@ class Walk:
             k = key(oid)
             if self._kept(k):
                 continue
-            self.kept.add(k)
+            self._keep(k)
             node = memo.get(oid) or self._open(oid, memo)
             if node.special:
                 self.special.add(oid)
             stack.extend(c for c in node.kept_children if not self._kept(key(c)))
+        for k in self._pending:   # reached by this record and not kept by it
+            self._dropped.add(k)
+        self._pending.clear()
 
     def _open(self, oid: str, memo: dict) -> Node:
         node = classify(self.store, oid)
@@ -353,13 +363,8 @@ class Walk:
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(reach, reached but not kept, inputs) as sorted arrays, for the saved state."""
-        reach = self.reach.array()
-        newly = self.reach.added()
-        # not kept = (saved not-kept ∪ newly reached) − newly kept; each part is masked in place
-        # (a bool a key) so that at ten million keys no second copy of the closure is made
-        saved = self._not_kept.array()
-        fresh = newly[~(member(self.reach.base, newly) | self.kept.contains(newly))]
-        return reach, merged(saved[~self.kept.contains(saved)], fresh), self.inputs.array()
+        dropped = self._dropped.array()
+        return self.reach.array(), dropped[~self._revived.contains(dropped)], self.inputs.array()
 
 
 _HEXVAL = np.full(256, 255, dtype=np.uint8)
