@@ -106,11 +106,16 @@ class Keys:
         if k in self._recent:
             return True
         u = np.uint64(k)
-        for arr in (self.base, self._extra):
-            if len(arr):
-                i = int(arr.searchsorted(u))
-                if i < len(arr) and arr[i] == u:
-                    return True
+        base, n = self.base, self._n
+        if len(base):
+            i = base.searchsorted(u)
+            if i < len(base) and base[i] == u:
+                return True
+        if n:
+            extra = self._buf[:n]
+            i = extra.searchsorted(u)
+            if i < n and extra[i] == u:
+                return True
         return False
 
     def add(self, k: int) -> None:
@@ -304,19 +309,21 @@ class Walk:
         self._grow(every, named, {})
 
     def _grow(self, every, named, memo: dict) -> None:
-        stack = [oid for oid in every if not self.reach.has(key(oid))]
+        # each id is judged once, when it leaves the stack (its key computed once; a first gc
+        # makes ten million of these lookups, each a set probe and up to two binary searches)
+        stack = list(every)
         while stack:
             oid = stack.pop()
             k = key(oid)
-            if self.reach.has(k):
+            if k in self._pending or self.reach.has(k):
                 continue
             self.reach.add(k)
             self._pending.add(k)
             node = memo.get(oid) or self._open(oid, memo)
-            stack.extend(c for c in node.children if not self.reach.has(key(c)))
+            stack.extend(node.children)
         # the policy's closure is inside rule 9's (named ids are among every id, its edges among
         # all edges), so whatever it opens was opened above, in this record or an earlier one
-        stack = [oid for oid in named if not self._kept(key(oid))]
+        stack = list(named)
         while stack:
             oid = stack.pop()
             k = key(oid)
@@ -326,7 +333,7 @@ class Walk:
             node = memo.get(oid) or self._open(oid, memo)
             if node.special:
                 self.special.add(oid)
-            stack.extend(c for c in node.kept_children if not self._kept(key(c)))
+            stack.extend(node.kept_children)
         for k in self._pending:   # reached by this record and not kept by it
             self._dropped.add(k)
         self._pending.clear()
