@@ -17,10 +17,9 @@ import os
 import re
 import stat
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
-import numpy as np  # the ids already checked: 8 bytes each in sorted arrays, not ~150 in a set of strings
 
 from ledger.errors import BadInput, CorruptObject, LedgerError, MissingObject, StoreCorrupt
 from ledger.store import canonical, chunks, compress, fsio, index, schema
@@ -212,10 +211,13 @@ def _set_aside_refs(store) -> str:
     return f"moved it aside to tmp/{aside.name} (the next write rebuilds it from the journal)"
 
 
-def _write_watermark(store, st: State, offset: int, rep: Report) -> None:
-    """Record the clean check up to `offset` (a cache: written whole or not at all)."""
+def _write_watermark(store, st: State, offset: int, rep: Report, index_entry: dict | None = None) -> None:
+    """Record the clean check up to `offset` (a cache: written whole or not at all), and the index
+    file it read (rule 20), if any."""
     w = {"store": store.store_id, "seq": st.seq, "id": st.head, "offset": offset, "state": st.to_json(),
          "state_digest": _state_digest(st), "time": now()}
+    if index_entry is not None:
+        w["index"] = index_entry
     path = store.root.joinpath(*WATERMARK)
     try:
         path.parent.mkdir(exist_ok=True)
@@ -230,20 +232,93 @@ def verify(store, read_data: bool = False, progress=None, full: bool = False) ->
 
     Incremental by default (rule 20): from the watermark the last clean verify recorded, only
     the records after it are checked (and that the watermark's record is still at its offset);
-    `full` (and `read_data`, which rehashes every object) checks everything from record 1."""
+    `full` (and `read_data`, which rehashes every object) checks everything from record 1. The
+    index is opened unless it is the very file the last clean verify checked (rule 20's index
+    identity; never with `full`)."""
+    mark = load_watermark(store)
+    seen = _IndexSeen.take(store.root)
+    vouched = None if full else _index_vouched(mark[0], seen, rows=read_data)
+    if vouched is not None:
+        return _verify(store, read_data, progress, None, full or read_data, mark, seen, vouched)
     # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
     # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
     with ThreadPoolExecutor(1) as pool:
         indexed = pool.submit(index.indexed_meta, store.root)
-        return _verify(store, read_data, progress, indexed, full or read_data)
+        return _verify(store, read_data, progress, indexed, full or read_data, mark, seen, None)
 
 
-def _start(store, rep: Report, full: bool):
+# --- the index's identity in the watermark (rule 20) -----------------------------------------------
+# Opening index.duckdb costs ~0.14 s of CPU (DuckDB's import, then a full verify's row counts of
+# journal and journal_sparse): most of a small store's verify. A clean verify that read the index
+# records which file it read — its identity and its WAL's, the meta it read, whether the row checks
+# ran — and the next verify takes those answers instead of reading the file again when the file is
+# still exactly that one: the same answers, since the answers are the file's.
+INDEX_FILES = ("index.duckdb", "index.duckdb.wal")
+RACY_NS = 2_000_000_000   # an index changed less than this before the identity was taken is not vouched for
+
+
+def _identity_of(path) -> list | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] if stat.S_ISREG(st.st_mode) else []
+
+
+def _index_code() -> list:
+    """What the answers read from an index depend on besides its bytes: this ledger's index
+    version and dense kinds (index._version_problem refuses an index of others)."""
+    return [index.INDEX_VERSION, sorted(schema.dense_kinds())]
+
+
+@dataclass
+class _IndexSeen:
+    """index.duckdb and its WAL as a verify found them, before reading either."""
+    identity: list | None      # [index's, WAL's]; None when there is no index file (or an OS error)
+    racy: bool                 # changed within RACY_NS of `taken`: a change in the same tick could leave it equal
+
+    @classmethod
+    def take(cls, root) -> "_IndexSeen":
+        taken = time.time_ns()   # before the stat: any change after it gets a ctime past `taken - RACY_NS`
+        try:
+            main, wal = (_identity_of(root / name) for name in INDEX_FILES)
+        except OSError:
+            return cls(None, True)
+        if not main:
+            return cls(None, True)   # no index (or not a regular file): nothing to vouch for
+        ident = [main, wal]
+        newest = max(i[4] for i in ident if i)
+        return cls(ident if wal != [] else None, newest > taken - RACY_NS)
+
+    def still(self, root) -> bool:
+        """The index files are still exactly the ones taken."""
+        return self.identity is not None and self.identity == _IndexSeen.take(root).identity
+
+
+def _index_vouched(w: dict | None, seen: _IndexSeen, rows: bool) -> dict | None:
+    """The watermark's record of the index, when the index is the very file it names (same
+    identity, WAL included, and this ledger's index code) and, with `rows`, the last verify ran
+    the row checks on it; None otherwise (the index is then read)."""
+    got = w.get("index") if w is not None else None
+    if not isinstance(got, dict) or seen.identity is None or got.get("identity") != seen.identity \
+            or got.get("code") != _index_code() or got.get("checks") not in ("meta", "rows"):
+        return None
+    meta = got.get("meta")
+    if not isinstance(meta, dict) or set(meta) != {"seq", "head", "store", "deferred"} \
+            or type(meta["seq"]) is not int or type(meta["deferred"]) is not int \
+            or not all(v is None or type(v) is str for v in (meta["head"], meta["store"])):
+        return None
+    if rows and got["checks"] != "rows":
+        return None
+    return got
+
+
+def _start(store, rep: Report, full: bool, mark: tuple):
     """Where this verify starts: (watermark or None). Says why when a watermark is not used."""
     if full:
         rep.stats["mode"] = "full"
         return None
-    w, why = load_watermark(store)
+    w, why = mark
     if w is not None:
         # refs.json at the journal's end, yet the file is not the one its last writer left: the
         # bytes were changed in place since (rule 19), so the records before the watermark are
@@ -316,18 +391,36 @@ else:  # pragma: no cover - PYTHONHASHSEED set: str hashes are predictable
         return (((_MUL * int(oid[len(PREFIX):], 16)) & _MASK) >> 192) - (1 << 63)
 
 
+def _np():
+    """numpy, imported when verify first needs it: the ids already checked are 8 bytes each in
+    sorted arrays, not ~150 in a set of strings, but only once there are _SET_MAX of them. Its
+    import costs ~0.09 s of CPU (benchmarks/RESULTS.md, session 8), a quarter of a verify of a
+    small store, so a store of a few thousand objects never pays it."""
+    import numpy
+    return numpy
+
+
 class _Seen:
-    """A set of keys as sorted int64 runs. A new run is merged into the one before it while it is at
-    least half that one's size (a binary counter: adding n keys costs O(n log n), a lookup one
-    searchsorted per run), up to runs of _RUN_MAX keys, which are never merged again: merging two
-    runs copies them, so the largest merge, not the set, would set the peak (two copies of every
-    key at the end of a ten-million-object verify, 160 MB more). The runs are disjoint (a batch adds
-    only keys no run holds), so a merge is a sort of the two, no dedup."""
+    """A set of keys: a Python set of ints up to _SET_MAX keys (~70 bytes a key, at most ~300 KB),
+    then sorted int64 runs. A new run is merged into the one before it while it is at least half
+    that one's size (a binary counter: adding n keys costs O(n log n), a lookup one searchsorted per
+    run), up to runs of _RUN_MAX keys, which are never merged again: merging two runs copies them,
+    so the largest merge, not the set, would set the peak (two copies of every key at the end of a
+    ten-million-object verify, 160 MB more). The runs are disjoint (a batch adds only keys no run
+    holds), so a merge is a sort of the two, no dedup. Either form answers membership exactly."""
 
     def __init__(self):
-        self.runs: list[np.ndarray] = []
+        self.small: set[int] | None = set()
+        self.runs: list = []    # numpy int64 arrays, once `small` has overflowed
 
     def add(self, keys) -> None:
+        """Add ints that no earlier add gave (a batch's new keys)."""
+        if self.small is not None:
+            self.small.update(keys)
+            if len(self.small) <= _SET_MAX:
+                return
+            keys, self.small = self.small, None   # the first run: every key so far
+        np = _np()
         arr = np.fromiter(keys, dtype=np.int64)
         if not len(arr):
             return
@@ -341,7 +434,13 @@ class _Seen:
             merged.sort(kind="stable")   # two sorted runs: timsort merges them in one pass
             self.runs.append(merged)
 
-    def contains(self, keys: np.ndarray) -> np.ndarray:
+    def contains(self, keys: list[int]):
+        """Whether each key is held, in order (a list or a boolean array: index or iterate it)."""
+        if self.small is not None:
+            small = self.small
+            return [k in small for k in keys]
+        np = _np()
+        keys = np.fromiter(keys, dtype=np.int64, count=len(keys))
         found = np.zeros(len(keys), dtype=bool)
         for r in self.runs:
             i = np.searchsorted(r, keys)
@@ -349,11 +448,20 @@ class _Seen:
             found |= r[i] == keys
         return found
 
+    def contains_all(self, keys: list[int]) -> bool:
+        if self.small is not None:
+            small = self.small
+            return all(k in small for k in keys)
+        return bool(self.contains(keys).all())
+
     def nbytes(self) -> int:
+        if self.small is not None:
+            return sys.getsizeof(self.small) + 32 * len(self.small)
         return sum(r.nbytes for r in self.runs)
 
 
 _RUN_MAX = 1 << 20            # keys in a run that is merged no more (8 MiB)
+_SET_MAX = 4096               # keys held in a set before the first run (numpy imported only then)
 _BATCH = 256                  # records whose named objects are judged together (one vectorised lookup)
 _KINDS_CACHE = 4096           # objects whose "kind" is remembered (a cache: cleared when full)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -432,7 +540,7 @@ class _Objects:
         """Judge the batch: open what it names for the first time (and what that reaches)."""
         first = self.first
         names = list(first)
-        keys = np.fromiter((_key(n) for n in names), dtype=np.int64, count=len(names))
+        keys = [_key(n) for n in names]
         old = self.seen.contains(keys)
         sizes: dict[str, int | None] = {}     # id -> size found (None: missing or damaged)
         done: set[int] = set()
@@ -449,8 +557,7 @@ class _Objects:
             nxt = [(c, _key(c)) for c in children]
             nxt = [(c, k) for c, k in nxt if k not in done]
             if nxt:
-                ck = np.fromiter((k for _, k in nxt), dtype=np.int64, count=len(nxt))
-                nxt = [ck_ for ck_, o in zip(nxt, self.seen.contains(ck)) if not o]
+                nxt = [ck_ for ck_, o in zip(nxt, self.seen.contains([k for _, k in nxt])) if not o]
             todo = nxt
         for oid, recorded in self.entries:
             size = sizes[oid] if oid in sizes else self._size(oid)
@@ -657,15 +764,14 @@ class _Objects:
             # A directory of whole files only, every one an object the journal pass examined (the
             # usual case): nothing of it is left to judge, so no entry of it is looked at alone.
             nonlocal plain_ids
-            keys = np.fromiter((_key(PREFIX + fan + n) for n in names), dtype=np.int64, count=len(names))
-            if self.read_data or not self.seen.contains(keys).all():
+            if self.read_data or not self.seen.contains_all([_key(PREFIX + fan + n) for n in names]):
                 return False
             plain_ids += len(names)
             return True
 
         for groups in _groups(ob.dir, all_reached):
             ids = [g[0][0] for g in groups]
-            reached_all = self.seen.contains(np.fromiter((_key(i) for i in ids), dtype=np.int64, count=len(ids)))
+            reached_all = self.seen.contains([_key(i) for i in ids])
             for group, reached in zip(groups, reached_all):
                 total_ids, dangling = self._judge(group, bool(reached), progress, total_ids, dangling, first_dangling)
         total_ids += plain_ids
@@ -833,19 +939,27 @@ def _note_record_at(store, checks: _RecordChecks, st: State, seq, after: int) ->
             return
 
 
-def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
+def _verify(store, read_data: bool, progress, indexed, full: bool, mark: tuple, seen: _IndexSeen,
+            vouched: dict | None) -> Report:
     rep = Report()
     j = store.journal
-    w = _start(store, rep, full)
+    w = _start(store, rep, full, mark)
     cache = store._load_cache()
     checks = _RecordChecks(store, rep, read_data, w["_state"] if w else None)
     if cache:
         checks.want.add(cache["seq"])
     # The index's meta comes from a thread that imports DuckDB (~0.5 s): if it is not there yet,
     # it is waited for only after the object pass (a --read-data rehash overlaps it).
-    checks.meta_future = indexed
-    if indexed.done():
-        checks.take_meta()
+    if vouched is not None:
+        # the very index file the last clean verify read (rule 20): its meta is what it read
+        checks.meta = dict(vouched["meta"])
+        checks.want.add(checks.meta["seq"])
+        rep.stats["index"] = "unchanged"
+    else:
+        checks.meta_future = indexed
+        if indexed.done():
+            checks.take_meta()
+        rep.stats["index"] = "read"
     if w:
         checks.watch[w["seq"]] = w["id"]
         checks.state_at[w["seq"]] = w["_state"]
@@ -931,11 +1045,13 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
         rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at "
                                                          f"{st.seq} (`ledger index rebuild`)"})
 
-    if w is None and meta and meta["store"] in (None, store.store_id) \
+    rows_checked = vouched is not None and vouched["checks"] == "rows"
+    if w is None and meta and meta["store"] in (None, store.store_id) and not rows_checked \
             and not any(e["what"] == "index" for e in rep.errors):
         # A lookup checks each row it reads (rule 21); a row deleted from the index (a lookup,
         # the gate's budget count among them, would miss its record) shows only in the counts.
         n, rows = meta["seq"], index.journal_row_counts(store.root)
+        rows_checked = rows is not None
         if rows is not None and rows != (n, n, min(1, n), n):
             rep.errors.append({"what": "index", "seq": n,
                                "message": f"the index's journal table holds {rows[0]} rows ({rows[1]} distinct) for "
@@ -955,5 +1071,17 @@ def _verify(store, read_data: bool, progress, indexed, full: bool) -> Report:
     if info:
         rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})
     if rep.ok and scan.broken_at is None and scan.last_seq:
-        _write_watermark(store, st, scan.end, rep)
+        _write_watermark(store, st, scan.end, rep, _index_entry(store, seen, vouched, meta, rows_checked))
     return rep
+
+
+def _index_entry(store, seen: _IndexSeen, vouched: dict | None, meta: dict | None, rows: bool) -> dict | None:
+    """What the watermark records of the index (rule 20): the file this verify read (or took from
+    the watermark), if it is still that file and was not racy when taken; None otherwise."""
+    if vouched is not None:
+        entry = vouched       # carried forward, the row checks as the verify that ran them left them
+    elif meta is None or seen.racy:
+        return None
+    else:
+        entry = {"identity": seen.identity, "meta": meta, "checks": "rows" if rows else "meta", "code": _index_code()}
+    return entry if seen.still(store.root) else None

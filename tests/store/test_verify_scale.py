@@ -66,11 +66,12 @@ def stores(tmp_path_factory):
 @pytest.fixture
 def small_batches(monkeypatch):
     """Read blocks, object batches and caches smaller than these stores (at scale they are
-    constants: 8 MiB of journal, 256 records, 4096 sizes and kinds), so what is left to grow is what
+    constants: 8 MiB of journal, 256 records, 4096 sizes and kinds, 4096 keys in a set), so what is left to grow is what
     grows with history."""
     monkeypatch.setattr(journal, "SCAN_BLOCK", 64 << 10)
     monkeypatch.setattr(V, "_BATCH", 64)
     monkeypatch.setattr(V, "_KINDS_CACHE", 64)
+    monkeypatch.setattr(V, "_SET_MAX", 64)
 
 
 def _peak(root) -> int:
