@@ -138,16 +138,17 @@ def _walk(store) -> reach.Walk:
     f = Fold(start)
     n = [0]
 
-    def each(rec):
-        f.add(rec)
-        w.add_record(rec)
+    def each(rec, line):
+        ids = reach.shaped_ids(rec, line)   # a line of its kind's usual shape: its envelope is proven too
+        f.add(rec, checked=ids is not None)
+        w.add_record(rec, ids)
         n[0] += 1
         if n[0] % COLLECT_EVERY == 0:
             scanner.collect_young()
 
     try:
         with scanner.without_collector():  # a walk over every record (store/scan.py says why)
-            scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each)
+            scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each, lines=True)
     except JournalCorrupt as e:
         raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
     if scan.broken_at is not None:

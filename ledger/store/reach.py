@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np  # gc's key arrays: 8 bytes an id instead of a Python string's ~150
 
 from ledger.errors import BadInput, CorruptObject, MissingObject
-from ledger.store import canonical, fsio
+from ledger.store import canonical, fsio, schema
 from ledger.store.ids import PREFIX, find_ids, hash_bytes
 from ledger.store.objects import hash_fd
 
@@ -268,6 +268,32 @@ def record_ids(rec: dict) -> tuple[set, set]:
     return named, named
 
 
+def shaped_ids(rec: dict, line: bytes) -> tuple[set, set] | None:
+    """record_ids from a line of its kind's usual shape (KindHooks.line_shape), or None for any
+    other line. A match proves the envelope well-formed and the payload's ids exactly the
+    pattern's `b3:` groups, one group an occurrence; those inside `payload.objects` are its
+    entries' ids, so the named ones are the groups less one occurrence of each entry's id — the
+    same sets record_ids finds by walking the payload (a first gc asks this of every record;
+    tests/store/test_reach_keys.py holds the two to each other)."""
+    h = schema.hooks(rec["kind"])
+    shape = h.line_shape if h is not None else None
+    if shape is None:
+        return None
+    m = shape[0].match(line, line.find(b',"payload":'))
+    if m is None:
+        return None
+    outside = [g.decode() for g in m.groups() if g and g.startswith(b"b3:")]
+    every = set(rec["inputs"])
+    every.update(rec["outputs"])
+    named = set(every)
+    for entry in rec["payload"].get("objects", ()):
+        outside.remove(entry[0])
+        every.add(entry[0])
+    named.update(outside)
+    every.update(outside)
+    return every, named
+
+
 class Walk:
     """The two closures of gc, grown record by record from a saved state (or from nothing)."""
 
@@ -301,9 +327,10 @@ class Walk:
         else:
             self._revived.add(k)
 
-    def add_record(self, rec: dict) -> None:
-        """Grow both closures by what one record names."""
-        every, named = record_ids(rec)
+    def add_record(self, rec: dict, ids: tuple[set, set] | None = None) -> None:
+        """Grow both closures by what one record names (`ids`: its record_ids, when the caller
+        has them already, e.g. from shaped_ids)."""
+        every, named = ids if ids is not None else record_ids(rec)
         for oid in rec["inputs"]:
             self.inputs.add(key(oid))
         self._grow(every, named, {})

@@ -94,3 +94,34 @@ def test_the_policy_closure_held_as_what_it_drops_is_the_closure_of_what_records
         assert sorted(nk.tolist()) == sorted(reach.key(o) for o in reached - kept), trial
         assert {o for o in nodes if w.is_kept(o)} == kept, trial
         assert w.special == {o for o in kept if nodes[o].special}, trial
+
+
+def test_ids_read_off_a_turn_batch_line_are_the_ids_the_payload_walk_finds():
+    """gc reads a record's ids off its line when the line has its kind's usual shape
+    (reach.shaped_ids); the answer MUST be record_ids', and any other line is left to it."""
+    from ledger.store import canonical, journal
+
+    rng = random.Random(3)
+    ids = [_oid(rng.getrandbits(64)) for _ in range(6)]
+    matched = 0
+    for trial in range(400):
+        batch, turns = rng.choice(ids), rng.choice(ids)
+        payload = {"count": rng.randint(0, 9), "counters": {"turns": rng.randint(0, 9)},
+                   "first": rng.randint(1, 99), "objects": [[batch, rng.randint(0, 999), "turns"]], "turns": turns}
+        if trial % 4 == 1:
+            payload["requests"] = [rng.choice(ids)]                  # not the usual shape: an id more
+        if trial % 4 == 2:
+            payload["objects"].append([rng.choice(ids), 1, "turns"])  # not the usual shape: two entries
+        inputs = rng.sample(ids, rng.randint(0, 2))
+        outputs = rng.sample(ids, rng.randint(0, 2))
+        rec = journal.make_record(trial + 1, None, "record", inputs, outputs, "t@h", payload)
+        line = canonical.dumps(rec)
+        got = reach.shaped_ids(rec, line)
+        if got is None:
+            assert trial % 4 in (1, 2), trial
+            continue
+        matched += 1
+        assert got == reach.record_ids(rec), trial
+    assert matched >= 150
+    other = journal.make_record(1, None, "export", [ids[0]], [ids[1]], "t@h", {"dataset": ids[1]})
+    assert reach.shaped_ids(other, canonical.dumps(other)) is None
