@@ -18,7 +18,6 @@ import re
 import stat
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ledger.errors import BadInput, CorruptObject, LedgerError, MissingObject, StoreCorrupt
@@ -241,7 +240,11 @@ def verify(store, read_data: bool = False, progress=None, full: bool = False) ->
     if vouched is not None:
         return _verify(store, read_data, progress, None, full or read_data, mark, seen, vouched)
     # Opening the index (importing DuckDB) costs a few hundred ms: do it on a thread while the
-    # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL).
+    # main thread checks the journal and rehashes objects (BLAKE3 releases the GIL). Imported
+    # here: concurrent.futures (with logging, queue) is ~10 ms of start-up a verify that takes
+    # the index from the watermark does not need.
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(1) as pool:
         indexed = pool.submit(index.indexed_meta, store.root)
         return _verify(store, read_data, progress, indexed, full or read_data, mark, seen, None)
