@@ -51,6 +51,12 @@ def test_an_imported_generation_is_judged_and_adopted(world, wstore, tmp_path):
 
 @pytest.mark.slow
 def test_a_gamed_import_is_refused_and_force_is_recorded(world, wstore, tmp_path):
+    # G is gamed against A, the adapter it was fine-tuned from (tests/gate/test_judge.py): its
+    # canaries get worse than A's. Against the bare base A's gain can carry G's canaries to
+    # better than the base's (on a fresh machine, 2026-12-01, that verdict was Accept: 10/10
+    # scored documents improved, the canaries not worse enough), so the local HEAD is A's
+    # generation, as for a team that adopted A already.
+    _commit(wstore, world.A, world.base, "bob's model")
     _pull(wstore, _colleague(world, tmp_path, world.G, "mallory"))
     before = Store.open(wstore.root).state.refs.get("HEAD")
     with pytest.raises(Refused, match="GamedTheEvaluator"):
