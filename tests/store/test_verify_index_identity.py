@@ -19,6 +19,7 @@ import pytest
 from ledger.store import Store
 from ledger.store import verify as V
 from tests.conftest import ledger_cmd
+from tests.store.test_append_cache import _store  # a store of n small transactions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARGIN = 0.05   # the racy margin these tests use (the real one, 2 s, would make every test wait)
@@ -31,14 +32,6 @@ def short_racy(monkeypatch):
 
 def _settle():
     time.sleep(MARGIN * 1.5)   # the index's last change is now older than the racy margin
-
-
-def _store(tmp_path, n=5):
-    s = Store.init(tmp_path)
-    for i in range(n):
-        with s.transaction("t") as tx:
-            tx.payload["i"] = i
-    return s
 
 
 def _append(s, n=1):
