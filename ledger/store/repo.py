@@ -181,7 +181,7 @@ class Store:
             try:
                 cfg = json.loads(fsio.read_small(self.root / "config", CONFIG_MAX))
                 cfg["format"]
-            except (OSError, ValueError, KeyError, TypeError, fsio.NotRegular):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, fsio.NotRegular):
                 raise UnsupportedFormat(f"{self.root}/config is unreadable",
                                         "the store's config file is damaged") from None
             self._config = cfg

@@ -65,14 +65,16 @@ def lookup(root: Path, entry: Path, newest_ns: int) -> str | None:
     """The id an entry holds, if the entry is a regular file written strictly after `newest_ns`
     (the newest mtime/ctime of what it covers) and names an object the store holds."""
     try:
-        fd, _ = fsio.open_regular(entry)
+        fd, st = fsio.open_regular(entry)
     except (OSError, fsio.NotRegular):
         return None
     try:
         data = os.read(fd, 128)
     finally:
         os.close(fd)
-    if newest_ns >= fs_stat(entry).st_mtime_ns:
+    # the fstat of what was read, not a stat of the path: the entry may be removed or swapped for
+    # a link meanwhile (a FileNotFoundError here was an internal error, exit 1)
+    if newest_ns >= st.st_mtime_ns:
         return None  # racy: written within the tick of the file's last change
     oid = data.decode("ascii", "replace").strip()
     if not is_id(oid):
@@ -94,8 +96,8 @@ def unchanged_file(path: Path, where: str | None) -> tuple[str, int] | None:
     root = find_root(where)
     try:
         fmt = json.loads(fsio.read_small(root / "config", CONFIG_MAX))["format"]
-    except (OSError, ValueError, KeyError, TypeError, fsio.NotRegular):
-        return None   # Store.open says why (UnsupportedFormat)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, fsio.NotRegular):
+        return None   # Store.open says why (UnsupportedFormat); a config nested 30,000 deep was exit 1
     if fmt not in FORMATS or isinstance(fmt, bool):
         return None
     text, st = stat_line(path)
