@@ -35,8 +35,6 @@ CYCLE_ENDS = ("commit", "refusal")
 # the record kinds whose payload fields the report reads
 READ_KINDS = frozenset({"export", "record", "outcome", "seal", "judge", "rollback", *RUN_KINDS, *CYCLE_ENDS})
 RECENT_TURNS = 8
-# a turn batch's usual line (records.Record.LINE_SHAPE; _Fold.add says what a match proves)
-_RECORD_SHAPE = recordlib.Record.LINE_SHAPE[0]
 COLLECT_EVERY = 5_000  # records folded between collections of the young generation (the pass runs without the collector)
 
 
@@ -324,16 +322,10 @@ class _Fold:
     def add(self, store, rec: dict, line: bytes | None = None) -> None:
         """Fold one record. `line`: its checked journal line (a scan's `lines`), for the shape test below."""
         self.last = {"seq": rec["seq"], "id": rec["id"], "time": rec["time"]}
-        if line is not None and rec["kind"] == "record" and _RECORD_SHAPE.match(line, line.find(b',"payload":')):
-            # A turn batch in its kind's usual shape (Record.LINE_SHAPE, the bytes of a line that
-            # check_line found canonical): the match proves the envelope well-formed and every
-            # Record check passed, and that the payload's keys are exactly count, counters, first,
-            # objects and turns, so records.read would return these values and no refs, requests,
-            # image or context: the branch below with them, without building the dataclass
-            # (~6 us a record; nearly every record of a long journal is one)
-            pl = rec["payload"]
+        batch = recordlib.read_batch_line(rec, line) if line is not None else None
+        if batch is not None:   # a turn batch in its kind's usual shape: records.read_batch_line says why
             self.counts["record"] = self.counts.get("record", 0) + 1
-            self._batch(pl["first"], pl["turns"], pl["count"])
+            self._batch(*batch)
             return
         # typed (ledger/records.py): an ill-formed record is JournalCorrupt naming it, as verify says.
         # Only the kinds whose fields the report shows are parsed (a parse costs ~10 us, the
