@@ -46,7 +46,7 @@ SHAPES = [(8192, 8192), (14336, 4096), (4096, 4096)]
 COMPILED_SHAPES = {(8192, 8192), (14336, 4096)}
 NAMES = ["linear-bf16", "lora-linear-bf16", "linear-int8", "linear-int8-x16", "linear-q4b32", "linear-q4b32-x16",
          "linear-q4b32p-x16"]
-SWEPT = {"linear-int8-x16", "linear-q4b32-x16", "linear-q4b32p-x16"}  # every compiled configuration is timed
+SWEPT = {"lora-linear-bf16", "linear-int8-x16", "linear-q4b32-x16", "linear-q4b32p-x16"}  # every compiled configuration is timed
 
 
 def main() -> int:
