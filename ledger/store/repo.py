@@ -39,7 +39,6 @@ from ledger.store.journal import Journal, default_actor, make_record, stat_ident
 from ledger.store.lock import Lock
 from ledger.store.objects import ObjectStore
 from ledger.store.paths import DIRNAME, FORMAT_VERSION, FORMATS, find_root
-from ledger.store.statcache import fs_stat as _fs_stat
 from ledger.store.state import Fold, State, check_ref_changes
 
 
@@ -745,7 +744,7 @@ class Store:
     # (the entry names, stat lines and lookups are ledger/store/statcache.py's, which answers an
     # unchanged `ledger add FILE` before this module loads)
     def _key(self, text: str) -> Path:
-        return statcache.entry_path(self.root, text)
+        return statcache.entry_path(self.root, text, self.store_id)
 
     _stat_line = staticmethod(statcache.stat_line)
 
@@ -771,23 +770,10 @@ class Store:
         return StatKey(self._key("tree\0" + "\n".join(lines)), total, newest, None)
 
     def stat_cache_get(self, key: "StatKey") -> str | None:
-        return statcache.lookup(self.root, key.path, key.newest_ns)
+        return statcache.lookup(self.root, key.path, key.newest_ns, key.size, blob=key.identity is not None)
 
     def stat_cache_put(self, key: "StatKey", oid: str) -> None:
-        try:
-            key.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = fsio.tmp_path(self.tmp)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            try:
-                fsio.write_all(fd, oid.encode(), "writing the stat cache")
-            finally:
-                os.close(fd)
-            if key.newest_ns >= _fs_stat(tmp).st_mtime_ns:
-                os.unlink(tmp)  # racy: the next add re-hashes rather than trust this stat
-                return
-            os.replace(tmp, key.path)
-        except OSError:
-            pass  # a cache; losing an entry only costs a rehash
+        statcache.put(self.root, self.tmp, key.path, key.newest_ns, oid, key.size)
 
     # --- reachability -------------------------------------------------------------------
     def roots(self, records=None) -> set[str]:

@@ -5,7 +5,9 @@ and closed."""
 import os
 import time
 
-from ledger.store import fsio, statcache
+import pytest
+
+from ledger.store import statcache
 from tests.conftest import ledger_cmd
 
 
@@ -34,16 +36,172 @@ def test_a_stat_cache_entry_removed_while_it_is_read_is_a_miss_never_a_crash(tmp
     # removed (or swapped for a link) in between was a FileNotFoundError, exit 1, or a stat of
     # what the link names
     root, f = _store_with_entry(tmp_path)
-    text, st = statcache.stat_line(f)
-    entry = statcache.entry_path(root, text)
-    assert statcache.lookup(root, entry, max(st.st_mtime_ns, st.st_ctime_ns))   # a hit, untouched
-    real_open = fsio.open_regular
+    from ledger.store import Store
 
-    def open_then_unlink(path):
-        out = real_open(path)
-        os.unlink(path)
+    text, st = statcache.stat_line(f)
+    entry = statcache.entry_path(root, text, Store.open(root).store_id)
+    newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    assert statcache.lookup(root, entry, newest, st.st_size)   # a hit, untouched
+    real_open = os.open
+
+    def open_then_unlink(path, flags, *a, dir_fd=None, **kw):
+        out = real_open(path, flags, *a, dir_fd=dir_fd, **kw)
+        if path == entry.name:
+            os.unlink(entry)
         return out
-    monkeypatch.setattr(fsio, "open_regular", open_then_unlink)
-    hit = statcache.lookup(root, entry, max(st.st_mtime_ns, st.st_ctime_ns))
+    monkeypatch.setattr(os, "open", open_then_unlink)
+    hit = statcache.lookup(root, entry, newest, st.st_size)
     assert hit is not None and hit.startswith("b3:")   # the bytes read before it went, judged by their fstat
     assert not entry.exists()
+
+
+# --- the stat cache (rule 11): what an entry may make `add` believe -----------------------------
+# An entry lets `add` skip both the hash and the record, so it is the one cache that is not
+# checked against the journal: each test below is an entry that must not be believed.
+
+def _entries(root):
+    return sorted((root / "cache" / "stat").iterdir())
+
+
+def _seq(root):
+    from ledger.store import Store
+
+    return Store.open(root.parent).state.seq
+
+
+def _both_adds(cwd, *args, env=None):
+    """The quick `ledger add FILE` and the typer command's (an option): the same answer."""
+    return [ledger_cmd("add", *args, cwd=cwd, env=env), ledger_cmd("add", "--wait", "0", *args, cwd=cwd, env=env)]
+
+
+def test_stat_cache_entries_of_another_store_are_not_trusted(tmp_path):
+    # store B holds the same bytes under another name, then gets A's cache/stat (a restored
+    # backup of another store's cache, a copied .ledger/cache): A's entry for f was trusted in
+    # B, so `ledger add f` answered "unchanged" and B never recorded f
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    root_a, f = _store_with_entry(a)
+    ledger_cmd("init", cwd=b, check=True)
+    (b / "same").write_bytes(f.read_bytes())
+    ledger_cmd("add", b / "same", cwd=b, check=True)
+    root_b = b / ".ledger"
+    for e in _entries(root_a):
+        (root_b / "cache" / "stat" / e.name).write_bytes(e.read_bytes())
+    time.sleep(0.05)   # the copies are older than nothing they cover: not racy
+    n = _seq(root_b)
+    quick, typed = _both_adds(b, f)
+    assert quick.returncode == 0 and quick.stdout.startswith("added b3:"), (quick.stdout, quick.stderr)
+    assert _seq(root_b) == n + 1    # recorded in B ...
+    assert typed.returncode == 0 and typed.stdout.startswith("unchanged"), typed.stdout   # ... and B's own entry then
+
+
+def _forge(root, f, oid):
+    """Point f's stat-cache entry at `oid`, all else as written (as a writer of cache/stat/ can)."""
+    from ledger.store.ids import hash_bytes
+
+    mine = hash_bytes(f.read_bytes())
+    entries = [e for e in _entries(root) if e.read_text().startswith(mine)]
+    assert len(entries) == 1, entries
+    entries[0].write_text(entries[0].read_text().replace(mine, oid))
+    time.sleep(0.05)   # written after f's last change: not racy
+
+
+def test_an_entry_naming_another_present_object_is_not_believed(tmp_path):
+    # the entry said f's bytes were g's object (present in the store): `add f` answered
+    # "unchanged <g's id>" with f's size, and a folder add recorded g's object for f
+    from ledger.store.ids import hash_bytes
+
+    root, f = _store_with_entry(tmp_path)
+    g = tmp_path / "g.bin"
+    g.write_bytes(b"y" * 37)
+    gid = ledger_cmd("add", g, cwd=tmp_path, check=True).stdout.split()[1]
+    _forge(root, f, gid)
+    for p in _both_adds(tmp_path, f):
+        assert p.returncode == 0 and p.stdout.split()[1] == hash_bytes(f.read_bytes()), p.stdout
+    # in a folder: the tree records each file's own id, whatever its entry says
+    d = tmp_path / "d"
+    d.mkdir()
+    h = d / "h"
+    h.write_bytes(b"z" * 100)
+    ledger_cmd("add", h, cwd=tmp_path, check=True)
+    time.sleep(0.05)
+    ledger_cmd("add", "--wait", "0", h, cwd=tmp_path, check=True)   # a non-racy entry for h
+    _forge(root, h, gid)
+    tree = ledger_cmd("add", d, cwd=tmp_path, check=True).stdout.split()[1]
+    from ledger.store import Store
+
+    entries = Store.open(tmp_path).get_json(tree)["entries"]
+    assert [e["id"] for e in entries] == [hash_bytes(b"z" * 100)]
+
+
+def _committed(store, path):
+    """Add `path` until its stat-cache entry is written (an entry within the tick is racy)."""
+    from ledger.store.add import add_path
+
+    add_path(store, path)
+    time.sleep(0.05)
+    return add_path(store, path)["id"]
+
+
+def _swap_for_link_after_lstat(monkeypatch, victim, target, as_bytes=False):
+    """The first lstat of `victim` (named as bytes: trees.put_tree's check of each file) sees the
+    regular file; just after it, victim becomes a link to `target` (a writer of the file being
+    added racing the add)."""
+    real_lstat, done = os.lstat, []
+
+    def lstat(p, *a, **kw):
+        st = real_lstat(p, *a, **kw)
+        if not done and isinstance(p, bytes) == as_bytes and os.fsdecode(p) == str(victim):
+            done.append(1)
+            os.unlink(victim)
+            os.symlink(target, victim)
+        return st
+    monkeypatch.setattr(os, "lstat", lstat)
+    return done
+
+
+def test_a_file_swapped_for_a_link_after_its_lstat_is_not_answered_for_the_links_target(tmp_path, monkeypatch):
+    # unchanged_file lstat'ed the file, then stat'ed (following links) and resolved it: a file
+    # swapped for a link to a committed file meanwhile was answered "unchanged <its id>", and in a
+    # folder add the tree recorded the target's id for the file, unread (the target may be one the
+    # writer of the folder cannot read: its bytes then travel with the tree)
+    from ledger.errors import BadInput
+    from ledger.store import Store
+    from ledger.store.add import add_path
+
+    s = Store.init(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 64)
+    _committed(s, secret)
+    mine = tmp_path / "mine"
+    mine.write_bytes(b"m" * 64)
+    done = _swap_for_link_after_lstat(monkeypatch, mine, secret)
+    assert statcache.unchanged_file(mine, str(s.root)) is None and done
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "f").write_bytes(b"m" * 64)
+    n = Store.open(s.root).state.seq
+    done = _swap_for_link_after_lstat(monkeypatch, d / "f", secret, as_bytes=True)
+    with pytest.raises(BadInput, match="link"):
+        add_path(Store.open(s.root), d)
+    assert done and Store.open(s.root).state.seq == n
+
+
+@pytest.mark.parametrize("linked", ["cache/stat", "cache"])
+def test_the_stat_cache_is_never_read_or_written_through_a_linked_folder(tmp_path, linked):
+    # lookup opened cache/stat/<name> with O_NOFOLLOW, which guards the last name only: a link
+    # in place of cache/ or cache/stat/ was followed, so entries were read from (and written to)
+    # a folder outside the store: another store's, or one anyone can write
+    root, f = _store_with_entry(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / os.path.basename(linked)
+    os.rename(root / linked, moved)
+    os.symlink(moved, root / linked)
+    before = sorted((p.relative_to(outside), p.read_bytes()) for p in outside.rglob("*") if p.is_file())
+    n = _seq(root)
+    for p in _both_adds(tmp_path, f):
+        assert p.returncode == 0 and p.stdout.startswith("added b3:"), (p.stdout, p.stderr)
+    assert _seq(root) == n + 2
+    assert sorted((p.relative_to(outside), p.read_bytes()) for p in outside.rglob("*") if p.is_file()) == before

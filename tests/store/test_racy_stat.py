@@ -4,7 +4,7 @@ only if the files it covers were modified strictly before the entry was written.
 
 To make the tick long enough to rewrite a file inside it deterministically, the test runs on
 an emulated filesystem with whole-second timestamps (as ext3, HFS+ and FAT have): every
-os.stat / os.fstat result has its mtime and ctime truncated to the second.
+os.stat / os.lstat / os.fstat result has its mtime and ctime truncated to the second.
 """
 
 import os
@@ -32,8 +32,9 @@ def _coarse(st):
 
 @pytest.fixture
 def whole_second_timestamps(monkeypatch):
-    real_stat, real_fstat = os.stat, os.fstat
+    real_stat, real_lstat, real_fstat = os.stat, os.lstat, os.fstat
     monkeypatch.setattr(os, "stat", lambda *a, **kw: _coarse(real_stat(*a, **kw)))
+    monkeypatch.setattr(os, "lstat", lambda *a, **kw: _coarse(real_lstat(*a, **kw)))
     monkeypatch.setattr(os, "fstat", lambda fd: _coarse(real_fstat(fd)))
 
 
