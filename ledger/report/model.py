@@ -479,7 +479,7 @@ def _load_state(store) -> tuple[_Fold | None, int, str | None]:
             raise ValueError("format")
     except FileNotFoundError:
         return None, 0, None
-    except (OSError, ValueError, fsio.NotRegular):
+    except (OSError, ValueError, RecursionError, fsio.NotRegular):   # nested 3,000 deep: RecursionError
         return None, 0, "it is unreadable"
     if w.get("store") != store.store_id:
         return None, 0, "it belongs to another store"
@@ -487,7 +487,7 @@ def _load_state(store) -> tuple[_Fold | None, int, str | None]:
         return None, 0, "it does not match its digest"
     try:
         f = _Fold.from_json(w["fold"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None, 0, "it is unreadable"
     if f.last is None or (f.last["seq"], f.last["id"]) != (w.get("seq"), w.get("id")):
         return None, 0, "it does not match its digest"

@@ -462,7 +462,7 @@ def store_id(root: Path) -> str:
     records, so an index copied from another store is not used (rule 15's "whose they are")."""
     try:
         cfg = json.loads(fsio.read_small(root / "config", 64 << 10))
-    except (OSError, ValueError, fsio.NotRegular):
+    except (OSError, ValueError, RecursionError, fsio.NotRegular):
         return ""
     sid = cfg.get("id") if isinstance(cfg, dict) else None
     return sid if isinstance(sid, str) and sid.isascii() and len(sid) <= 48 else ""

@@ -93,7 +93,7 @@ def load(store) -> tuple[Saved | None, str | None]:
         fd, st = fsio.open_regular(path)
     except FileNotFoundError:
         return None, (None if not path.exists() else "its seal is missing")
-    except (OSError, ValueError, fsio.NotRegular):
+    except (OSError, ValueError, RecursionError, fsio.NotRegular):   # a seal nested 3,000 deep was exit 1
         return None, "it is unreadable"
     try:
         if not isinstance(seal, dict) or seal.get("file") != stat_identity(st):
@@ -114,7 +114,7 @@ def load(store) -> tuple[Saved | None, str | None]:
                 and isinstance(h["special"], list) and all(is_id(x) for x in h["special"])):
             raise ValueError("fields")
         st0 = State.from_cache(h["state"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None, "it is unreadable"
     if h.get("store") != store.store_id or seal.get("store") != store.store_id:
         return None, "it belongs to another store"

@@ -103,7 +103,7 @@ def _parse(raw: bytes) -> tuple[int | None, str | None, float | None]:
         return (pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 1 << 31 else None,
                 host if isinstance(host, str) else None,
                 float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None)
-    except (ValueError, TypeError, AttributeError, OverflowError):
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
         return None, None, None  # half-written or garbage: its content is informational anyway
 
 

@@ -230,7 +230,7 @@ class Store:
                     or not (j is None or (isinstance(j, list) and all(type(x) is int for x in j))) \
                     or not (c.get("store") is None or isinstance(c["store"], str)):
                 raise ValueError("offset, journal or store")  # written by anyone: every field typed
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, fsio.NotRegular):
             return None
         if c.get("store", self.store_id) != self.store_id:  # no "store": written before store ids
             return None

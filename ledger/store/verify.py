@@ -186,7 +186,7 @@ def load_watermark(store) -> tuple[dict | None, str | None]:
             raise ValueError("offset or seq")
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, fsio.NotRegular):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, fsio.NotRegular):
         return None, "it is unreadable"
     if w.get("store") != store.store_id:
         return None, "it belongs to another store"

@@ -205,3 +205,26 @@ def test_the_stat_cache_is_never_read_or_written_through_a_linked_folder(tmp_pat
         assert p.returncode == 0 and p.stdout.startswith("added b3:"), (p.stdout, p.stderr)
     assert _seq(root) == n + 2
     assert sorted((p.relative_to(outside), p.read_bytes()) for p in outside.rglob("*") if p.is_file()) == before
+
+
+# --- saved states and small store files: JSON nested too deep -----------------------------------
+# json.loads raises RecursionError (not a ValueError) for an array nested a few thousand deep,
+# far under each file's read bound: every reader of a small file anyone can write caught only
+# ValueError, so each command below answered "internal error", exit 1, for a file of a few KiB.
+
+NESTED = {"refs.json": ("verify", "gc", "report", "show HEAD"), "cache/verified.json": ("verify",),
+          "cache/reach.seal": ("gc",), "cache/report.json": ("report",), "lock": ("add b", "unlock")}
+
+
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_a_store_file_nested_too_deep_is_never_an_internal_error(tmp_path, name):
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    (tmp_path / "a").write_bytes(b"hi")
+    ledger_cmd("add", tmp_path / "a", cwd=tmp_path, check=True)
+    for c in ("gc", "report", "verify"):
+        ledger_cmd(c, cwd=tmp_path, check=True)   # each saves its state
+    (tmp_path / "b").write_bytes(b"new")   # a new file: its add takes the lock
+    (tmp_path / ".ledger" / name).write_text("[" * 3000 + "]" * 3000)
+    for c in NESTED[name]:
+        p = ledger_cmd(*c.split(), cwd=tmp_path)
+        assert p.returncode != 1 and "internal error" not in p.stderr, (c, p.returncode, p.stderr)
