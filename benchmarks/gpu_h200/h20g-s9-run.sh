@@ -31,6 +31,15 @@ for arg in "$@"; do
              grep -E "^1x|^  torch" "$OUT/kernels.log" | cut -c1-150; sed -n '/^summary/,$p' "$OUT/kernels.log" | cut -c1-260 ;;
     decode) run decode "$lim" python3 benchmarks/bench_decode.py --models 7b --reps 3 --no-torch-step --deadline 0 --out "$OUT"
             grep -E "tok/s|realizations|steps|hf-generate" "$OUT/decode.log" | cut -c1-400 | tail -n 12 ;;
+    ktests) run ktests "$lim" python3 -m pytest -q -rfEX -m gpu tests/kernels/test_kernels_gpu.py tests/image/test_cuda_decode.py -p no:cacheprovider
+            grep -E "FAIL|XPASS|ERROR|passed|failed" "$OUT/ktests.log" | cut -c1-300 | tail -n 15 ;;
+    ncu) NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+         run ncu "$lim" "$NCU" --clock-control none --kernel-name regex:decode_linear_x16 --launch-count 12 \
+             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+             python3 benchmarks/kernels/ncu_probe.py linear-q4b32p-x16:8192x8192:8,1,2,0 linear-q4b32p-x16:8192x8192:4,1,1,4 \
+             linear-q4b32p-x16:8192x8192:4,2,1,4 linear-int8-x16:14336x4096:4,2,2,0 linear-int8-x16:14336x4096:4,2,1,4 \
+             linear-q4b32p-x16:14336x4096:4,1,2,3
+         grep -E "decode_linear_x16<|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared|Warp Cycles Per Issued|Issue Slots Busy" "$OUT/ncu.log" | cut -c1-150 | tail -n 70 ;;
     *) echo "unknown step $name" ;;
   esac
 done

@@ -126,8 +126,14 @@ def main() -> int:
             auto = R.auto_config(mods[name], spec, sh)
             configs = spec.configs if name in SWEPT and not a.auto_only else (auto,)
             for cfg in configs:
-                ops = [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]
-                cands.append((f"ledger {name} {cfg}" + (" auto" if cfg == auto else ""), ops, nbytes))
+                label = f"ledger {name} {cfg}" + (" auto" if cfg == auto else "")
+                try:
+                    ops = [R.DecodeLinear(mods[name], spec, sh, d, cfg) for d in sets]
+                except Exception as e:  # noqa: BLE001 - a configuration that cannot launch is a reported result
+                    row[label] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    print(f"  {label:<66} cannot launch: {row[label]['error']}", flush=True)
+                    continue
+                cands.append((label, ops, nbytes))
             try:
                 if name == "linear-bf16":
                     cands.append(("torch F.linear (cuBLAS)", [lambda t=t: Fn.linear(t["x"], t["w"]) for t in ts], nbytes))
