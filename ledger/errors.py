@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 
 MAX_ERROR_JSON_BYTES = 64 * 1024  # a real error report is a few hundred bytes
@@ -310,3 +311,48 @@ NOT_FROM_A_CHILD: tuple[type[LedgerError], ...] = (StoreCorrupt, Locked)
 
 EXIT_CODES = {0: "ok", 1: "internal error", 2: "usage or bad input", 3: "rejected or refused by a check",
               4: "store corrupt or tampered", 5: "locked"}
+
+
+# --- Ctrl-C -------------------------------------------------------------------------------------
+# A Ctrl-C that some library swallowed still stops the next commit (store-format.md, rule 24).
+#
+# Python turns SIGINT into KeyboardInterrupt, but a library that checks for signals while it works
+# may consume that exception and raise an ordinary one instead: DuckDB turns it into
+# RuntimeError('Query interrupted'). Any `except Exception` around such a call (the index treats
+# an unreadable index as a cache to rebuild or walk around) then carries on as if the user had
+# never pressed Ctrl-C, and a cycle went on to train, judge and commit. Two defences, because the
+# second must not depend on finding every such library:
+# - the index's DuckDB connections give the KeyboardInterrupt back at the call (store/index.py's
+#   _Connection);
+# - the CLI's process installs `_note_interrupt` for SIGINT: it notes the request, then raises as
+#   Python's own handler does. Once noted, `check_interrupt()` raises KeyboardInterrupt again: a
+#   transaction calls it before it appends its record, and the training wait loop every 0.2 s, so
+#   a swallowed Ctrl-C costs at most the work up to the next commit, never a commit the user
+#   asked to stop.
+# A library caller that keeps Python's handler is covered by the first defence only. This lives
+# here, on the floor every room may import, because the store, training and the CLI all use it.
+_interrupt_requested = False
+
+
+def _note_interrupt(signum, frame) -> None:
+    global _interrupt_requested
+    _interrupt_requested = True
+    raise KeyboardInterrupt
+
+
+def install_interrupt_handler() -> None:
+    """Note every Ctrl-C (the CLI's process calls this), unless SIGINT is ignored (a parent asked
+    for that) or another handler was installed on purpose."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _note_interrupt)
+
+
+def interrupt_requested() -> bool:
+    """Whether a Ctrl-C reached this process through the installed handler."""
+    return _interrupt_requested
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C was noted, whatever became of the first one."""
+    if _interrupt_requested:
+        raise KeyboardInterrupt

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from ledger import api
+from ledger import api, errors
 from ledger.cli import adding, common
 from ledger.errors import BadInput, LedgerError
 
@@ -46,9 +46,13 @@ def _quick(args: list[str]) -> int | None:
     return 0
 
 
+def _json_mode(args: list[str]) -> bool:
+    return "--json" in args[:args.index("--")] if "--" in args else "--json" in args
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    json_mode = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
+    json_mode = _json_mode(args)
     try:
         rv = _quick(args)
         if rv is None:
@@ -120,7 +124,17 @@ def _report(message: str, hint: str, code: int, name: str, json_mode: bool) -> N
 
 
 def entry() -> None:
-    sys.exit(main())
+    # The process's own entry (the console script, `python -m ledger.cli.main`), not main(),
+    # which tests call in-process: a Ctrl-C is noted so that one a library swallows still
+    # stops the next commit (ledger/errors.py, store-format.md rule 24).
+    errors.install_interrupt_handler()
+    code = main()
+    if code == 0 and errors.interrupt_requested():
+        # the command finished although the user pressed Ctrl-C on the way (something swallowed
+        # it after the last commit): exit as interrupted, saying what was kept; an error it
+        # already reported keeps its own code
+        code = _interrupted(_json_mode(sys.argv[1:]))
+    sys.exit(code)
 
 
 def __getattr__(name: str):

@@ -177,7 +177,43 @@ def preload() -> None:
     threading.Thread(target=importlib.import_module, args=("duckdb",), name="preload-duckdb").start()
 
 
-def _connect(path: Path, read_only: bool, wait: float = 5.0):
+class _Connection:
+    """A DuckDB connection that gives a Ctrl-C back (store-format.md, rule 24). DuckDB checks
+    for signals while a query runs and turns the KeyboardInterrupt of a SIGINT into
+    RuntimeError('Query interrupted') (`interrupt()` into InterruptException): the `except
+    Exception` that treats an unreadable index as a cache to rebuild or walk would then swallow
+    the user's Ctrl-C. Every call, on the connection and on the connection a call returns,
+    raises KeyboardInterrupt instead."""
+
+    __slots__ = ("_con",)
+
+    def __init__(self, con):
+        self._con = con
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._con, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            try:
+                out = attr(*args, **kwargs)
+            except Exception as e:
+                if _is_interrupt(e):
+                    raise KeyboardInterrupt from e
+                raise
+            return self if out is self._con else out   # execute() returns the connection itself
+
+        return call
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    import duckdb
+
+    return isinstance(e, duckdb.InterruptException) or (type(e) is RuntimeError and str(e) == "Query interrupted")
+
+
+def _connect(path: Path, read_only: bool, wait: float = 5.0) -> _Connection:
     import duckdb
 
     try:
@@ -192,13 +228,17 @@ def _connect(path: Path, read_only: bool, wait: float = 5.0):
     delay = 0.005
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return _Connection(duckdb.connect(str(path), read_only=read_only))
         except duckdb.IOException as e:
             # Another process holds the file for writing (only ever for milliseconds).
             if "lock" not in str(e).lower() or time.monotonic() >= deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+        except Exception as e:   # opening replays the WAL: a Ctrl-C may land there too
+            if _is_interrupt(e):
+                raise KeyboardInterrupt from e
+            raise
 
 
 def _create(con) -> None:

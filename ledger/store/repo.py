@@ -32,6 +32,7 @@ from ledger.errors import (
     StoreCorrupt,
     UnknownRef,
     UnsupportedFormat,
+    check_interrupt,
 )
 from ledger.store import canonical, faults, fsio, index, retention, schema, statcache, trees
 from ledger.store.ids import find_ids, is_id
@@ -659,6 +660,9 @@ class Store:
         if problem is not None:
             raise InternalError(f"refusing to commit an ill-formed {kind} record: {problem}",
                                 "this is a bug in the code that wrote it; rerun with LEDGER_DEBUG=1 and report it")
+        # A Ctrl-C that something on the way swallowed (rule 24) stops the record here, before
+        # it becomes visible: the objects written so far are unreferenced, as after any interrupt.
+        check_interrupt()
         faults.point("tx.before-append")
         try:
             new_end = self.journal.append(rec, end)

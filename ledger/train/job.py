@@ -575,9 +575,14 @@ def run_job(store, job: ChildJob, *, progress: Callable[[dict], None] | None = N
 
     th = threading.Thread(target=target, name=f"ledger-{job.trainer}-child", daemon=True)
     th.start()
-    while th.is_alive():
-        th.join(0.2)
-        tick()
+    try:
+        while th.is_alive():
+            th.join(0.2)
+            errors.check_interrupt()   # a Ctrl-C swallowed on the way (a checkpoint's commit) still stops the wait
+            tick()
+    except BaseException:   # Ctrl-C: the launching thread kills the child's group now, not at our exit
+        stop.set()
+        raise
     tick()
     if "error" in box:
         if violations:  # stopped for breaking the rules, it could not report as a finished child would
