@@ -414,6 +414,28 @@ def index_limit(size: int | None = None) -> int:
     return HEAD.size + PAGE_REF.size * (1 + (size if size is not None else 1 << 44) // MIN_SIZE)
 
 
+def read_index(path: Path, oid: str) -> bytes:
+    """The bytes of a chunk index, read no further than its header says it reaches: a file of
+    another length than HEAD + npages × PAGE_REF is CorruptObject before the rest is read (an
+    index padded to gigabytes after a real header was read whole, up to index_limit()'s ~32 GiB,
+    before parse_index found it did not add up). parse_index then checks what was read.
+    Raises FileNotFoundError, fsio.NotRegular or another OSError as fsio.open_regular does."""
+    fd, st = fsio.open_regular(path)
+    try:
+        head = os.pread(fd, HEAD.size, 0)
+        if len(head) < HEAD.size or head[:len(MAGIC)] != MAGIC:
+            return head   # truncated, or not an index: parse_index says which
+        _, size, npages, _ = HEAD.unpack(head)
+        want = HEAD.size + npages * PAGE_REF.size
+        if st.st_size != want or want > index_limit(size):
+            raise CorruptObject(oid, f"object {oid} is damaged: its chunk index {path} has {st.st_size} bytes "
+                                     f"for {npages} pages of a {size}-byte object",
+                                "restore the object (`ledger pull`, or `ledger add` of the original)")
+        return fsio.read_bounded(fd, want)
+    finally:
+        os.close(fd)
+
+
 def parse_index(data: bytes, oid: str, where: Path) -> tuple[int, list[tuple[bytes, int, int, Location]]]:
     """(size, [(page digest, bytes covered, entries, page location)]) of an index; CorruptObject if malformed."""
     def bad(why: str) -> CorruptObject:

@@ -311,7 +311,7 @@ class ObjectStore:
         """(size, pages) of a chunked object's index, read safely and bounded."""
         p = self.index_path(oid)
         try:
-            data = fsio.read_small(p, chunks.index_limit())
+            data = chunks.read_index(p, oid)   # no further than its header says (a padded index is refused unread)
         except FileNotFoundError:
             raise MissingObject(oid) from None
         except fsio.NotRegular as e:

@@ -228,3 +228,36 @@ def test_a_store_file_nested_too_deep_is_never_an_internal_error(tmp_path, name)
     for c in NESTED[name]:
         p = ledger_cmd(*c.split(), cwd=tmp_path)
         assert p.returncode != 1 and "internal error" not in p.stderr, (c, p.returncode, p.stderr)
+
+
+# --- chunk indexes (docs/store-format.md C2, rule 14's bounds) ----------------------------------
+
+def test_a_chunk_index_padded_past_its_pages_is_corrupt_before_it_is_read(tmp_path, monkeypatch):
+    # the index was read whole up to index_limit() — one page per chunk of the largest object,
+    # ~32 GiB — and only then found not to add up: a real index padded to 6 GiB (sparse, so a
+    # second to make) was a MemoryError, exit 1, in verify and cat (2.2-3.0 GB resident under a
+    # 3 GB limit), and gc read it too
+    from ledger.errors import CorruptObject
+    from ledger.store import Store, chunks
+
+    s = Store.init(tmp_path)
+    f = tmp_path / "big"
+    f.write_bytes(os.urandom(chunks.THRESHOLD + 1))
+    from ledger.store.add import add_path
+
+    oid = add_path(s, f)["id"]
+    idx = s.objects.index_path(oid)
+    assert idx.exists()
+    os.chmod(idx, 0o644)
+    with open(idx, "r+b") as fo:
+        fo.truncate(100 << 20)   # sparse: the header and pages as written, then zeros
+    got, real_pread = [0], os.pread
+
+    def pread(fd, n, off):
+        out = real_pread(fd, n, off)
+        got[0] += len(out)
+        return out
+    monkeypatch.setattr(os, "pread", pread)
+    with pytest.raises(CorruptObject, match="chunk index"):
+        Store.open(s.root).objects.size(oid)
+    assert got[0] < 1 << 20, got[0]
