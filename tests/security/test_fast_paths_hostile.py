@@ -261,3 +261,49 @@ def test_a_chunk_index_padded_past_its_pages_is_corrupt_before_it_is_read(tmp_pa
     with pytest.raises(CorruptObject, match="chunk index"):
         Store.open(s.root).objects.size(oid)
     assert got[0] < 1 << 20, got[0]
+
+
+# --- the line shape (Record.LINE_SHAPE: report, gc and verify read a batch off its line) --------
+
+def test_the_line_shape_is_matched_only_at_the_payload_and_only_on_what_the_typed_read_accepts():
+    """Held (no change): the shape is matched at the first `,"payload":` of a checked line.
+    Before the payload only strings and lists of ids sort (actor, id, inputs, kind, outputs:
+    scan.check_line types them), and a canonical string holds no bare quote, so a shaped payload
+    written into the actor — or anything but the payload — never matches, and a payload the typed
+    read refuses is never read off its line (report, gc and verify then take the typed path)."""
+    from ledger import records
+    from ledger.errors import JournalCorrupt
+    from ledger.store import canonical, journal, reach, scan
+
+    tid = "b3:" + "a" * 64
+    shaped = {"count": 1, "counters": {"turns": 1}, "first": 1, "objects": [[tid, 10, "turns"]], "turns": tid}
+    fake = ',"payload":' + canonical.dumps(shaped).decode() + ',"prev":'
+    for payload in ({"count": "1", "first": 0, "turns": "x"}, {**shaped, "first": 0}, {**shaped, "count": -1},
+                    {**shaped, "requests": [fake]}):
+        rec = journal.make_record(1, None, "record", [], [], fake, payload)
+        line = canonical.dumps(rec)
+        assert scan.check_line(line) == rec
+        assert records.read_batch_line(rec, line) is None
+        assert reach.shaped_ids(rec, line) is None
+        assert records.Record.LINE_SHAPE[0].match(line, line.find(b',"payload":')) is None
+        if "requests" not in payload:
+            with pytest.raises(JournalCorrupt):
+                records.read(rec)
+    # the premise: nothing but a string sorts before the payload (a shaped object in the actor,
+    # or among the inputs, would be the first `,"payload":` of the line)
+    from ledger.errors import BadInput
+
+    for actor, inputs in (({"a": 1, "payload": shaped, "prev": 1}, []), ("t@h", [{"a": 1, "payload": shaped, "prev": 1}])):
+        bad = journal.make_record(1, None, "record", inputs, [], "t@h", {"count": "1"})
+        bad["actor"] = actor
+        bad["id"] = journal.record_id({k: v for k, v in bad.items() if k != "id"})
+        line = canonical.dumps(bad)
+        assert records.Record.LINE_SHAPE[0].match(line, line.find(b',"payload":'))   # it would match ...
+        with pytest.raises(BadInput):
+            scan.check_line(line)                                                     # ... were it read
+    # and the shape itself, under that actor, is read as the typed read reads it
+    rec = journal.make_record(1, None, "record", [], [], fake, shaped)
+    line = canonical.dumps(rec)
+    p = records.read(rec)
+    assert records.read_batch_line(rec, line) == (p.first, p.turns, p.count)
+    assert reach.shaped_ids(rec, line) == reach.record_ids(rec)
