@@ -129,10 +129,9 @@ def entry() -> None:
     # stops the next commit (ledger/errors.py, store-format.md rule 24).
     errors.install_interrupt_handler()
     code = main()
-    if code == 0 and errors.interrupt_requested():
-        # the command finished although the user pressed Ctrl-C on the way (something swallowed
-        # it after the last commit): exit as interrupted, saying what was kept; an error it
-        # already reported keeps its own code
+    if code != 130 and errors.interrupt_requested():
+        # the command ended although the user pressed Ctrl-C on the way (something swallowed
+        # it): exit as interrupted, saying what was kept, after any error it reported itself
         code = _interrupted(_json_mode(sys.argv[1:]))
     sys.exit(code)
 

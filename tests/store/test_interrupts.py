@@ -136,6 +136,15 @@ def test_a_command_that_finished_after_a_swallowed_ctrl_c_exits_130(tmp_path):
     assert p.stderr.startswith("error: interrupted: the store keeps everything up to journal record 1 (init)")
 
 
+def test_a_command_that_failed_after_a_swallowed_ctrl_c_exits_130_after_its_own_error(tmp_path):
+    """(c) `record -` whose stdin then ends empty: its own error is printed, and the exit is 130, not 2."""
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    p = _swallowed(tmp_path, "record", "-", input="")
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert lines[0] == "error: stdin: no turns" and lines[2].startswith("error: interrupted: "), p.stderr
+
+
 def test_the_handler_is_installed_only_over_pythons_default():
     """A parent that made SIGINT ignored (nohup-like) or a program with its own handler keeps it."""
     code = ("import signal; from ledger import errors\n"
