@@ -99,7 +99,7 @@ def load(store) -> tuple[Saved | None, str | None]:
         if not isinstance(seal, dict) or seal.get("file") != stat_identity(st):
             return None, "it was rewritten since gc wrote it (its seal names another file)"
         line, keys = _read(fd, st.st_size)
-    except (OSError, ValueError):
+    except (OSError, ValueError, MemoryError):   # a sparse 200 GiB of "keys" under a forged seal was exit 1
         return None, "it is unreadable"
     finally:
         os.close(fd)

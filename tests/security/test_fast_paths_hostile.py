@@ -307,3 +307,28 @@ def test_the_line_shape_is_matched_only_at_the_payload_and_only_on_what_the_type
     p = records.read(rec)
     assert records.read_batch_line(rec, line) == (p.first, p.turns, p.count)
     assert reach.shaped_ids(rec, line) == reach.record_ids(rec)
+
+
+# --- gc's saved state (rule 22): a forged seal is rule 22's stated limit, a crash is not ---------
+
+def test_a_reach_state_of_a_terabyte_of_keys_is_unreadable_never_an_internal_error(tmp_path):
+    # reach.bin padded (sparse) to a TiB of "keys", its seal rewritten to name it (what rule 22
+    # says it cannot catch): gc allocated the keys' array first, a MemoryError, exit 1
+    import json
+
+    from ledger.store import canonical
+    from ledger.store.journal import stat_identity
+
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    (tmp_path / "a").write_bytes(b"hi")
+    ledger_cmd("add", tmp_path / "a", cwd=tmp_path, check=True)
+    ledger_cmd("gc", cwd=tmp_path, check=True)
+    state, seal = tmp_path / ".ledger" / "cache" / "reach.bin", tmp_path / ".ledger" / "cache" / "reach.seal"
+    os.chmod(state, 0o644)
+    with open(state, "r+b") as fo:
+        fo.truncate(len(fo.readline()) + (1 << 40))
+    s = json.loads(seal.read_bytes())
+    s["file"] = stat_identity(os.lstat(state))
+    seal.write_bytes(canonical.dumps(s))
+    p = ledger_cmd("gc", cwd=tmp_path)
+    assert p.returncode == 0 and "reach state was not used (it is unreadable)" in p.stderr, (p.returncode, p.stderr)
