@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
         for _ in range(2):
             op()
         R.cupy().cuda.Device().synchronize()
-        print(f"{arg}: {op.entry} grid {op.grid} block {op.block} dynamic smem {op.smem} B", flush=True)
+        print(f"{arg}: {op.entry} grid {op.grid} block {op.block}", flush=True)
     return 0
 
 

@@ -146,7 +146,6 @@ class Kernels:
         cfg = self.R.auto_config(mod, spec, shape)
         fn = mod.function(spec.entry(cfg))
         grid, block = (spec.grid_blocks(cfg, shape),), (32 * cfg[0],)
-        smem = self.R.dynamic_smem(fn, spec, cfg, shape)
         cp = self.R.cupy()
         w, s = np.uint64(mat.w.data_ptr()), np.uint64(mat.s.data_ptr())
         n32, k32 = np.int32(mat.n), np.int32(mat.kp)
@@ -155,8 +154,7 @@ class Kernels:
         def launch(x: torch.Tensor, y: torch.Tensor) -> None:
             with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
                 fn(grid, block, (w, s, np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.int32(1), n32, k32,
-                                 zero, zero, np.float32(0.0), np.int32(0), zero, zero, np.uint32(1), np.int32(0)),
-                   shared_mem=smem)
+                                 zero, zero, np.float32(0.0), np.int32(0), zero, zero, np.uint32(1), np.int32(0)))
         return launch
 
 

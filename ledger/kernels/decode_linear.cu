@@ -315,10 +315,6 @@ __device__ __forceinline__ void cp_async16_w(void* smem, const void* gmem, int s
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 #endif
 }
-__device__ __forceinline__ void cp_async8(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
@@ -708,17 +704,10 @@ __device__ __forceinline__ u32 scale_f16x2(u32 sbits) {
 // FULL: every row of the block's tile is < N and every warp has the same, even number of steps
 // (nchunks % (2 NW U) == 0), so no load needs a predicate (the blocks of a decode-shaped layer
 // all take this path; the last tile of an odd N and odd K splits take the general one).
-//
-// S > 0 (the "ring" configurations, session 9): the weights (and q4b32p's scales) travel
-// through an S-stage cp.async ring in (dynamic) shared memory, private to each warp, instead of
-// the register ping-pong: S - 1 steps of every warp are in flight while it computes one, at no
-// register cost, and all S - 1 are issued before x is staged. Each lane reads back only the
-// bytes it copied itself, so cp.async.wait_group is the only synchronisation the ring needs.
-// Steps past a warp's last chunk are zero-filled copies (src-size 0) and never computed.
-template <int WF, int NW, int U, int RT, bool FULL, int S>
+template <int WF, int NW, int U, int RT, bool FULL>
 __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, const void* __restrict__ wscale,
                                          const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
-                                         float* red, float* sums, u16* xs, u32* wmax, uint4* ring, uint2* sring) {
+                                         float* red, float* sums, u16* xs, u32* wmax) {
   constexpr int E = Fmt<WF>::E;   // weights per 16-byte vector
   constexpr int ROWS = 16 * RT;
   constexpr int NACC = 4;
@@ -768,40 +757,10 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
         }
     }
   };
+  // One step in flight while x is staged. Issuing the second buffer's loads before the staging
+  // too was measured 1-5 % slower at every shape on an H200 (session 6, second run).
   constexpr int STEP = NW * U;
-  constexpr int SLOT = RT * 2 * U * 32;  // ring: uint4 per warp per stage
-  const int nsteps = warp < nchunks ? (nchunks - warp + STEP - 1) / STEP : 0;
-  uint4* wbase = ring + (S > 0 ? warp * S * SLOT + lane : 0);
-  uint2* sbase = sring + ((S > 0 && WF == WF_Q4P) ? warp * S * SLOT + lane : 0);
-  auto issue = [&](int step) {  // ring: cp.async one step into its slot (zero-filled past the end)
-    const int slot = step % (S > 0 ? S : 1);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch0 = warp + (step * U + u) * NW;
-      const bool ok = step < nsteps && (FULL || ch0 < nchunks);
-      const int ch = ok ? ch0 : 0;
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int idx = slot * SLOT + ((rt * 2 + h) * U + u) * 32;
-          const bool on = ok && rok[rt][h];
-          cp_async16_w(wbase + idx, prow[rt][h] + (long long)ch * 64, on ? 16 : 0);
-          if (WF == WF_Q4P) cp_async8(sbase + idx, srow[rt][h] + ch * 4, on ? 8 : 0);
-        }
-    }
-  };
-  if constexpr (S > 0) {
-#pragma unroll
-    for (int st = 0; st < S - 1; ++st) {
-      issue(st);
-      cp_async_commit();
-    }
-  } else {
-    // One step in flight while x is staged. Issuing the second buffer's loads before the staging
-    // too was measured 1-5 % slower at every shape on an H200 (session 6, second run).
-    load(wa, sa, warp, true);
-  }
+  load(wa, sa, warp, true);
 
   // Stage x: max|x| (as bf16 magnitude bits), then x * 2^-p as fp16 into xs[m * XR + k].
   const int nvec = M * K / 8;
@@ -897,34 +856,13 @@ __device__ __forceinline__ void x16_body(const unsigned char* __restrict__ W, co
       }
     }
   };
-  if constexpr (S > 0) {
-    for (int step = 0; step < nsteps; ++step) {
-      issue(step + S - 1);  // into the slot computed in the previous iteration
-      cp_async_commit();
-      cp_async_wait<S - 1>();  // this step's group has landed (groups complete in order)
-      const int slot = step % S;
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int idx = slot * SLOT + ((rt * 2 + h) * U + u) * 32;
-            wa[u][rt][h] = wbase[idx];
-            sa[u][rt][h] = (WF == WF_Q4P) ? sbase[idx] : make_uint2(0u, 0u);
-          }
-      compute(wa, sa, warp + step * STEP);
-    }
-    cp_async_wait<0>();
-  } else {
-    // ping-pong: compute one buffer while the other one's loads are in flight
-    for (int base = warp; base < nchunks; base += 2 * STEP) {
-      if (base + STEP < nchunks) load(wb, sb, base + STEP, false);
-      compute(wa, sa, base);
-      if (base + STEP >= nchunks) break;
-      if (base + 2 * STEP < nchunks) load(wa, sa, base + 2 * STEP, false);
-      compute(wb, sb, base + STEP);
-    }
+  // ping-pong: compute one buffer while the other one's loads are in flight
+  for (int base = warp; base < nchunks; base += 2 * STEP) {
+    if (base + STEP < nchunks) load(wb, sb, base + STEP, false);
+    compute(wa, sa, base);
+    if (base + STEP >= nchunks) break;
+    if (base + 2 * STEP < nchunks) load(wa, sa, base + 2 * STEP, false);
+    compute(wb, sb, base + STEP);
   }
 
   float c[RT][4];
@@ -948,28 +886,16 @@ __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))
                       const u16* __restrict__ x, u16* __restrict__ y, int M, int N, int K,
                       const u16* __restrict__ A, const u16* __restrict__ Bm, float lora_scale, int r,
                       float* __restrict__ tbuf, u32* __restrict__ flags, u32 epoch, int lora_mode) {
-  static_assert((WF == WF_INT8 || WF == WF_Q4 || WF == WF_Q4P) && !LORA && (S == 0 || (S >= 2 && WF != WF_Q4)),
-                "x16 path: int8, q4b32 or q4b32p weights, no LoRA; a cp.async ring for int8 and q4b32p only");
+  static_assert((WF == WF_INT8 || WF == WF_Q4 || WF == WF_Q4P) && !LORA && S == 0,
+                "x16 path: int8, q4b32 or q4b32p weights, no LoRA, register pipeline");
   constexpr int ROWS = 16 * RT;
   __shared__ float red[NW * ROWS * 8];
   __shared__ float sums[ROWS * 8];
+  __shared__ __align__(16) u16 xs[LEDGER_XS_MAX];
   __shared__ u32 wmax[NW];
   const bool full = (blockIdx.x + 1) * ROWS <= N && (K / (4 * Fmt<WF>::E)) % (2 * NW * U) == 0;
-  if constexpr (S == 0) {
-    __shared__ __align__(16) u16 xs[LEDGER_XS_MAX];
-    if (full) x16_body<WF, NW, U, RT, true, 0>(W, wscale, x, y, M, N, K, red, sums, xs, wmax, nullptr, nullptr);
-    else x16_body<WF, NW, U, RT, false, 0>(W, wscale, x, y, M, N, K, red, sums, xs, wmax, nullptr, nullptr);
-  } else {
-    // dynamic shared memory, laid out as the host sizes it (specs.KernelSpec.dynamic_smem):
-    // x staged (M * (K + XPAD) fp16, rounded up to 16 bytes), then the weight ring
-    // (NW * S * SLOT uint4), then, for q4b32p, the scale ring (NW * S * SLOT uint2)
-    extern __shared__ __align__(16) unsigned char ledger_dsm[];
-    u16* xs = (u16*)ledger_dsm;
-    uint4* ring = (uint4*)(ledger_dsm + ((M * (K + LEDGER_XPAD) * 2 + 15) & ~15));
-    uint2* sring = (uint2*)(ring + NW * S * (RT * 2 * U * 32));
-    if (full) x16_body<WF, NW, U, RT, true, S>(W, wscale, x, y, M, N, K, red, sums, xs, wmax, ring, sring);
-    else x16_body<WF, NW, U, RT, false, S>(W, wscale, x, y, M, N, K, red, sums, xs, wmax, ring, sring);
-  }
+  if (full) x16_body<WF, NW, U, RT, true>(W, wscale, x, y, M, N, K, red, sums, xs, wmax);
+  else x16_body<WF, NW, U, RT, false>(W, wscale, x, y, M, N, K, red, sums, xs, wmax);
 }
 
 // Keeps the GPU busy for `ns` nanoseconds so that the host can queue timed launches

@@ -134,7 +134,6 @@ class DecodeLinear:
                                          f"compiled: {list(spec.configs)}")
         self.entry = spec.entry(self.config)
         self.fn = module.function(self.entry)
-        self.smem = dynamic_smem(self.fn, spec, self.config, shape)
         nw, _, rt, _ = self.config
         self.grid = (spec.grid_blocks(self.config, shape),)
         self.block = (32 * nw,)
@@ -157,37 +156,8 @@ class DecodeLinear:
                 d["a"] if lora else 0, d["b"] if lora else 0, np.float32(d.get("s", 0.0) if lora else 0.0),
                 np.int32(sh.r), self.tbuf if lora else 0, self.flags if lora else 0,
                 np.uint32(self.epoch), np.int32(lora_mode))
-        self.fn(self.grid, self.block, args, shared_mem=self.smem)
+        self.fn(self.grid, self.block, args)
         return self.y
-
-
-_OPTED_IN: dict[int, int] = {}
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8   # CUfunction_attribute (cuda.h)
-CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97   # CUdevice_attribute (cuda.h)
-
-
-def opt_in_smem(fn, nbytes: int) -> None:
-    """Let `fn` launch with `nbytes` of dynamic shared memory (above 48 KiB a kernel must opt in);
-    more than the device allows a block is refused, never launched smaller."""
-    cp = require_device()
-    if nbytes <= _OPTED_IN.get(fn.ptr, 0):
-        return
-    dev = cp.cuda.Device().id
-    most = int(cp.cuda.runtime.deviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev))
-    static = int(cp.cuda.driver.funcGetAttribute(1, fn.ptr))  # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
-    if nbytes + static > most:
-        raise RealizationUnavailable(f"the launch needs {nbytes} B of dynamic + {static} B of static shared memory; "
-                                     f"this device allows a block {most} B", "choose another configuration")
-    cp.cuda.driver.funcSetAttribute(fn.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
-    _OPTED_IN[fn.ptr] = nbytes
-
-
-def dynamic_smem(fn, spec: S.KernelSpec, cfg, shape: S.Shape) -> int:
-    """The dynamic shared memory of one launch of `fn` (spec.dynamic_smem), opted in."""
-    n = spec.dynamic_smem(tuple(cfg), shape)
-    if n:
-        opt_in_smem(fn, n)
-    return n
 
 
 def blocks_per_sm(module: LoadedModule, spec: S.KernelSpec) -> dict:
@@ -196,11 +166,7 @@ def blocks_per_sm(module: LoadedModule, spec: S.KernelSpec) -> dict:
     out = {}
     for cfg in spec.configs:
         fn = module.function(spec.entry(cfg))
-        # a ring configuration's shared memory depends on the shape (x staged); counted here with
-        # its ring and x at M = 1, K = 4096: enough to tell a configuration that cannot be resident
-        # from one that can (choose_config scores register-pipeline configurations only)
-        dyn = dynamic_smem(fn, spec, cfg, S.Shape(1, 16, 4096))
-        out[cfg] = int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, 32 * cfg[0], dyn))
+        out[cfg] = int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, 32 * cfg[0], 0))
     return out
 
 

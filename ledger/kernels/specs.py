@@ -165,19 +165,6 @@ class KernelSpec:
         candidates = [c for c in self.configs if c[3] == 0] or list(self.configs)
         return min(candidates, key=score)
 
-    def dynamic_smem(self, cfg: tuple[int, int, int, int], shape: Shape) -> int:
-        """Bytes of dynamic shared memory a launch of `cfg` at `shape` needs (0 for every
-        configuration but the x16 kernels' cp.async rings). The layout is the kernel's
-        (decode_linear.cu, decode_linear_x16 with S > 0): x staged as fp16, M * (K + XPAD)
-        elements rounded up to 16 bytes; the weight ring, NW * S * (RT * 2 * U * 32) 16-byte
-        slots; for q4b32p the scale ring, as many 8-byte slots."""
-        nw, u, rt, st = cfg
-        if self.template != "decode_linear_x16" or not st:
-            return 0
-        slots = nw * st * rt * 2 * u * 32
-        xs = (shape.m * (shape.k + X16_PAD) * 2 + 15) & ~15
-        return xs + 16 * slots + (8 * slots if self.weight_format == "q4b32p" else 0)
-
     def weight_bytes(self, shape: Shape) -> int:
         n, k, r = shape.n, shape.k, shape.r
         if self.weight_format == "bf16":
@@ -237,17 +224,6 @@ CONFIGS = {
     # never the fastest; the rule over-rated them (more bytes in flight), so they are not compiled
     "q4b32-x16": ((4, 1, 1, 0), (8, 1, 1, 0), (4, 2, 1, 0), (8, 2, 1, 0), (4, 1, 2, 0), (8, 1, 2, 0)),
 }
-# The x16 kernels' cp.async-ring configurations (stages >= 2; session 9, int8 and q4b32p only):
-# the weights wait in (dynamic) shared memory instead of registers, S - 1 steps of every warp in
-# flight. Candidates for the H200's q4 and int8 targets at 8192^2 and 14336x4096 (the register
-# pipeline is register-limited to 16 warps an SM with ~2 KB in flight each); choose_config does
-# not pick them (stages > 0) unless specs.MEASURED_BEST names one for the exact shape.
-X16_RING = {
-    "int8-x16": ((4, 2, 1, 4), (4, 1, 2, 4), (4, 2, 2, 3), (8, 2, 1, 3)),
-    "q4b32p-x16": ((4, 1, 1, 4), (4, 2, 1, 4), (4, 2, 1, 3), (4, 1, 2, 3), (8, 1, 1, 4)),
-}
-CONFIGS["int8-x16"] = CONFIGS["int8-x16"] + X16_RING["int8-x16"]
-CONFIGS["q4b32p-x16"] = CONFIGS["q4b32-x16"] + X16_RING["q4b32p-x16"]
 # Where the occupancy rule's pick was measured slower than another compiled configuration, the
 # measured best is stored here, keyed by (kernel, SMs of the device, M, N, K), and choose_config
 # returns it: chosen offline, nothing is tuned at run time. H200 (132 SMs), session 6,
@@ -314,7 +290,7 @@ _register(KernelSpec(
     requirements=Requirements((8, 0), {**_BF16, "W": "4-bit q4b32p", "scale": "bf16 per 32", "x staged": "fp16 * 2^-p"},
                               128, False, max_mk=X16_MAX),
     tolerance=TOLERANCE, oracle=oracles.linear_q4b32p, reference="linear_q4b32p", baseline="linear_q4b32p",
-    configs=CONFIGS["q4b32p-x16"], template="decode_linear_x16"))
+    configs=CONFIGS["q4b32-x16"], template="decode_linear_x16"))
 _register(KernelSpec(
     name="linear-q4b32",
     summary="4-bit block (32, bf16 scale) weight decode linear, dequantized on the fly",

@@ -197,25 +197,6 @@ def test_config_rule_reproduces_the_h200_sweep():
     assert spec.choose_config(S.Shape(1, 8192, 8192), 132, {**bps, (8, 2, 2, 0): 0}) != (8, 2, 2, 0)
 
 
-def test_x16_ring_configurations_size_their_shared_memory_and_are_never_auto_chosen():
-    """The x16 kernels' cp.async rings (stages > 0) take dynamic shared memory laid out as the
-    kernel lays it out: x staged (M * (K + 8) fp16, 16-byte aligned), a 16-byte weight slot and,
-    for q4b32p, an 8-byte scale slot per lane, tile half, unroll, row tile, warp and stage. The
-    occupancy rule never picks one (only specs.MEASURED_BEST may name one, for an exact shape)."""
-    q4p, i8 = S.get("linear-q4b32p-x16"), S.get("linear-int8-x16")
-    assert set(S.X16_RING["q4b32p-x16"]) <= set(q4p.configs) and set(S.X16_RING["int8-x16"]) <= set(i8.configs)
-    assert not [c for c in S.get("linear-q4b32-x16").configs if c[3]]  # q4b32's 2-byte scales: no ring
-    sh = S.Shape(1, 8192, 8192)
-    assert q4p.dynamic_smem((4, 1, 1, 4), sh) == 8200 * 2 + 4 * 4 * 2 * 32 * (16 + 8)
-    assert i8.dynamic_smem((4, 2, 1, 4), sh) == 8200 * 2 + 4 * 4 * 2 * 2 * 32 * 16
-    assert q4p.dynamic_smem((4, 1, 1, 4), S.Shape(3, 1040, 4 * 128 * 9)) == (3 * (4608 + 8) * 2 + 15) // 16 * 16 + 4 * 4 * 2 * 32 * 24
-    assert q4p.dynamic_smem((4, 2, 1, 0), sh) == 0 == S.get("lora-linear-bf16").dynamic_smem((8, 1, 1, 4), sh)
-    for spec in (q4p, i8):
-        bps = {c: 4 for c in spec.configs}
-        for shape in (S.Shape(1, 8192, 8192), S.Shape(1, 14336, 4096), S.Shape(1, 4096, 4096)):
-            assert spec.choose_config(shape, 132, bps)[3] == 0
-
-
 def test_unknown_kernel():
     with pytest.raises(UnknownRef):
         K.get("nonesuch")
