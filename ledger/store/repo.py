@@ -78,9 +78,11 @@ class Transaction:
         k = kind or (obj.get("kind") if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else "json")
         return self.put_bytes(data, k, compressed=True)  # structured: stored compressed where it pays (Z1)
 
-    def put_file(self, path: str | Path, kind: str = "blob", progress=None) -> str:
+    def put_file(self, path: str | Path, kind: str = "blob", progress=None, identity: tuple | None = None) -> str:
         path = Path(path)
         key = self.store.stat_key(path)
+        if identity is not None and key.identity != identity:   # trees.put_tree: the file its walk saw
+            raise BadInput(f"{path} changed while it was being added", "retry when nothing is writing to it")
         cached = self.store.stat_cache_get(key)
         if cached:
             return self._note(cached, key.size, kind)

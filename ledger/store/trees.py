@@ -50,28 +50,46 @@ def _walk_error(e: OSError):
 
 
 def put_tree(tx, directory: str | Path, kind: str = "tree", progress=None) -> str:
-    """Every regular file under `directory` as a blob, then a tree object listing them."""
+    """Every regular file under `directory` as a blob, then a tree object listing them.
+
+    The walk holds each folder open (os.fwalk, never following a link) and judges each file by
+    its stat relative to that folder; the file then read by path must be that very file
+    (Transaction.put_file's `identity`). So a subfolder swapped for a link while the folder is
+    read is never entered (os.walk looked with islink, then listed the path: through the link),
+    and no byte from outside the folder is read, or answered from the stat cache, for a file in
+    it; a subfolder seen as a folder and then not walked is a folder that changed (BadInput)."""
     root = os.fsencode(Path(directory))  # bytes all the way: names are not always UTF-8
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=_walk_error):
+    entries, folders, walked = [], set(), set()
+    for dirpath, dirnames, filenames, dfd in os.fwalk(root, follow_symlinks=False, onerror=_walk_error):
+        walked.add(dirpath)
         dirnames.sort()
+        for name in dirnames:
+            try:
+                if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                    folders.add(os.path.join(dirpath, name))   # a folder, not a link: it must be walked
+            except FileNotFoundError:
+                folders.add(os.path.join(dirpath, name))
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
             shown = os.fsdecode(p)
             try:
-                st = os.lstat(p)
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
                 raise BadInput(f"{shown} vanished while the folder was being added",
                                "retry when nothing is changing the folder") from None
             if not stat.S_ISREG(st.st_mode):
                 raise BadInput(f"{shown} is not a regular file",
                                "ledger stores regular files only; remove links and special files")
-            oid = tx.put_file(Path(os.fsdecode(p)), progress=progress)
+            oid = tx.put_file(Path(shown), progress=progress,
+                              identity=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
             text, escaped = encode_name(os.path.relpath(p, root))
             entry = {"path": text, "id": oid, "size": tx.objects[oid][0], "exec": bool(st.st_mode & 0o111)}
             if escaped:
                 entry["escaped"] = True
             entries.append(entry)
+    if folders - walked:
+        raise BadInput(f"{os.fsdecode(min(folders - walked))} changed while the folder was being added",
+                       "retry when nothing is changing the folder")
     return tx.put_json({"kind": "tree", "entries": entries}, kind)
 
 

@@ -144,20 +144,32 @@ def _committed(store, path):
     return add_path(store, path)["id"]
 
 
-def _swap_for_link_after_lstat(monkeypatch, victim, target, as_bytes=False):
-    """The first lstat of `victim` (named as bytes: trees.put_tree's check of each file) sees the
-    regular file; just after it, victim becomes a link to `target` (a writer of the file being
-    added racing the add)."""
-    real_lstat, done = os.lstat, []
+def _swap_for_link_after_lstat(monkeypatch, victim, target, in_walk=False):
+    """The first lstat of `victim` sees the regular file; just after it, victim becomes a link to
+    `target` (a writer of the file being added racing the add). in_walk: the look trees.put_tree
+    takes at each file of a folder before it is read (an lstat of its bytes path, or a stat
+    relative to the folder's fd)."""
+    real_lstat, real_stat, done = os.lstat, os.stat, []
 
-    def lstat(p, *a, **kw):
-        st = real_lstat(p, *a, **kw)
-        if not done and isinstance(p, bytes) == as_bytes and os.fsdecode(p) == str(victim):
+    def swap():
+        if not done:
             done.append(1)
             os.unlink(victim)
             os.symlink(target, victim)
+
+    def lstat(p, *a, **kw):
+        st = real_lstat(p, *a, **kw)
+        if isinstance(p, bytes) == in_walk and os.fsdecode(p) == str(victim):
+            swap()
+        return st
+
+    def stat_(p, *a, dir_fd=None, follow_symlinks=True):
+        st = real_stat(p, *a, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        if in_walk and dir_fd is not None and not follow_symlinks and os.fsdecode(p) == victim.name:
+            swap()
         return st
     monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "stat", stat_)
     return done
 
 
@@ -182,7 +194,7 @@ def test_a_file_swapped_for_a_link_after_its_lstat_is_not_answered_for_the_links
     d.mkdir()
     (d / "f").write_bytes(b"m" * 64)
     n = Store.open(s.root).state.seq
-    done = _swap_for_link_after_lstat(monkeypatch, d / "f", secret, as_bytes=True)
+    done = _swap_for_link_after_lstat(monkeypatch, d / "f", secret, in_walk=True)
     with pytest.raises(BadInput, match="link"):
         add_path(Store.open(s.root), d)
     assert done and Store.open(s.root).state.seq == n
@@ -332,3 +344,67 @@ def test_a_reach_state_of_a_terabyte_of_keys_is_unreadable_never_an_internal_err
     seal.write_bytes(canonical.dumps(s))
     p = ledger_cmd("gc", cwd=tmp_path)
     assert p.returncode == 0 and "reach state was not used (it is unreadable)" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_a_folder_swapped_for_a_link_while_its_folder_is_added_is_never_read_through(tmp_path, monkeypatch):
+    # put_tree walked with os.walk, which looks (islink) at a subfolder and then lists it by
+    # path: a subfolder swapped for a link in between was listed through the link, and its
+    # files (named like the ones the writer planted) were read into the tree — bytes from outside
+    # the folder, perhaps ones its writer cannot read. O_NOFOLLOW on each file guards its last
+    # name only ("links in folders above the entry's last name are followed").
+    from ledger.errors import BadInput
+    from ledger.store import Store
+    from ledger.store.add import add_path
+    from ledger.store.ids import hash_bytes
+
+    s = Store.init(tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "f").write_bytes(b"SECRET" * 10)
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "f").write_bytes(b"mine" * 10)
+    armed, done = [], []
+
+    def swap():
+        if armed and not done:
+            done.append(1)
+            os.rename(d / "sub", tmp_path / "sub-moved")
+            os.symlink(secret, d / "sub")
+
+    # the first look at d/sub while the tree is read (after the stat-cache key's walk) sees the
+    # folder; just after it, sub is a link (os.walk looks with islink, a walk by folder fds with
+    # a stat relative to its parent)
+    real_islink, real_stat = os.path.islink, os.stat
+
+    def islink(p):
+        out = real_islink(p)
+        if os.fsdecode(p) == str(d / "sub"):
+            swap()
+        return out
+
+    def stat_(p, *a, dir_fd=None, follow_symlinks=True):
+        out = real_stat(p, *a, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        if dir_fd is not None and os.fsdecode(p) == "sub":
+            swap()
+        return out
+    monkeypatch.setattr(os.path, "islink", islink)
+    monkeypatch.setattr(os, "stat", stat_)
+    from ledger.store import trees
+
+    real_put_tree = trees.put_tree
+
+    def put_tree(*a, **kw):
+        armed.append(1)
+        return real_put_tree(*a, **kw)
+    monkeypatch.setattr(trees, "put_tree", put_tree)
+    n = Store.open(s.root).state.seq
+    try:
+        res = add_path(Store.open(s.root), d)
+    except BadInput as e:
+        assert "changed" in e.message, e.message
+        assert Store.open(s.root).state.seq == n
+    else:
+        entries = Store.open(s.root).get_json(res["id"])["entries"]
+        assert hash_bytes(b"SECRET" * 10) not in [e["id"] for e in entries], entries
+    assert done
