@@ -40,6 +40,15 @@ for arg in "$@"; do
              linear-q4b32p-x16:8192x8192:4,2,1,4 linear-int8-x16:14336x4096:4,2,2,0 linear-int8-x16:14336x4096:4,2,1,4 \
              linear-q4b32p-x16:14336x4096:4,1,2,3
          grep -E "decode_linear_x16<|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared|Warp Cycles Per Issued|Issue Slots Busy" "$OUT/ncu.log" | cut -c1-150 | tail -n 70 ;;
+    train1|train2)  # the alternate part, one base a process (two bases in one process hit dynamo's recompile limit, session 7)
+        base=$([ "$name" = train1 ] && echo random-0.02 || echo smollm2-shape)
+        mkdir -p "$OUT/$name"
+        run "$name" "$lim" python3 benchmarks/bench_train_gpu_ledger.py --parts alternate --bases "$base" --steps 22 \
+            --loops "autocast-compile,fused-lora (in process),fp8-base (in process)" --out "$OUT/$name"
+        grep -E "set up in|\] loop|\] [a-z0-9-]+ .*[0-9]+ +[0-9.]+ +[0-9.]+%|FAILED|done in" "$OUT/$name.log" | cut -c1-420 | tail -n 12 ;;
+    kborder) run kborder "$lim" python3 benchmarks/kernels/bench_strongest.py --shapes 8192x8192,14336x4096 --method graph --rounds 5 \
+                 --only lora-linear-bf16,linear-int8-x16 --out "$OUT"
+             sed -n '/^summary/,$p' "$OUT/kborder.log" | cut -c1-260 ;;
     *) echo "unknown step $name" ;;
   esac
 done
