@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, StoreCorrupt
 from ledger.store import trees
 from ledger.store.state import check_ref_changes
 
@@ -29,8 +29,9 @@ def add_path(store, path, kind: str | None = None, name: str | None = None, wait
     kind = kind or ("tree" if is_dir else "blob")
     key = store.tree_key(path) if is_dir else store.stat_key(path)
     cached = store.stat_cache_get(key)
-    if cached and (ref is None or store.state.refs.get(ref) == cached):
-        return {"id": cached, "size": _size(store, cached, is_dir), "kind": kind, "name": name, "unchanged": True}
+    size = _hit_size(store, cached, is_dir, key.size) if cached else None
+    if size is not None and (ref is None or store.state.refs.get(ref) == cached):
+        return {"id": cached, "size": size, "kind": kind, "name": name, "unchanged": True}
     with store.transaction("add", wait=wait) as tx:
         if is_dir:
             oid = tx.put_tree(path, kind, progress=bar)
@@ -50,7 +51,20 @@ def add_path(store, path, kind: str | None = None, name: str | None = None, wait
     return {"id": oid, "size": size, "kind": kind, "name": name, "unchanged": False, "seq": tx.record["seq"]}
 
 
-def _size(store, oid: str, is_dir: bool) -> int:
+def _hit_size(store, oid: str, is_dir: bool, covered: int) -> int | None:
+    """The size an unchanged re-add reports for a stat-cache hit, or None if the hit is not
+    believed (rule 11). A file's: the lookup found its object at the file's size. A folder's: the
+    tree's entries' sizes, which must be a tree's and add up to the folder's files' total; an
+    entry naming anything else (a present JSON object, another tree, a damaged one: its read
+    was a KeyError, exit 1) is a miss, and the whole add stores the folder again."""
     if not is_dir:
-        return store.objects.size(oid)
-    return sum(e["size"] for e in store.get_json(oid)["entries"])
+        return covered
+    try:
+        t = store.get_json(oid)
+    except (BadInput, StoreCorrupt):
+        return None
+    entries = t.get("entries") if isinstance(t, dict) and t.get("kind") == "tree" else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("size")) is int for e in entries):
+        return None
+    size = sum(e["size"] for e in entries)
+    return size if size == covered else None

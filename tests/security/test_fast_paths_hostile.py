@@ -135,6 +135,35 @@ def test_an_entry_naming_another_present_object_is_not_believed(tmp_path):
     assert [e["id"] for e in entries] == [hash_bytes(b"z" * 100)]
 
 
+def test_a_folder_entry_naming_what_is_not_its_tree_is_not_believed(tmp_path):
+    # a folder's entry naming a present JSON object that is not a tree (its size as the folder's
+    # total, as the entry is checked): add.py read the "tree" for its size, a KeyError, exit 1;
+    # one naming another tree answered that tree for the folder
+    from ledger.store import Store
+    from ledger.store.add import add_path
+
+    s = Store.init(tmp_path)
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "x").write_bytes(b"hello")
+    tree = _committed(s, d)
+    other = tmp_path / "e"
+    other.mkdir()
+    (other / "y").write_bytes(b"other, of another size")
+    other_tree = add_path(Store.open(s.root), other)["id"]
+    j = tmp_path / "j.json"
+    j.write_bytes(b'{"a":1}')
+    jid = add_path(Store.open(s.root), j)["id"]
+    entry = [e for e in _entries(s.root) if e.read_text().startswith(tree)]
+    assert len(entry) == 1
+    for forged in (jid, other_tree):
+        entry[0].write_text(entry[0].read_text().replace(tree, forged, 1))
+        time.sleep(0.05)
+        for p in _both_adds(tmp_path, d):
+            assert p.returncode == 0 and p.stdout.split()[1] == tree, (p.returncode, p.stdout, p.stderr)
+        entry = [e for e in _entries(s.root) if e.read_text().startswith(tree)]   # the add wrote it again
+
+
 def _committed(store, path):
     """Add `path` until its stat-cache entry is written (an entry within the tick is racy)."""
     from ledger.store.add import add_path
