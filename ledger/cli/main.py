@@ -18,9 +18,18 @@ import os
 import sys
 from pathlib import Path
 
-from ledger import api, errors
-from ledger.cli import adding, common
-from ledger.errors import BadInput, LedgerError
+try:
+    from ledger import api, errors
+    from ledger.cli import adding, common
+    from ledger.errors import BadInput, LedgerError
+except KeyboardInterrupt:
+    # Ctrl-C while the CLI loads (its first ~50 ms): no command ran, so nothing was written. Said
+    # as every interrupt is (exit 130, one line and a hint), not as a traceback.
+    if "--json" in sys.argv[1:]:
+        sys.stdout.write(json.dumps({"exit_code": 130, "error": "Interrupted", "message": "interrupted: nothing was written",
+                                     "hint": "run the same command again"}) + "\n")
+    sys.stderr.write("error: interrupted: nothing was written\nhint: run the same command again\n")
+    raise SystemExit(130) from None
 
 
 def _specific_hint(e: LedgerError, args: list[str]) -> str:

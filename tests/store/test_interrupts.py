@@ -153,3 +153,26 @@ def test_the_handler_is_installed_only_over_pythons_default():
             "signal.signal(signal.SIGINT, signal.default_int_handler); errors.install_interrupt_handler()\n"
             "assert signal.getsignal(signal.SIGINT) is errors._note_interrupt\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# Ctrl-C while the CLI's own modules load: an import hook raises where SIGINT's KeyboardInterrupt
+# would (the first ~50 ms of every command), then the CLI runs as `python -m ledger.cli.main`.
+DURING_IMPORT = """
+import runpy, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ledger.cli.adding":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["ledger", *sys.argv[1:]]
+runpy.run_module("ledger.cli.main", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_a_ctrl_c_while_the_cli_loads_is_an_interrupt_not_a_traceback(tmp_path, json_mode):
+    p = subprocess.run([sys.executable, "-c", DURING_IMPORT, "log", *(["--json"] if json_mode else [])], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    assert p.stderr == "error: interrupted: nothing was written\nhint: run the same command again\n"
+    assert (json.loads(p.stdout)["error"] == "Interrupted") if json_mode else p.stdout == ""
