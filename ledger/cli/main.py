@@ -18,10 +18,10 @@ import os
 import sys
 from pathlib import Path
 
-try:
-    from ledger import api, errors
-    from ledger.cli import adding, common
-    from ledger.errors import BadInput, LedgerError
+try:   # the module top, inside a try: a Ctrl-C while these load is said as an interrupt (below)
+    from ledger import api, errors  # in the try above: a Ctrl-C here exits 130, not as a traceback
+    from ledger.cli import adding, common  # in the try above, likewise
+    from ledger.errors import BadInput, LedgerError  # in the try above, likewise
 except KeyboardInterrupt:
     # Ctrl-C while the CLI loads (its first ~50 ms): no command ran, so nothing was written. Said
     # as every interrupt is (exit 130, one line and a hint), not as a traceback.
