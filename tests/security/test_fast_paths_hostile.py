@@ -437,3 +437,32 @@ def test_a_folder_swapped_for_a_link_while_its_folder_is_added_is_never_read_thr
         entries = Store.open(s.root).get_json(res["id"])["entries"]
         assert hash_bytes(b"SECRET" * 10) not in [e["id"] for e in entries], entries
     assert done
+
+
+def test_read_data_does_not_hash_what_a_planted_chunk_index_declares(tmp_path, monkeypatch):
+    # A consistent planted index: the object's one page repeated 50 times, its header declaring
+    # 50x the size. verify finds the size is not what was written (exit 4); `--read-data` then
+    # went on to hash all 50x of what the index declared (20 GB for a 20 MiB object: 13 s of CPU)
+    # before reporting the same object. An object already found damaged is not rehashed.
+    from ledger.store import Store, chunks, objects
+    from ledger.store.add import add_path
+    from ledger.store.verify import verify
+
+    s = Store.init(tmp_path)
+    f = tmp_path / "big"
+    f.write_bytes(os.urandom(chunks.THRESHOLD + 1))
+    oid = add_path(s, f)["id"]
+    idx = s.objects.index_path(oid)
+    data = idx.read_bytes()
+    magic, size, npages, _ = chunks.HEAD.unpack_from(data)
+    os.chmod(idx, 0o644)
+    idx.write_bytes(chunks.HEAD.pack(magic, size * 50, npages * 50, 0) + data[chunks.HEAD.size:] * 50)
+    fed, real_feed = [0], objects._feed
+
+    def feed(h, view, start, part):
+        fed[0] += sum(n for _, _, n in part)
+        return real_feed(h, view, start, part)
+    monkeypatch.setattr(objects, "_feed", feed)
+    rep = verify(Store.open(s.root), read_data=True, full=True)
+    assert [e["id"] for e in rep.errors if e["what"] == "corrupt"] == [oid], rep.errors
+    assert fed[0] == 0, f"hashed {fed[0]} bytes of an object already found damaged"
