@@ -273,23 +273,29 @@ def test_a_store_file_nested_too_deep_is_never_an_internal_error(tmp_path, name)
 
 # --- chunk indexes (docs/store-format.md C2, rule 14's bounds) ----------------------------------
 
+def _chunked_object(tmp_path):
+    """A store holding one chunked object: (store, its id, its chunk index, made writable)."""
+    from ledger.store import Store, chunks
+    from ledger.store.add import add_path
+
+    s = Store.init(tmp_path)
+    f = tmp_path / "big"
+    f.write_bytes(os.urandom(chunks.THRESHOLD + 1))
+    oid = add_path(s, f)["id"]
+    idx = s.objects.index_path(oid)
+    assert idx.exists()
+    os.chmod(idx, 0o644)
+    return s, oid, idx
+
 def test_a_chunk_index_padded_past_its_pages_is_corrupt_before_it_is_read(tmp_path, monkeypatch):
     # the index was read whole up to index_limit() — one page per chunk of the largest object,
     # ~32 GiB — and only then found not to add up: a real index padded to 6 GiB (sparse, so a
     # second to make) was a MemoryError, exit 1, in verify and cat (2.2-3.0 GB resident under a
     # 3 GB limit), and gc read it too
     from ledger.errors import CorruptObject
-    from ledger.store import Store, chunks
+    from ledger.store import Store
 
-    s = Store.init(tmp_path)
-    f = tmp_path / "big"
-    f.write_bytes(os.urandom(chunks.THRESHOLD + 1))
-    from ledger.store.add import add_path
-
-    oid = add_path(s, f)["id"]
-    idx = s.objects.index_path(oid)
-    assert idx.exists()
-    os.chmod(idx, 0o644)
+    s, oid, idx = _chunked_object(tmp_path)
     with open(idx, "r+b") as fo:
         fo.truncate(100 << 20)   # sparse: the header and pages as written, then zeros
     got, real_pread = [0], os.pread
@@ -445,17 +451,11 @@ def test_read_data_does_not_hash_what_a_planted_chunk_index_declares(tmp_path, m
     # went on to hash all 50x of what the index declared (20 GB for a 20 MiB object: 13 s of CPU)
     # before reporting the same object. An object already found damaged is not rehashed.
     from ledger.store import Store, chunks, objects
-    from ledger.store.add import add_path
     from ledger.store.verify import verify
 
-    s = Store.init(tmp_path)
-    f = tmp_path / "big"
-    f.write_bytes(os.urandom(chunks.THRESHOLD + 1))
-    oid = add_path(s, f)["id"]
-    idx = s.objects.index_path(oid)
+    s, oid, idx = _chunked_object(tmp_path)
     data = idx.read_bytes()
     magic, size, npages, _ = chunks.HEAD.unpack_from(data)
-    os.chmod(idx, 0o644)
     idx.write_bytes(chunks.HEAD.pack(magic, size * 50, npages * 50, 0) + data[chunks.HEAD.size:] * 50)
     fed, real_feed = [0], objects._feed
 
