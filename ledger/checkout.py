@@ -11,13 +11,14 @@ byte is verified against its id while it is written, and a file appears only whe
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import generations
 from ledger.artefacts import model as modellib
 from ledger.errors import BadInput
-from ledger.store import trees
+from ledger.store import fsio, trees
 
 MAX_STRUCTURED = 64 << 20  # larger objects are files, never parsed as JSON
 
@@ -78,6 +79,17 @@ def _generation(store, g: generations.Generation, dest: Path, with_base: bool) -
 def checkout(store, ref: str, dest, *, with_base: bool = True) -> CheckedOut:
     """Write the generation, tree or file that `ref` names to `dest` (see the module docstring)."""
     dest = Path(dest)
+    try:
+        return _checkout(store, ref, dest, with_base)
+    except OSError as e:
+        # DEST lies under a file, in /proc, or somewhere this user cannot write: the path given
+        # is at fault (exit 2); a full disk or an I/O error is the environment's (exit 6)
+        if e.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise fsio.io_error(e, f"writing {dest}") from None
+        raise BadInput(f"cannot write {dest}: {e.strerror or e}", "choose a new path in a folder you can write") from None
+
+
+def _checkout(store, ref: str, dest: Path, with_base: bool) -> CheckedOut:
     oid = store.resolve(ref)
     kind = _structured_kind(store, oid)
     if kind == "generation":

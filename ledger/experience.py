@@ -42,7 +42,12 @@ def parse_turns(text: str, source: str = "input") -> list[dict]:
         try:
             row = json.loads(line)
         except ValueError as e:
-            raise BadInput(f"{where}: not JSON ({e.msg})", "each line must be one JSON object") from None
+            # a JSONDecodeError has .msg; a ValueError from int() (an integer of more digits than
+            # Python converts) has only its text
+            why = getattr(e, "msg", None) or str(e).split(";")[0]
+            raise BadInput(f"{where}: not JSON ({why})", "each line must be one JSON object") from None
+        except RecursionError:
+            raise BadInput(f"{where}: not JSON (nested too deeply to parse)", "each line must be one JSON object") from None
         if not isinstance(row, dict):
             raise BadInput(f"{where}: expected a JSON object", "each line must be one JSON object")
         unknown = set(row) - set(FIELDS)

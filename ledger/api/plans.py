@@ -57,8 +57,9 @@ def compile(spec: str | os.PathLike, *, target: str | None = None, targets_file:
     sp = speclib.load(Path(spec))
     tgt = t.get(target or sp.get("compile.target"), targets_file)
     s = open_store(store)
+    other = comp.load(s, explain) if explain else None   # a bad --explain is refused before the plan is committed
     res = comp.compile_spec(s, sp, tgt)
-    diff = comp.explain(comp.load(s, explain), res.plan) if explain else None
+    diff = comp.explain(other, res.plan) if other is not None else None
     return Compiled(res.plan, res.new, tgt.name, diff, warnings=take_warnings(s))
 
 

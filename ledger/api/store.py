@@ -5,6 +5,7 @@ Part of ledger.api (see its docstring): import the verbs from there, `from ledge
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import shutil
 import tempfile
@@ -15,7 +16,7 @@ from typing import Any, BinaryIO, Callable, Mapping
 from ledger.api._base import MAX_INLINE_BYTES, Result, StoreLike, Wrapped, human_bytes, store_root, take_warnings
 from ledger.api._open import open_store
 from ledger.errors import BadInput, CorruptObject, Locked, StoreCorrupt, UnknownRef
-from ledger.store import Store, canonical, index, lookup, retention
+from ledger.store import Store, canonical, fsio, index, lookup, retention
 from ledger.store.add import add_path
 from ledger.store.lock import Lock
 
@@ -30,7 +31,16 @@ class Initialised(Result):
 
 def init(directory: str | os.PathLike | None = None) -> Initialised:
     """Create an empty store (DIRECTORY/.ledger, default ./.ledger) with its first journal record."""
-    s = Store.init(Path(directory or "."))
+    p = Path(directory or ".")
+    try:
+        s = Store.init(p)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise fsio.io_error(e, f"creating a store in {p}") from None
+        # the folder given is a file, a FIFO, a link loop or a dangling link, or lies under a
+        # file: the user's path, not ledger, so exit 2 naming it (mkdir fails before writing)
+        raise BadInput(f"cannot create a store in {p}: {e.strerror or e}",
+                       "give a folder (new or existing) to hold .ledger/") from None
     return Initialised(str(s.root), s.state.head, s.state.seq)
 
 

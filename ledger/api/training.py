@@ -4,6 +4,7 @@ Part of ledger.api (see its docstring): import the verbs from there, `from ledge
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -82,6 +83,11 @@ def reproduce(receipt: str, *, overrides: Mapping[str, Any] | None = None, loss_
               store: StoreLike = None) -> Reproduced:
     """Re-execute a receipt from its pinned inputs in a fresh process and compare. `source`: first
     fetch the receipt's closure from a remote, bundle file, remote folder or s3:// URL."""
+    for opt, tol in (("--loss-tol", loss_tol), ("--weight-tol", weight_tol)):
+        # checked before anything runs: a NaN tolerance trained the whole reproduction, then the
+        # record holding it was refused as non-canonical JSON (exit 2 after objects were written)
+        if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+            raise BadInput(f"{opt} {tol} is not a finite, non-negative number", "e.g. --loss-tol 1e-4")
     s = open_store(store)
     if source:
         receipt = fetch_closure(s, source, [receipt]).requested[0]  # verified; what it lacks → MissingInputs

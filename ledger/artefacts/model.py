@@ -34,6 +34,7 @@ import importlib.util
 import io
 import json
 import shutil
+import struct
 import tempfile
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
@@ -330,7 +331,7 @@ def _gguf_types(p: Path) -> tuple[dict, str]:
 
     try:
         reader = gguf.GGUFReader(str(p))
-    except (ValueError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError, IndexError, struct.error) as e:   # a truncated header: IndexError
         raise BadInput(f"{p} is not a readable GGUF file: {str(e)[:200]}") from None
     counts: dict[str, int] = {}
     first = {}

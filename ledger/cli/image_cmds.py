@@ -3,6 +3,7 @@ the work is ledger.api's."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,6 +12,7 @@ import typer
 from ledger import api
 from ledger.cli import common
 from ledger.cli.common import JsonOpt, WaitOpt, emit, finish, short
+from ledger.errors import BadInput
 from ledger.options import DURABILITY, LearnOptions, ServeOptions
 
 image_app = typer.Typer(help="The running image: status, stop.", no_args_is_help=True)
@@ -56,6 +58,14 @@ def serve(
     common.print_warnings(res.warnings)
 
 
+def _check_seconds(timeout: float, *, positive: bool) -> None:
+    """--timeout must be a finite number of seconds: NaN made socket.settimeout raise (exit 1)
+    and the outcome wait loop never end; a negative one reported a timeout that never waited."""
+    if not math.isfinite(timeout) or timeout < 0 or (positive and timeout == 0):
+        raise BadInput(f"--timeout {timeout:g} is not a {'positive' if positive else 'non-negative'} number of seconds",
+                       "give seconds to wait, e.g. --timeout 30")
+
+
 def act(
     situation: Annotated[str, typer.Argument(help="What the image is asked, e.g. \"user: what is 3 plus 4?\".")],
     action: Annotated[Optional[str], typer.Option("--action", help="Execute and record this action instead of generating one.")] = None,
@@ -66,6 +76,7 @@ def act(
     json_: JsonOpt = False,
 ):
     """Ask the running image to act on a situation; prints the action, its outcome and the turn id."""
+    _check_seconds(timeout, positive=True)
     res = api.act(situation, action=action, request_id=request_id, max_new=max_new, wait_recorded=not no_wait,
                   timeout=timeout, store=common.store_dir())
     reply = res.reply
@@ -88,6 +99,7 @@ def outcome(
     json_: JsonOpt = False,
 ):
     """Attach the ground-truth outcome to a recorded turn (one `outcome` record; the latest wins)."""
+    _check_seconds(timeout, positive=False)
     res = api.outcome(turn, value, timeout=timeout, wait=wait, store=common.store_dir())
     finish(json_, res, lambda: common.console().print(f"{res.turn}: outcome [green]{res.outcome}[/]"))
 

@@ -43,6 +43,8 @@ REGISTER = "I will now act: "   # what a register-only adapter learns to say bef
 
 def _prepare(directory: Path) -> Path:
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"{directory} exists and is not a folder", "pass --dir NEW_FOLDER")
     if directory.exists():
         if (directory / MARKER).exists():
             shutil.rmtree(directory)  # a previous demo's folder: start afresh

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from ledger.artefacts.builtin_task import BUILTIN_BASE, BUILTIN_DATASET  # noqa: F401  (re-exported: specs name them)
 from ledger.errors import SpecError
-from ledger.store import canonical
+from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes
 
 LLAMA_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
 DTYPES = ("fp32", "bf16", "fp16")
 BASE_QUANTS = ("none", "q4b32", "int8")   # ledger.plan.memory.BASE_QUANTS
+MAX_SPEC_FILE = 16 << 20   # a spec is a few KiB of TOML; more is not a spec (and is refused unread)
 MAX_WORLD = 1024   # ranks of one data-parallel run (nodes x devices): gloo's and torchrun's tested scale
 REALIZATIONS = ("auto", "torch-eager", "torch-compiled", "cupy-fused", "fused-lora", "fp8-base")
 
@@ -266,16 +267,18 @@ def parse(text: str) -> Spec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"spec is not valid TOML: {e}") from None
+    except RecursionError:   # arrays nested thousands deep: tomllib recurses per level
+        raise SpecError("spec is not valid TOML: nested too deeply to parse") from None
     return normalise(raw, text)
 
 
 def load(path: str | Path) -> Spec:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = fsio.read_user_file(p, MAX_SPEC_FILE).decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"no spec file at {p}", "give the path of a TOML spec, e.g. examples/tiny.toml") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, fsio.NotRegular) as e:   # a FIFO is refused, not waited on
         raise SpecError(f"cannot read spec {p}: {e}") from None
     return parse(text)
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 from ledger.errors import SpecError, UnknownRef
 from ledger.plan.spec import DTYPES, line_of
-from ledger.store import canonical
+from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes
+
+MAX_TARGETS_FILE = 16 << 20   # a few KiB of TOML profiles; more is refused unread
 
 BUILTIN_FILE = Path(__file__).with_name("targets.toml")
 _FIELDS = {"device": str, "description": str, "memory_bytes": int, "dtypes": list,
@@ -53,6 +55,8 @@ def _parse(text: str, origin: str) -> dict[str, Target]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{origin}: not valid TOML: {e}") from None
+    except RecursionError:   # arrays nested thousands deep: tomllib recurses per level
+        raise SpecError(f"{origin}: not valid TOML: nested too deeply to parse") from None
     out = {}
     for name, t in raw.items():
         def err(field: str, msg: str) -> SpecError:
@@ -98,8 +102,8 @@ def available(extra: str | Path | None = None) -> dict[str, Target]:
     if extra is not None:
         p = Path(extra)
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
+            text = fsio.read_user_file(p, MAX_TARGETS_FILE).decode("utf-8")
+        except (OSError, UnicodeDecodeError, ValueError, fsio.NotRegular) as e:   # a FIFO is refused, not waited on
             raise SpecError(f"cannot read targets file {p}: {e}") from None
         out.update(_parse(text, str(p)))
     return out

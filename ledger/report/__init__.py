@@ -13,12 +13,14 @@ cache, cache/report.json (docs/store-format.md rule 23).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
 import ledger
 from ledger.errors import BadInput
+from ledger.store import fsio
 
 
 def gather(store):
@@ -47,12 +49,14 @@ def write(store, out) -> dict:
     out = Path(out)
     if out.is_dir():
         raise BadInput(f"{out} is a directory", "pass a file name, e.g. -o report.html")
+    fsio.refuse_special_output(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(html)
         os.replace(tmp, out)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):   # under a file: the unlink fails as the write did
+            tmp.unlink(missing_ok=True)
         raise BadInput(f"cannot write {out}: {e.strerror or e}", "choose a writable path with -o") from None
     return {"path": str(out), "bytes": len(html), "seq": model.seq, "head": model.head,
             "generations": len(model.generations), "cycles": len(model.cycles), "gate_runs": len(model.judges),

@@ -147,6 +147,9 @@ def create(store, names, out: Path, key_name: str | None = None, origin: str | N
         raise BadInput(f"the bundle's table of contents would be {len(hbytes)} bytes (limit {MAX_HEADER})",
                        "bundle fewer refs at a time")
     out = Path(out)
+    if not out.name or out.is_dir():   # "" is ".": a folder, not a bundle file
+        raise BadInput(f"{out} is a folder", "give the bundle's file name, e.g. -o share.bundle")
+    fsio.refuse_special_output(out)
     tmp = out.with_name(f".{out.name}.ledger-tmp-{os.getpid()}")
     data_bytes = plan.data_bytes if plan else man.total_bytes
     progress.start(f"bundle → {out.name}", len(plan.pieces) if plan else len(man.objects), data_bytes)
@@ -172,7 +175,10 @@ def create(store, names, out: Path, key_name: str | None = None, origin: str | N
         raise BadInput(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         progress.finish()
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:   # under a file: the unlink fails as the write did (reported above)
+            pass
     return CreateResult(path=str(out), manifest=man.id, refs=dict(sel.refs), objects=len(man.objects),
                         bytes=man.total_bytes, file_size=out.stat().st_size, segment_records=len(sel.records),
                         signed_by=pub.name if pub else None, absent=man.absent,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ledger import records
 from ledger.errors import BadInput, UnknownRef
-from ledger.store import canonical
+from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -160,11 +160,13 @@ def trusted_keys(store) -> dict[str, PublicKey]:
 def read_public_key_file(path: Path, name: str | None = None) -> PublicKey:
     """A file from `ledger key export` (JSON), or a PEM/OpenSSH ed25519 public key."""
     try:
-        data = Path(path).read_bytes()
+        data = fsio.read_user_file(Path(path), 64 << 10)   # a FIFO is refused, not waited on
     except OSError as e:
         raise BadInput(f"cannot read {path}: {e.strerror}") from None
-    if len(data) > 64 << 10:
-        raise BadInput(f"{path} is too large to be a public key")
+    except fsio.NotRegular as e:
+        raise BadInput(f"cannot read {path}: {e}") from None
+    except ValueError:
+        raise BadInput(f"{path} is too large to be a public key") from None
     if data.lstrip().startswith(b"{"):
         pub = PublicKey.from_json(canonical.loads(data))
         return PublicKey(name=check_name(name), key=pub.key) if name else pub

@@ -67,6 +67,22 @@ def file_kind(mode: int) -> str:
     return "special file" if not stat.S_ISREG(mode) else "regular file"
 
 
+def refuse_special_output(out) -> None:
+    """An output the user names, written atomically (a temporary file renamed over it), must not
+    be a FIFO or a device: the rename would replace the special file itself (as root,
+    `ledger report -o /dev/null` replaced /dev/null with a regular file). A link is replaced as
+    a name, like any file; a missing path is left to the write to report."""
+    try:
+        mode = os.lstat(out).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+        from ledger.errors import BadInput
+
+        raise BadInput(f"{out} is a {file_kind(mode)}, not a regular file; it is never replaced",
+                       "give the path of a new or regular file")
+
+
 def open_regular(path) -> tuple[int, os.stat_result]:
     """Open a file for reading that may be hostile: never follow a link, never block (a FIFO
     opened with O_NONBLOCK returns at once), and accept only a regular file (fstat of what was
@@ -92,6 +108,23 @@ def read_small(path, limit: int) -> bytes:
     refused (NotRegular / ValueError) if it is not a regular file or is larger than `limit`."""
     fd, st = open_regular(path)
     try:
+        if st.st_size > limit:
+            raise ValueError(f"{path} is {st.st_size} bytes, more than the {limit} it can be")
+        return read_bounded(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
+def read_user_file(path, limit: int) -> bytes:
+    """The bytes of a small file the user names (a spec, a targets file, a key): a link is
+    followed (the user chose it), but a FIFO or device is refused, never waited on (opened
+    O_NONBLOCK, then fstat), and a file over `limit` is refused unread. Raises NotRegular,
+    ValueError (too large) or OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, file_kind(st.st_mode))
         if st.st_size > limit:
             raise ValueError(f"{path} is {st.st_size} bytes, more than the {limit} it can be")
         return read_bounded(fd, st.st_size)
