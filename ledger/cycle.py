@@ -120,6 +120,15 @@ def load_spec(path: str | Path | None):
     return speclib.load(path)
 
 
+def check_options(options: LearnOptions):
+    """The spec and target profile a cycle will use, read now: a bad --spec or --target is
+    refused when the command starts (`ledger serve --learn` served on and failed only at its
+    first cycle; `ledger run --target bogus` said "no cycle is due"), before any record."""
+    spec = load_spec(options.spec)
+    targetlib.get(options.target)
+    return spec
+
+
 def ensure_genesis(store, spec) -> generations.Generation:
     """gen-0: the base model with no adapter — the first incumbent."""
     g = generations.head(store)
@@ -152,7 +161,7 @@ def run_cycle(store, options: LearnOptions = LearnOptions(), *, progress=None, t
 def _run_cycle(store, options: LearnOptions, *, progress=None, train_progress=None) -> CycleResult:
     force, policy = options.force, Policy.of(options)
     say = progress or (lambda stage, msg: None)
-    spec = load_spec(options.spec)
+    spec = check_options(options)
     # Preconditions before any work: a cycle nothing can judge must not export, compile or train
     # (it would spend a whole training run to learn that). The suite's contamination check and
     # the judge come later; a missing suite is known now.

@@ -30,6 +30,10 @@ def serve(options: ServeOptions = ServeOptions(), *, detach: bool = False,
     In this process until stopped (`ready(status)` is called once serving), or with `detach` in
     the background, returning once it serves. The detached keeper gets `options` as JSON."""
     s = open_store(store)
+    if options.learn is not None:
+        from ledger import cycle  # the spec and target, checked before serving (not at the first cycle)
+
+        cycle.check_options(options.learn)
     if detach:
         return ImageStatus(client.start_detached(s.root, options))
     import ledger.image.keeper as keeper  # torch and the learn cycle: only when serving in this process

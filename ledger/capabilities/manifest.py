@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ledger.errors import BadInput, SpecError
-from ledger.store import canonical
+from ledger.store import canonical, fsio
 from ledger.store.ids import hash_bytes
+
+MAX_MANIFEST_FILE = 1 << 20   # a manifest is a few KiB of TOML; more is refused unread
 
 MANIFEST_VERSION = 1
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -204,13 +206,15 @@ def load(path: str | Path) -> Manifest:
 
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(fsio.read_user_file(p, MAX_MANIFEST_FILE).decode("utf-8"))
     except FileNotFoundError:
         raise BadInput(f"manifest {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read manifest {p}: {e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except tomllib.TOMLDecodeError as e:   # before ValueError, which it is
         raise SpecError(f"manifest {p} is not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError, ValueError, fsio.NotRegular) as e:   # a FIFO is refused, not waited on
+        raise BadInput(f"cannot read manifest {p}: {e}") from None
+    except RecursionError:   # arrays nested thousands deep
+        raise SpecError(f"manifest {p} is not valid TOML: nested too deeply to parse") from None
     return from_json(data, where=str(p))
 
 

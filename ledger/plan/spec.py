@@ -279,7 +279,7 @@ def load(path: str | Path) -> Spec:
     except FileNotFoundError:
         raise SpecError(f"no spec file at {p}", "give the path of a TOML spec, e.g. examples/tiny.toml") from None
     except (OSError, UnicodeDecodeError, ValueError, fsio.NotRegular) as e:   # a FIFO is refused, not waited on
-        raise SpecError(f"cannot read spec {p}: {e}") from None
+        raise SpecError(f"cannot read spec {p}: {e}", "give the path of a TOML spec file, e.g. examples/tiny.toml") from None
     return parse(text)
 
 

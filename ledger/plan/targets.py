@@ -104,7 +104,7 @@ def available(extra: str | Path | None = None) -> dict[str, Target]:
         try:
             text = fsio.read_user_file(p, MAX_TARGETS_FILE).decode("utf-8")
         except (OSError, UnicodeDecodeError, ValueError, fsio.NotRegular) as e:   # a FIFO is refused, not waited on
-            raise SpecError(f"cannot read targets file {p}: {e}") from None
+            raise SpecError(f"cannot read targets file {p}: {e}", "give the path of a TOML file of target profiles") from None
         out.update(_parse(text, str(p)))
     return out
 

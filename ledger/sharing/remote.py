@@ -543,7 +543,12 @@ def normalise_url(url: str) -> str:
     if proto is not None and proto != "file":
         return check_url(url)
     path = url[len("file://"):] if proto == "file" else url
-    return str(Path(path).expanduser().resolve())
+    if not path:   # "" and file:// resolved to the current folder: say so instead of guessing
+        raise BadInput(f"remote URL {url!r} names no path", "give the remote's folder, e.g. /mnt/share/ledger")
+    p = Path(path).expanduser().resolve()
+    if p.exists() and not p.is_dir():
+        raise BadInput(f"remote path {p} is not a folder", "give a folder (new or existing) for the remote")
+    return str(p)
 
 
 def open_backend(url: str, options: dict | None = None) -> Backend:

@@ -211,3 +211,42 @@ def test_query_writes_no_file(store, tmp_path):
     r = ledger_cmd("--store", store, "query", f"COPY journal TO '{out}'")
     assert not out.exists()
     _no_internal(r)
+
+
+# --- remote add with an empty URL or path (it meant the current folder), or a file as its folder --
+@pytest.mark.parametrize("url", ["", "file://", "FILE"])
+def test_remote_add_of_an_empty_or_file_path_is_bad_input(store, tmp_path, url):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    before = _state(store)
+    r = ledger_cmd("--store", store, "remote", "add", "origin", str(f) if url == "FILE" else url, cwd=tmp_path)
+    _no_internal(r)
+    assert _state(store) == before
+
+
+def test_a_capability_manifest_that_is_a_fifo_does_not_hang(store, tmp_path):
+    fifo = tmp_path / "m.toml"
+    os.mkfifo(fifo)
+    r = ledger_cmd("--store", store, "capability", "add", "-m", fifo,
+                   ROOT / "examples" / "capabilities" / "adder.wat", timeout=30)
+    _no_internal(r)
+
+
+# --- run / serve --learn: a bad --target or --spec is refused at the start, not at the first cycle ---
+@pytest.mark.parametrize("command", [["run", "--target", "no-such-target"],
+                                     ["serve", "--learn", "--target", "no-such-target"],
+                                     ["serve", "--learn", "--detach", "--spec", "BAD"]])
+def test_a_learn_cycles_bad_target_or_spec_is_refused_at_the_start(store, tmp_path, command):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\n")
+    before = _state(store)
+    r = ledger_cmd("--store", store, *[str(bad) if a == "BAD" else a for a in command], timeout=60)
+    _no_internal(r)
+    assert "no-such-target" in r.stderr or "not valid TOML" in r.stderr
+    assert _state(store) == before
+
+
+def test_a_spec_path_that_is_a_folder_gets_a_hint_about_files(store, tmp_path):
+    r = ledger_cmd("--store", store, "compile", tmp_path)
+    _no_internal(r)
+    assert "fix the field named above" not in r.stderr
