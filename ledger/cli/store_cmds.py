@@ -182,7 +182,7 @@ def query(
         w = csvmod.writer(sys.stdout)
         w.writerow(res.columns)
         w.writerows(res.rows)
-    else:
+    elif res.columns:   # a statement without a result (a comment) prints no table at all
         # every column wraps at words (values are never cut or shortened: they may be copied)
         cols = [Column(c, 0, wrap=True) for c in res.columns]
         print_table(common.console(), cols, [["NULL" if v is None else str(v) for v in r] for r in res.rows],

@@ -664,6 +664,8 @@ def _query_hint(e) -> str:
     if "Catalog" in name or "Binder" in name:
         tables = ", ".join([t for t in SCHEMA if t != "meta"] + list(VIEWS))
         return f"tables: {tables}; `ledger query \"describe TABLE\"` lists a table's columns"
+    if "file system operations are disabled" in text:
+        return "a query reads the index's tables only, never files: redirect `ledger query --json` instead"
     if "read-only" in text or "read only" in text or "Permission" in name:
         return "the index is read-only (a cache of the journal): change the store with ledger's commands"
     return "see docs/store-format.md for the tables and their columns"
@@ -677,8 +679,16 @@ def query(root: Path, sql: str):
     if not path.exists():
         # a lost cache, not a bug: typed like the other store faults (exit 4), with its fix
         raise StoreCorrupt("the index is missing", "run `ledger index rebuild`")
+    if not sql.strip():
+        raise BadInput("query failed: the SQL is empty",
+                       'give one statement, e.g. `ledger query "select kind, count(*) from journal group by kind"`')
     con = _connect(path, read_only=True)
     try:
+        # Read-only is the index file's; DuckDB's SQL could still read and write any file
+        # (COPY ... TO, EXPORT DATABASE, read_csv, ATTACH). A query sees the index's tables and
+        # nothing else, and cannot switch that back on.
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         try:
             stale = _version_problem(dict(con.execute("SELECT key, value FROM meta WHERE key IN ('version', 'dense')")
                                           .fetchall()))
@@ -691,9 +701,9 @@ def query(root: Path, sql: str):
             cur = con.execute(sql)
         except duckdb.Error as e:
             raise BadInput(f"query failed: {str(e).splitlines()[0]}", _query_hint(e)) from e
-        cols = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if cur.description else []
-        return cols, rows
+        if cur is None or not cur.description:   # a statement without rows (DuckDB gives None for a comment)
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()
     finally:
         con.close()
 

@@ -196,20 +196,22 @@ def test_a_fifo_given_as_an_input_file_does_not_hang(store, tmp_path, command):
 
 
 # --- query (ledger/store/index.py, owned elsewhere this session) --------------------------------------
-@pytest.mark.xfail(strict=True, reason="store/index.py query: an empty SQL string reads cur.description of None "
-                                       "(AttributeError, exit 1); index.py is owned by another helper this session")
-def test_query_of_empty_sql_is_bad_input(store):
-    r = ledger_cmd("--store", store, "query", "")
-    _no_internal(r)
+@pytest.mark.parametrize("sql", ["", "  ", "/* only a comment */"])
+def test_query_of_empty_sql_is_bad_input_or_no_rows(store, sql):
+    # an empty SQL string read cur.description of None (AttributeError, exit 1)
+    r = ledger_cmd("--store", store, "query", sql)
+    _no_internal(r, 0 if sql.strip() else 2)
 
 
-@pytest.mark.xfail(strict=True, reason="store/index.py query: 'read-only SQL' still runs COPY ... TO and EXPORT "
-                                       "DATABASE (external access is on), writing files anywhere; index.py is owned "
-                                       "by another helper this session")
-def test_query_writes_no_file(store, tmp_path):
-    out = tmp_path / "leak.csv"
-    r = ledger_cmd("--store", store, "query", f"COPY journal TO '{out}'")
-    assert not out.exists()
+@pytest.mark.parametrize("sql", ["COPY journal TO '{out}'", "EXPORT DATABASE '{out}'", "SELECT * FROM read_csv('{secret}')",
+                                 "ATTACH '{out}' AS x", "SET enable_external_access = true"])
+def test_query_reads_and_writes_no_file(store, tmp_path, sql):
+    # 'read-only SQL' ran COPY ... TO and EXPORT DATABASE (DuckDB's external access was on),
+    # writing files anywhere, and could read any file
+    out, secret = tmp_path / "leak", tmp_path / "secret.csv"
+    secret.write_text("password\nhunter2\n")
+    r = ledger_cmd("--store", store, "query", sql.format(out=out, secret=secret))
+    assert r.returncode == 2 and not out.exists() and "hunter2" not in r.stdout, (r.stdout, r.stderr)
     _no_internal(r)
 
 
