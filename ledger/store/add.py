@@ -8,6 +8,7 @@ neither the hash nor a new record is needed.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from ledger.errors import BadInput, StoreCorrupt
@@ -22,6 +23,8 @@ def add_path(store, path, kind: str | None = None, name: str | None = None, wait
         raise BadInput(f"{path} does not exist")
     if path.is_symlink() or not (path.is_file() or path.is_dir()):
         raise BadInput(f"{path} is not a regular file or directory")
+    if name is not None:
+        _check_name(store, name)
     ref = f"name/{name}" if name else None
     if ref:
         check_ref_changes({ref: None})
@@ -68,3 +71,18 @@ def _hit_size(store, oid: str, is_dir: bool, covered: int) -> int | None:
         return None
     size = sum(e["size"] for e in entries)
     return size if size == covered else None
+
+
+_GENERATION = re.compile(r"gen-[0-9]+")
+
+
+def _check_name(store, name: str) -> None:
+    """A name `add --name` may give: `show NAME` must find it, so never empty, and never a name
+    another ref answers first (Store.resolve looks up HEAD, gen-N and the other refs before
+    name/NAME): HEAD and gen-N always, any other ref that exists now."""
+    if not name:
+        raise BadInput("add --name is empty", "give a name (`--name train`), or leave --name out")
+    if name == "HEAD" or _GENERATION.fullmatch(name) or name in store.state.refs:
+        raise BadInput(f"add --name {name!r}: {name} already names a ref (HEAD, a generation or another), "
+                       "so the name would never be found", "choose another name")
+

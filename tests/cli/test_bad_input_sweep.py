@@ -254,11 +254,9 @@ def test_a_spec_path_that_is_a_folder_gets_a_hint_about_files(store, tmp_path):
     assert "fix the field named above" not in r.stderr
 
 
-# --- add --name (ledger/cli/adding.py, ledger/store/add.py: owned elsewhere this session) -------------
-@pytest.mark.xfail(strict=True, reason="add --name '' is accepted (exit 0) and silently stores no name; "
-                                       "--name gen-N / HEAD is stored as name/gen-N that the generation "
-                                       "shadows for ever (the hint then lists 'gen-1, gen-1'); owned elsewhere")
-@pytest.mark.parametrize("name", ["", "HEAD", "gen-0"])
+# --- add --name: '' was accepted (exit 0) and silently stored no name; gen-N / HEAD was stored as
+# name/gen-N, which the generation shadows for ever (the hint then listed 'gen-1, gen-1') --------
+@pytest.mark.parametrize("name", ["", "HEAD", "gen-0", "gen-7"])
 def test_add_with_an_empty_or_shadowed_name_is_bad_input(store, tmp_path, name):
     f = tmp_path / "in.txt"
     f.write_text("hello\n")
@@ -266,3 +264,18 @@ def test_add_with_an_empty_or_shadowed_name_is_bad_input(store, tmp_path, name):
     r = ledger_cmd("--store", store, "add", "--name", name, f)
     _no_internal(r)
     assert _state(store) == before
+
+
+def test_add_with_the_name_of_an_existing_ref_is_bad_input(tmp_path):
+    """`suite` once a suite is sealed: `show suite` answers the ref first, never name/suite."""
+    from pathlib import Path as P
+
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    ledger_cmd("seal", P(__file__).resolve().parents[2] / "examples" / "suite", cwd=tmp_path, check=True)
+    f = tmp_path / "in.txt"
+    f.write_text("hello\n")
+    before = _state(tmp_path)
+    r = ledger_cmd("add", "--name", "suite", f, cwd=tmp_path)
+    _no_internal(r)
+    assert "already names a ref" in r.stderr and _state(tmp_path) == before
+
