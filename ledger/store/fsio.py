@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ledger.errors import LedgerError
+from ledger.errors import BadInput, LedgerError
 from ledger.store import faults
 
 
@@ -77,8 +77,6 @@ def refuse_special_output(out) -> None:
     except OSError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
-        from ledger.errors import BadInput
-
         raise BadInput(f"{out} is a {file_kind(mode)}, not a regular file; it is never replaced",
                        "give the path of a new or regular file")
 
