@@ -190,8 +190,8 @@ def list_runs(store, *, where: str | None = None, sort: str = "seq", descending:
     """The runs view, filtered by a SQL condition over its columns (`--where "lr > 1e-3"`)."""
     if sort not in SORTABLE:
         raise BadInput(f"cannot sort runs by {sort!r}", f"sort by one of: {', '.join(SORTABLE)}")
-    if limit is not None and limit < 1:
-        raise BadInput(f"--limit must be positive, not {limit}", "e.g. --limit 20")
+    if limit is not None and not 1 <= limit < 2 ** 63:   # DuckDB's LIMIT is a BIGINT
+        raise BadInput(f"--limit must be a positive number below 2^63, not {limit}", "e.g. --limit 20")
     sql = "SELECT * FROM runs"
     if where:
         if ";" in where:

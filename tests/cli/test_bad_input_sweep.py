@@ -279,3 +279,11 @@ def test_add_with_the_name_of_an_existing_ref_is_bad_input(tmp_path):
     _no_internal(r)
     assert "already names a ref" in r.stderr and _state(tmp_path) == before
 
+
+@pytest.mark.parametrize("n", ["0", "-3", "99999999999999999999999"])
+def test_runs_limit_out_of_range_is_bad_input_with_its_own_message(store, n):
+    # the huge one reached DuckDB and came back as its raw "Conversion Error" (exit 2, no hint of ours)
+    r = ledger_cmd("--store", store, "runs", "-n", n)
+    _no_internal(r)
+    assert "--limit must be a positive number" in r.stderr and "Conversion Error" not in r.stderr, r.stderr
+
