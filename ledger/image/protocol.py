@@ -261,6 +261,7 @@ def act(store_root, situation: str, *, action: str | None = None, request_id: st
         msg["max_new"] = max_new
     if wait_recorded:
         msg["wait_recorded"] = True
+    parse_act(msg)   # the image's own check, made before connecting: bad input is said as such, even with no image
     reply = request(image_socket(store_root), msg, timeout=timeout)
     if not reply.get("ok"):
         raise to_error(reply)

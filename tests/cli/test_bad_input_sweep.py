@@ -287,3 +287,11 @@ def test_runs_limit_out_of_range_is_bad_input_with_its_own_message(store, n):
     _no_internal(r)
     assert "--limit must be a positive number" in r.stderr and "Conversion Error" not in r.stderr, r.stderr
 
+
+@pytest.mark.parametrize("situation, extra", [("s", ["--max-new", "0"]), ("s", ["--max-new", "100"]), ("", [])])
+def test_act_with_bad_input_says_so_before_it_looks_for_an_image(store, situation, extra):
+    # it was checked by the image only: with none serving, it said "no image is serving" (exit 3)
+    r = ledger_cmd("--store", store, "act", situation, *extra)
+    _no_internal(r)
+    assert "no image" not in r.stderr, r.stderr
+
