@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 from ledger.errors import BadInput
+from ledger.store import fsio
 
 
 def encode_name(name: str | bytes) -> tuple[str, bool]:
@@ -64,11 +65,18 @@ def put_tree(tx, directory: str | Path, kind: str = "tree", progress=None) -> st
         walked.add(dirpath)
         dirnames.sort()
         for name in dirnames:
+            sub = os.path.join(dirpath, name)
             try:
-                if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
-                    folders.add(os.path.join(dirpath, name))   # a folder, not a link: it must be walked
+                mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
             except FileNotFoundError:
-                folders.add(os.path.join(dirpath, name))
+                folders.add(sub)   # gone since it was listed: a folder that changed (below)
+                continue
+            if not stat.S_ISDIR(mode):
+                # a link to a folder is listed here and never walked: refused like a link to a
+                # file, not left out of the tree without a word
+                raise BadInput(f"{os.fsdecode(sub)} is a {fsio.file_kind(mode)}, not a folder",
+                               "ledger stores regular files only; remove links and special files")
+            folders.add(sub)   # a folder, not a link: it must be walked
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
             shown = os.fsdecode(p)

@@ -136,3 +136,16 @@ print(started.count("preload-duckdb"), index.indexed_seq(s.root) == s.state.seq)
 
     assert run("a", small) == ["0", "True"]
     assert run("b", big) == ["1", "True"]
+
+
+def test_a_link_to_a_folder_inside_an_added_folder_is_refused_not_left_out(tmp_path):
+    """A link to a file was refused, while a link to a folder was left out of the tree without a word."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a").write_text("hi\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "s").write_text("outside\n")
+    (tmp_path / "d" / "linkdir").symlink_to("../other")
+    ledger_cmd("init", cwd=tmp_path, check=True)
+    p = ledger_cmd("add", "d", cwd=tmp_path)
+    assert p.returncode == 2 and "linkdir is a symbolic link, not a folder" in p.stderr, (p.returncode, p.stderr)
+    assert [r["kind"] for r in json.loads(ledger_cmd("log", "--json", cwd=tmp_path, check=True).stdout)] == ["init"]
