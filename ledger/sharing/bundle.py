@@ -36,6 +36,7 @@ manifest, and each object's byte range, read with exactly the size the manifest 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -175,10 +176,8 @@ def create(store, names, out: Path, key_name: str | None = None, origin: str | N
         raise BadInput(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         progress.finish()
-        try:
+        with contextlib.suppress(OSError):   # under a file: the unlink fails as the write did (reported above)
             tmp.unlink(missing_ok=True)
-        except OSError:   # under a file: the unlink fails as the write did (reported above)
-            pass
     return CreateResult(path=str(out), manifest=man.id, refs=dict(sel.refs), objects=len(man.objects),
                         bytes=man.total_bytes, file_size=out.stat().st_size, segment_records=len(sel.records),
                         signed_by=pub.name if pub else None, absent=man.absent,
