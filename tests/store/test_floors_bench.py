@@ -42,9 +42,23 @@ def test_a_line_the_pattern_refuses_is_one_check_line_refuses_too(store, edit):
     line = _record_lines(store, 1)[0]
     bad = edit(line)
     assert bad != line
-    assert re.compile(bench_floors.usual_line_pattern()).fullmatch(bad) is None
+    full = re.compile(bench_floors.usual_line_pattern()).fullmatch
+    assert full(bad) is None
     with pytest.raises(BadInput):
         scan.check_line(bad)
+    # the per-length template learned from the good line refuses the edited one of the same length
+    same_length = bad[:len(line)] if len(bad) >= len(line) else bad + b" " * (len(line) - len(bad))
+    proved = bench_floors.templated(line + b"\n" + same_length + b"\n", full)
+    assert proved.tolist() == [True, False]
+
+
+def test_the_template_checks_the_hash_of_every_line_it_proves(store):
+    line = _record_lines(store, 1)[0]
+    at = line.find(b'"id":"b3:') + 9
+    wrong = line[:at] + (b"0" if line[at:at + 1] != b"0" else b"1") + line[at + 1:]   # another id, still hex
+    full = re.compile(bench_floors.usual_line_pattern()).fullmatch
+    assert full(wrong)
+    assert bench_floors.templated(line + b"\n" + wrong + b"\n", full).tolist() == [True, False]
 
 
 def test_the_bench_measures_every_part_and_its_columnar_proof_agrees_with_the_regex(store):
@@ -53,7 +67,34 @@ def test_the_bench_measures_every_part_and_its_columnar_proof_agrees_with_the_re
     assert parts["_n"] >= 40 and parts["_objects"] >= 40
     assert parts["_shaped"] > 0.5
     for name in ("lines and chain", "values", "proof: whole-line regex", "proof: RE2 over the column",
-                 "object", "index row"):
+                 "lines, chain and proof: templated", "object", "index row"):
         assert parts[name] > 0, name
     floors = bench_floors.floors(parts)
     assert floors["verify --full"][0] > floors["any pass"][0]
+
+
+def test_every_single_byte_edit_the_template_proves_is_a_line_check_line_accepts(store):
+    # Each position of a real line, each byte value but the newline; the edited line's id member is
+    # then set to its true hash, so only the proof decides. A mutant the template passes must be a
+    # line the store accepts with the same fields' layout (the template is not the check itself).
+    from blake3 import blake3
+
+    line = _record_lines(store, 1)[0]
+    at = line.find(b',"id":"')
+    mutants = []
+    for i in range(len(line)):
+        if at <= i < at + 75:
+            continue   # the id member is recomputed below
+        for b in range(256):
+            if b != 10 and b != line[i]:
+                m = line[:i] + bytes([b]) + line[i + 1:]
+                h = blake3(m[:at])
+                h.update(m[at + 75:])
+                mutants.append(m[:at + 10] + h.hexdigest().encode() + m[at + 74:])
+    full = re.compile(bench_floors.usual_line_pattern()).fullmatch
+    proved = bench_floors.templated(b"".join(x + b"\n" for x in [line, *mutants]), full)
+    assert proved[0]
+    passed = [m for m, ok in zip(mutants, proved[1:].tolist()) if ok]
+    assert passed, "some digit edits keep a line usual"
+    for m in passed:
+        assert scan.check_line(m)["kind"] == "record"
