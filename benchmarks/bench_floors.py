@@ -17,8 +17,9 @@ journal. Whatever else they do, each must, per record, in this process:
   matches (literal bytes exact, hex digits, digits, no leading zero), every line of that length
   checked against it in numpy, and each line without its id member hashed, the digests compared
   with the ids decoded in bulk;
-- hold the record's values (`values`, orjson.loads): the folds of verify and report and the
-  index's rows are made of them (a columnar proof still needs them for those);
+- hold the record's values (`values`, orjson.loads), where the pass works on Python values: the
+  folds of verify and report and the index's rows are made of them today (a columnar fold could
+  read the few fields it needs at the templates' fixed columns instead);
 
 and, by the pass's own rules:
 
