@@ -651,11 +651,10 @@ class Record(Payload):
     # counter, first, the batch object as the one objects entry, turns. Integers of at most 18
     # digits are within 64 bits; the counter is non-negative here (a negative one takes the
     # general path); canonical bytes hold no escape inside an id.
-    LINE_SHAPE: ClassVar[tuple] = (
-        re.compile(rb',"payload":\{"count":(?:0|[1-9][0-9]{0,17}),"counters":\{"turns":(?:0|[1-9][0-9]{0,17})\},'
-                   rb'"first":[1-9][0-9]{0,17},"objects":\[\["(b3:[0-9a-f]{64})",(?:0|[1-9][0-9]{0,17}),"turns"\]\],'
-                   rb'"turns":"(b3:[0-9a-f]{64})"\},"prev":'),
-        (("turns", "turns"),))
+    LINE_TOKENS: ClassVar[tuple] = (
+        b',"payload":{"count":', schema.COUNT, b',"counters":{"turns":', schema.COUNT, b'},"first":', schema.POSITIVE,
+        b',"objects":[["', schema.HEX_ID, b'",', schema.COUNT, b',"turns"]],"turns":"', schema.HEX_ID, b'"},"prev":')
+    LINE_SHAPE: ClassVar[tuple] = (schema.shape_pattern(LINE_TOKENS), (("turns", "turns"),))
 
     @staticmethod
     def project(rec, p, get_json):
@@ -925,7 +924,7 @@ def _hooks(cls: type[Payload]) -> schema.KindHooks:
         return cls.from_payload(payload).object_kinds()
 
     return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED, cls.DENSE, _scan_check(cls),
-                            getattr(cls, "LINE_SHAPE", None))
+                            getattr(cls, "LINE_SHAPE", None), getattr(cls, "LINE_TOKENS", None))
 
 
 def _scan_check(cls: type[Payload]):

@@ -18,8 +18,10 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from ledger.errors import BadInput, JournalConflict, JournalCorrupt
-from ledger.store import canonical, faults, fsio
+from ledger.store import blockcheck, canonical, faults, fsio
 from ledger.store.ids import hash_bytes
 from ledger.store.lock import ofd_lock_wait
 from ledger.store.scan import check_line
@@ -156,6 +158,7 @@ class Journal:
         with f:
             f.seek(start_offset)
             base, data, pos, eof = start_offset, b"", 0, False
+            proved, at = None, 0     # blockcheck's flag per whole line of data, and the next line's
             while True:
                 nl = data.find(b"\n", pos)
                 if nl < 0:
@@ -165,6 +168,7 @@ class Journal:
                         break
                     chunk = f.read(SCAN_BLOCK)
                     base, data, pos = base + pos, data[pos:] + chunk, 0
+                    proved, at = blockcheck.prove(data), 0
                     if not chunk:
                         eof = True
                     elif len(data) > TORN_MAX + SCAN_BLOCK and data.find(b"\n") < 0:
@@ -177,7 +181,11 @@ class Journal:
                     continue
                 line = data[pos:nl]
                 try:
-                    rec = parse_line(line)
+                    if proved is not None and proved[at]:
+                        rec = orjson.loads(line)    # proved canonical, well-typed, hashing to its id
+                    else:
+                        rec = parse_line(line)
+                    at += 1
                     if rec["seq"] != seq:
                         raise BadInput(f"expected seq {seq}, found {rec['seq']}")
                     if rec["prev"] != prev:

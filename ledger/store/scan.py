@@ -4,7 +4,8 @@ Every pass over the whole journal (`verify --full`, `index rebuild`, a first `gc
 spends its time per record, in CPython: parsing the line, checking it is canonical, hashing it
 for the chain. This module is the one place that work is done, as fast as it is done anywhere
 here; `journal.parse_line` is `check_line`, so `Journal.scan`, `stream` and `backwards` (every
-reader) run it.
+reader) run it. A scan's block of many usual lines is proved at once instead (store/blockcheck.py:
+the same answer per line, held to check_line's by tests/store/test_blockcheck.py).
 
 API (stable; other passes may call it):
 

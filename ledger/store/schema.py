@@ -62,7 +62,11 @@ class KindHooks:
                                  payload's ids exactly its groups that begin "b3:", and object_kinds
                                  {key: (payload[key], kind)} for the pairs given; the shape nearly
                                  every record of a dense kind has, so verify skips those three checks
-                                 (tests/store/test_verify_fast.py holds it to their answers)"""
+                                 (tests/store/test_verify_fast.py holds it to their answers)
+    line_tokens                  the tokens line_shape's pattern is compiled from (shape_pattern):
+                                 literal bytes and the variable parts HEX_ID, COUNT, POSITIVE;
+                                 store/blockcheck.py learns per-byte templates of whole lines from
+                                 them (None: every line of the kind takes check_line's path)"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
@@ -71,6 +75,22 @@ class KindHooks:
     dense: bool = False
     scan: Callable[[dict], tuple[str | None, dict[str, tuple[str, str]]]] | None = None
     line_shape: tuple[re.Pattern, tuple[tuple[str, str], ...]] | None = None
+    line_tokens: tuple | None = None
+
+
+# The variable parts of a kind's usual line (KindHooks.line_tokens); every other token is literal
+# bytes. Each part's every value is canonical JSON of its type, so a line made of them and of
+# literal bytes that are canonical is canonical (store/blockcheck.py relies on exactly this).
+HEX_ID = "hex-id"        # "b3:" and 64 lowercase hex digits: one of the payload's ids (line_shape's groups)
+COUNT = "count"          # 0, or 1 to 18 digits without a leading zero (within 64 bits)
+POSITIVE = "positive"    # 1 to 18 digits without a leading zero (>= 1)
+TOKEN_PATTERNS = {HEX_ID: rb"b3:[0-9a-f]{64}", COUNT: rb"(?:0|[1-9][0-9]{0,17})", POSITIVE: rb"[1-9][0-9]{0,17}"}
+
+
+def shape_pattern(tokens: tuple) -> re.Pattern:
+    """The bytes pattern of a kind's usual payload member (KindHooks.line_shape) from its tokens."""
+    return re.compile(b"".join(re.escape(t) if type(t) is bytes else
+                               b"(" + TOKEN_PATTERNS[t] + b")" if t == HEX_ID else TOKEN_PATTERNS[t] for t in tokens))
 
 
 _KINDS: dict[str, KindHooks] = {}

@@ -1,0 +1,204 @@
+"""store/blockcheck.py proves whole blocks of usual journal lines at once (issue 18): a line it
+proves must be one check_line accepts, with the record check_line gives, and a scan must read the
+same records and report the same damage whether or not lines take the bulk path."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import orjson
+import pytest
+from blake3 import blake3
+
+from ledger.errors import BadInput
+from ledger.store import Store, blockcheck, canonical, journal
+from ledger.store.scan import check_line
+
+ID_AT = b',"id":"'
+
+
+def _lines(n: int, seed: int = 0) -> list[bytes]:
+    """n chained journal lines as `ledger record` and the image write them: an init record, turn
+    batches of a few sizes from two actors, and now and then an outcome (a kind without tokens)."""
+    rng = random.Random(seed)
+    recs = [journal.make_record(1, None, "init", [], [], "root@vm", {"format": 2})]
+    first = 1
+    for seq in range(2, n + 1):
+        prev = recs[-1]["id"]
+        if seq % 97 == 0:
+            rec = journal.make_record(seq, prev, "outcome", [], [], "agent", {"turn": first, "accepted": True})
+        else:
+            oid = "b3:" + rng.randbytes(32).hex()
+            count = rng.choice([1, 2, 2, 2, 3, 10])
+            payload = {"count": count, "counters": {"turns": count}, "first": first,
+                       "objects": [[oid, rng.randrange(100, 100_000), "turns"]], "turns": oid}
+            rec = journal.make_record(seq, prev, "record", [], [oid], rng.choice(["root@vm", "image"]), payload)
+            first += count
+        recs.append(rec)
+    return [canonical.dumps(r) for r in recs]
+
+
+def _block(lines: list[bytes]) -> bytes:
+    return b"".join(x + b"\n" for x in lines)
+
+
+def _rehash(line: bytes) -> bytes:
+    """`line` with its id member set to the hash of the rest: only the proof then decides."""
+    at = line.find(ID_AT)
+    h = blake3(line[:at])
+    h.update(line[at + 75:])
+    return line[:at + 10] + h.hexdigest().encode() + line[at + 74:]
+
+
+def _single_byte_edits(line: bytes) -> list[bytes]:
+    """Every edit of one byte of `line` outside its id member (any value but the newline), rehashed."""
+    at = line.find(ID_AT)
+    out = []
+    for i in range(len(line)):
+        if at <= i < at + 75:
+            continue
+        for b in range(256):
+            if b != 10 and b != line[i]:
+                out.append(_rehash(line[:i] + bytes([b]) + line[i + 1:]))
+    return out
+
+
+def test_every_proved_line_is_the_record_check_line_gives():
+    lines = _lines(6000)
+    proved = blockcheck.prove(_block(lines))
+    assert proved is not None and len(proved) == len(lines)
+    batches = [i for i, x in enumerate(lines) if b'"kind":"record"' in x]
+    assert sum(proved[i] for i in batches) >= 0.95 * len(batches)
+    for line, ok in zip(lines, proved):
+        if ok:
+            assert orjson.loads(line) == check_line(line)
+    # kinds without line tokens always take check_line's path
+    assert not any(proved[i] for i, x in enumerate(lines) if b'"kind":"record"' not in x)
+
+
+def test_every_single_byte_edit_a_template_proves_is_a_line_check_line_accepts():
+    line = _lines(3)[2]
+    mutants = _single_byte_edits(line)
+    proved = blockcheck.prove(_block([line, *mutants]))
+    assert proved[0]
+    passed = [m for m, ok in zip(mutants, proved[1:]) if ok]
+    assert len(passed) > 1000, "hex and digit edits keep a line usual"
+    for m in passed:
+        assert orjson.loads(m) == check_line(m)
+    # and the edits of every kind the check must refuse were in the mix, unproved
+    refused = [m for m, ok in zip(mutants, proved[1:]) if not ok]
+    assert any(b'"count":0' in m or b'"first":0' in m for m in refused)
+
+
+def test_the_edit_test_has_teeth_a_template_allowing_leading_zeros_is_caught(monkeypatch):
+    # A template that let the first digit of a multi-digit integer be 0 would prove non-canonical
+    # lines: the check above must see that, or it proves nothing about the real template.
+    real = blockcheck._template
+
+    def lax(np_, line):
+        t = real(np_, line)
+        if t is None:
+            return None
+        lo1, sp1, lo2, sp2, at = (x.copy() if hasattr(x, "copy") else x for x in t)
+        for lo, sp in ((lo1, sp1), (lo2, sp2)):
+            lead = (lo == 0x31) & (sp == 8)
+            lo[lead], sp[lead] = 0x30, 9
+        return lo1, sp1, lo2, sp2, at
+
+    monkeypatch.setattr(blockcheck, "_template", lax)
+    line = _lines(3)[2]
+    mutants = _single_byte_edits(line)
+    proved = blockcheck.prove(_block([line, *mutants]))
+    bad = 0
+    for m, ok in zip(mutants, proved[1:]):
+        if ok:
+            try:
+                check_line(m)
+            except BadInput:
+                bad += 1
+    assert bad > 0
+
+
+def test_a_line_that_does_not_hash_to_its_id_is_not_proved():
+    lines = _lines(5000)
+    i = 2500
+    assert b'"kind":"record"' in lines[i]
+    at = lines[i].find(ID_AT) + 10
+    wrong = lines[i][:at] + (b"0" if lines[i][at:at + 1] != b"0" else b"1") + lines[i][at + 1:]
+    with pytest.raises(BadInput):
+        check_line(wrong)
+    good = blockcheck.prove(_block(lines))
+    bad = blockcheck.prove(_block(lines[:i] + [wrong] + lines[i + 1:]))
+    assert good[i] == 1 and bad[i] == 0
+    assert bad[:i] + bad[i + 1:] == good[:i] + good[i + 1:]
+
+
+def test_a_short_block_is_not_proved_in_bulk():
+    lines = _lines(blockcheck.MIN_LINES - 1)
+    assert blockcheck.prove(_block(lines)) is None
+    assert blockcheck.prove(_block(lines + _lines(blockcheck.MIN_LINES + 1)[-1:])) is not None
+
+
+def _flip_digit(line: bytes) -> bytes:
+    """`line` with the first digit of its batch's size changed: still usual, no longer its hash."""
+    at = line.find(b'",', line.find(b'"objects":[["')) + 2
+    return line[:at] + (b"7" if line[at:at + 1] != b"7" else b"8") + line[at + 1:]
+
+
+DAMAGE = {
+    "intact": lambda ls: ls,
+    "a digit changed mid-journal": lambda ls: ls[:5001] + [_flip_digit(ls[5001])] + ls[5002:],
+    "a byte that breaks the JSON mid-journal": lambda ls: ls[:7001] + [ls[7001].replace(b"{", b"[", 1)] + ls[7002:],
+    "a record missing (a seq skip)": lambda ls: ls[:6000] + ls[6001:],
+    "a record rehashed, its successor's prev stale": lambda ls: ls[:4500] + [_rehash(_flip_digit(ls[4500]))] + ls[4501:],
+    "a torn tail": lambda ls: ls + [ls[-1][:100]],
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_scan_reads_the_same_with_and_without_the_bulk_path(tmp_path, monkeypatch, damage):
+    lines = DAMAGE[damage](_lines(12_000))
+    data = _block(lines)
+    if damage == "a torn tail":
+        data = data[:-1]
+    store = Store.init(tmp_path)
+    store.journal.path.write_bytes(data)
+    # blocks of ~5000 lines: the first two hold more than MIN_LINES lines (bulk), the last fewer,
+    # and the boundaries fall inside lines
+    monkeypatch.setattr(journal, "SCAN_BLOCK", len(data) * 5000 // len(lines) + 17)
+    real, bulk = blockcheck.prove, []
+
+    def spy(block):
+        flags = real(block)
+        bulk.append(0 if flags is None else sum(flags))
+        return flags
+
+    def fields(sc):
+        return sc.records, sc.end, sc.torn, sc.broken_at, sc.problem, sc.last_seq, sc.last_id
+
+    monkeypatch.setattr(blockcheck, "prove", spy)
+    fast = fields(journal.Journal(store.root).scan())
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    slow = fields(journal.Journal(store.root).scan())
+    assert fast == slow
+    assert bulk[0] > 4000, "the bulk path was taken"
+    if damage == "intact":
+        assert len(fast[0]) == 12_000 and fast[3] is None and bulk[-1] == 0   # and the line path
+    elif damage == "a torn tail":
+        assert len(fast[0]) == 12_000 and fast[2] == lines[-1][:100] and fast[3] is None
+    else:
+        assert fast[3] is not None and fast[4]
+
+
+def test_the_templates_are_learned_from_whole_line_matches_only():
+    # an actor holding a quote's escape is canonical JSON but not a plain string: such a line is
+    # never a sample, so it and its look-alikes go to check_line
+    lines = _lines(5000)
+    odd = [journal.make_record(5001, orjson.loads(lines[-1])["id"], "record", [], [], 'a\\"b',
+                               orjson.loads(lines[-1])["payload"])]
+    line = canonical.dumps(odd[0])
+    assert check_line(line)
+    proved = blockcheck.prove(_block(lines + [line]))
+    assert proved[-1] == 0
+    assert np.frombuffer(proved, np.uint8)[:-1].sum() > 4000
