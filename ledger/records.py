@@ -655,6 +655,9 @@ class Record(Payload):
         b',"payload":{"count":', schema.COUNT, b',"counters":{"turns":', schema.COUNT, b'},"first":', schema.POSITIVE,
         b',"objects":[["', schema.HEX_ID, b'",', schema.COUNT, b',"turns"]],"turns":"', schema.HEX_ID, b'"},"prev":')
     LINE_SHAPE: ClassVar[tuple] = (schema.shape_pattern(LINE_TOKENS), (("turns", "turns"),))
+    # which of LINE_TOKENS' variable parts hold the fields a fold of many batches reads
+    # (read_batch_run: a blockcheck.Run's parts, in the tokens' order)
+    LINE_PARTS: ClassVar[dict] = {"count": 0, "first": 2, "turns": 5}
 
     @staticmethod
     def project(rec, p, get_json):
@@ -850,6 +853,15 @@ def read_batch_line(rec: dict, line: bytes) -> tuple[int, str, int] | None:
         return None
     p = rec["payload"]
     return p["first"], p["turns"], p["count"]
+
+
+def read_batch_run(run) -> tuple:
+    """(firsts, counts, turns) of a run of turn batches proved in bulk (a blockcheck.Run of
+    Record lines, Journal.scan's `bulk`): the integer columns of payload.first and payload.count,
+    and turns(k), row k's payload.turns. Each is what `read_batch_line` gives for that line: the
+    run's lines passed a template of Record.LINE_TOKENS, the shape read_batch_line matches."""
+    parts = Record.LINE_PARTS
+    return run.parts[parts["first"]], run.parts[parts["count"]], lambda k: run.hex_id(parts["turns"], k)
 
 
 def write(tx, p: Payload) -> None:

@@ -401,6 +401,22 @@ class _Fold:
                                          given(p.receipt), given(p.verdict), self.exported.get(c)))
             self.open_cycle = None
 
+    def add_batches(self, run) -> None:
+        """Fold a run of turn batches proved in bulk (Journal.scan's `bulk`): what `add` does
+        for each of them, without a record per line."""
+        firsts, counts, turns = recordlib.read_batch_run(run)
+        n = len(run)
+        self.last = {"seq": int(run.seq[-1]), "id": run.id(n - 1), "time": run.time(n - 1)}
+        self.counts["record"] = self.counts.get("record", 0) + n
+        # _batch prunes the outcomes after a batch while they are too many; no outcome comes within
+        # the run, so once a batch leaves them few enough the rest only append
+        k = 0
+        while k < n and len(self.outcomes) > 4 * RECENT_TURNS:
+            self._batch(int(firsts[k]), turns(k), int(counts[k]))
+            k += 1
+        self.turns_total += int(counts[k:].sum())
+        self.turn_batches.extend((int(firsts[m]), turns(m)) for m in range(max(k, n - RECENT_TURNS), n))
+
     def _batch(self, first: int, turns: str, count: int) -> None:
         self.turn_batches.append((first, turns))
         self.turns_total += count
@@ -530,9 +546,13 @@ def gather(store) -> Report:
         if n[0] % COLLECT_EVERY == 0:
             scanner.collect_young()
 
+    def batches(run):
+        f.add_batches(run)
+        scanner.collect_young()
+
     with scanner.without_collector():  # a fold over every record (store/scan.py says why)
         scan = store.journal.scan(offset, (start["seq"] if start else 0) + 1, start["id"] if start else None,
-                                  keep=False, each=each, lines=True)
+                                  keep=False, each=each, lines=True, bulk={recordlib.Record.KIND: batches})
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal chain is broken at {scan.problem}", "run `ledger verify`")
     if f.last is not None and (start is None or f.last["seq"] != start["seq"]):

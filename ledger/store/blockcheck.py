@@ -27,13 +27,22 @@ a template passes is a line check_line accepts, and the records are equal.
 
 API:
 
-  prove(data: bytes) -> bytes | None
-      A flag per whole line of `data` (each line ending in a newline; bytes after the last one
-      are ignored): 1 where the line is proved (check_line would accept it and give the record
-      orjson.loads gives), 0 where it must take check_line's path. None when the block has fewer
-      than MIN_LINES lines: the bulk check is for passes, and a short read never imports numpy.
+  prove(data: bytes) -> Block | None
+      None when the block has fewer than MIN_LINES lines: the bulk check is for passes, and a
+      short read never imports numpy. Else a Block whose `flags` hold a byte per whole line of
+      `data` (each line ending in a newline; bytes after the last one are ignored): 1 where the
+      line is proved (check_line would accept it and give the record orjson.loads gives), 0
+      where it must take check_line's path.
 
-The chain (seq one more, prev the last id) is still the caller's: Journal._walk.
+  Block.run_kind(i) -> str | None;  Block.run(i) -> Run
+      A proved line whose prev is an id begins or continues a run: the lines up to the next one
+      of another kind or not proved. `run` reads them as columns (seq, ids, prevs, each variable
+      part of the kind's tokens) straight from the template's fixed positions, for a fold that
+      needs a few fields of many lines (Journal.scan's `bulk`). Run.chained(seq, prev) says how
+      many of its first rows continue the chain; Run.head(m) keeps those.
+
+The chain (seq one more, prev the last id) is still the caller's: Journal._walk, line by line
+or, for a run handed over whole, with Run.chained.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from __future__ import annotations
 import itertools
 import re
 import struct
+from dataclasses import dataclass
 
 from blake3 import blake3
 
@@ -87,10 +97,26 @@ def _whole_line(kind: str) -> tuple | None:
     return found
 
 
-def _template(np, line: bytes):
-    """(lo1, span1, lo2, span2, id offset) for lines of `line`'s layout, or None if `line` is
-    not a usual line of its kind. A byte b passes at a column if 0 <= b - lo <= span in either
-    try: the second try differs from the first only at hex columns (a-f instead of 0-9)."""
+@dataclass(frozen=True, eq=False)
+class _Template:
+    """The per-byte template of one layout of a kind's usual line (see `_template`), and where
+    its fields sit: spans [a, b) of the line, hex spans without their "b3:"."""
+    kind: str
+    lo1: object            # numpy uint8 arrays, one byte per column (the newline included)
+    sp1: object
+    lo2: object
+    sp2: object
+    at: int                # where the `,"id":"` member begins
+    seq: tuple[int, int]
+    prev: tuple[int, int] | None   # the previous record's id's hex, or None where prev is null
+    time: tuple[int, int]
+    parts: tuple[tuple[str, int, int], ...]   # (token, a, b) of each variable part of the kind's tokens
+
+
+def _template(np, line: bytes) -> _Template | None:
+    """The template for lines of `line`'s layout, or None if `line` is not a usual line of its
+    kind. A byte b passes at a column if 0 <= b - lo <= span in either try: the second try
+    differs from the first only at hex columns (a-f instead of 0-9)."""
     at = line.find(_KIND_AT)
     if at < 0:
         return None
@@ -103,6 +129,8 @@ def _template(np, line: bytes):
     lo1 = np.frombuffer(line + b"\n", np.uint8).copy()
     sp1 = np.zeros(len(lo1), np.uint8)
     hexcols: list[int] = []
+    spans: dict[str, tuple[int, int] | None] = {}
+    parts: list[tuple[str, int, int]] = []
 
     def hex_at(a: int, b: int) -> None:
         lo1[a:b], sp1[a:b] = 0x30, 9
@@ -113,35 +141,45 @@ def _template(np, line: bytes):
         if not (zero and b - a == 1):       # no leading zero; a lone 0 only where the part allows it
             lo1[a], sp1[a] = 0x31, 8
 
+    tokens = len(whole[1]) - 3              # the kind's parts come before prev, seq and time
     for g, part in enumerate(whole[1], start=1):
         a, b = m.span(g)
         value = m[g]
         if part in (_ID, schema.HEX_ID):
             hex_at(a + 3, b)
+            if part == schema.HEX_ID:
+                parts.append((part, a + 3, b))
         elif part in (_IDLIST, _PREV):
             for h in _HEX_IN.finditer(value):
                 hex_at(a + h.start(1), a + h.end(1))
+            if part == _PREV:
+                spans["prev"] = (a + 4, b - 1) if value != b"null" else None
         elif part in (schema.COUNT, schema.POSITIVE):
             digits_at(a, b, part == schema.COUNT)
+            if g <= tokens:
+                parts.append((part, a, b))
+            else:
+                spans["seq"] = (a, b)
         elif part == _TIME:
             for d in re.finditer(rb'[0-9]', value):
                 lo1[a + d.start()], sp1[a + d.start()] = 0x30, 9
+            spans["time"] = (a, b)
         # _ACTOR: exact
     lo2, sp2 = lo1.copy(), sp1.copy()
     lo2[hexcols], sp2[hexcols] = 0x61, 5
-    return lo1, sp1, lo2, sp2, line.find(_ID_MEMBER)
+    return _Template(kind, lo1, sp1, lo2, sp2, line.find(_ID_MEMBER), spans["seq"], spans["prev"], spans["time"],
+                     tuple(parts))
 
 
-def _passes(np, window, rows, template):
-    """Which of `rows` (line starts, one width) the template passes and hash to their ids. Only
+def _passes(np, window, rows, t: _Template):
+    """Which of `rows` (line starts, one width) template `t` passes and hash to their ids. Only
     the lines the template passes are hashed: a line another template is for costs a compare."""
-    lo1, sp1, lo2, sp2, at = template
-    width = len(lo1)
+    at, width = t.at, len(t.lo1)
     x = window[rows]
-    v = x - lo1                      # in place from here: fewer temporaries
-    ok = v <= sp1
-    np.subtract(x, lo2, out=v)
-    ok |= v <= sp2
+    v = x - t.lo1                    # in place from here: fewer temporaries
+    ok = v <= t.sp1
+    np.subtract(x, t.lo2, out=v)
+    ok |= v <= t.sp2
     ok = ok.all(axis=1)
     x = x[ok]
     stripped = np.concatenate((x[:, :at], x[:, at + 75:width - 1]), axis=1).tobytes()
@@ -153,7 +191,111 @@ def _passes(np, window, rows, template):
     return ok
 
 
-def prove(data: bytes) -> bytes | None:
+@dataclass(frozen=True, eq=False)
+class Run:
+    """Consecutive proved lines of one kind, their prev an id, as columns (Block.run). Row k is
+    line `first + k` of the block: `seq[k]`, `ids[k]` and `prevs[k]` (64 hex bytes each), and one
+    column per variable part of the kind's tokens, in their order (`parts[p]`: integers for COUNT
+    and POSITIVE, 64 hex bytes a row for HEX_ID). Every value is the one check_line's record holds."""
+    kind: str
+    seq: object
+    ids: object
+    prevs: object
+    parts: tuple
+    block: Block
+    first: int
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def id(self, k: int) -> str:
+        return "b3:" + self.ids[k].tobytes().decode("ascii")
+
+    def hex_id(self, part: int, k: int) -> str:
+        """Part `part` (a HEX_ID) of row k as the payload holds it."""
+        return "b3:" + self.parts[part][k].tobytes().decode("ascii")
+
+    def line(self, k: int) -> bytes:
+        b = self.block
+        return b.data[int(b.starts[self.first + k]):int(b.ends[self.first + k])]
+
+    def time(self, k: int) -> str:
+        a, b = self.block.templates[int(self.block.template_of[self.first + k])].time
+        return self.line(k)[a:b].decode("ascii")
+
+    @property
+    def end(self) -> int:
+        """The offset in the block just after the run's last line."""
+        return int(self.block.ends[self.first + len(self.seq) - 1]) + 1
+
+    def chained(self, seq: int, prev: str | None) -> int:
+        """How many of the first rows continue a chain whose next seq is `seq` after id `prev`."""
+        import numpy as np
+
+        n = len(self.seq)
+        ok = self.seq == np.arange(seq, seq + n, dtype=np.int64)
+        ok[0] &= prev is not None and self.prevs[0].tobytes() == prev[3:].encode()
+        ok[1:] &= (self.prevs[1:] == self.ids[:-1]).all(axis=1)
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if len(bad) else n
+
+    def head(self, m: int) -> Run:
+        """The first m rows."""
+        return Run(self.kind, self.seq[:m], self.ids[:m], self.prevs[:m], tuple(c[:m] for c in self.parts),
+                   self.block, self.first)
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """What prove found in a block: `flags` (a byte per whole line, 1 where proved) and the
+    templates that proved them, from which `run` reads a run of proved lines as columns."""
+    flags: bytes
+    data: bytes
+    starts: object         # numpy: each line's offset in data, and its newline's
+    ends: object
+    template_of: object    # per line: the index of the template that proved it in templates, or -1
+    templates: list
+    run_to: object         # per line: where the run of lines of its kind (prev an id) ends
+
+    def run_kind(self, i: int) -> str | None:
+        """The kind of proved line i's run, or None if it is in none (not proved, or prev null)."""
+        t = int(self.template_of[i])
+        return None if t < 0 or self.templates[t].prev is None else self.templates[t].kind
+
+    def run(self, i: int) -> Run:
+        """Lines i .. the end of line i's run, as columns (line i is in a run: run_kind)."""
+        import numpy as np
+
+        a = np.frombuffer(self.data, np.uint8)
+        j = int(self.run_to[i])
+        n = j - i
+        which = self.template_of[i:j]
+        first = self.templates[int(which[0])]
+        seq = np.empty(n, np.int64)
+        ids = np.empty((n, 64), np.uint8)
+        prevs = np.empty((n, 64), np.uint8)
+        parts = [np.empty((n, 64), np.uint8) if tok == schema.HEX_ID else np.empty(n, np.int64)
+                 for tok, _, _ in first.parts]
+        for t in np.unique(which):
+            tmpl = self.templates[int(t)]
+            sel = np.flatnonzero(which == t)
+            x = np.lib.stride_tricks.sliding_window_view(a, len(tmpl.lo1))[self.starts[i + sel]]
+            seq[sel] = _number(np, x, tmpl.seq)
+            ids[sel] = x[:, tmpl.at + 10:tmpl.at + 74]
+            prevs[sel] = x[:, tmpl.prev[0]:tmpl.prev[1]]
+            for col, (tok, a_, b_) in zip(parts, tmpl.parts):
+                col[sel] = x[:, a_:b_] if tok == schema.HEX_ID else _number(np, x, (a_, b_))
+        return Run(first.kind, seq, ids, prevs, tuple(parts), self, i)
+
+
+def _number(np, x, span: tuple[int, int]):
+    """The integers written in columns [a, b) of rows x (digits only, proved)."""
+    a, b = span
+    digits = x[:, a:b].astype(np.int64) - 0x30
+    return digits @ (np.int64(10) ** np.arange(b - a - 1, -1, -1, dtype=np.int64))
+
+
+def prove(data: bytes) -> Block | None:
     """See the module doc."""
     if data.count(b"\n") < MIN_LINES:
         return None
@@ -163,7 +305,8 @@ def prove(data: bytes) -> bytes | None:
     ends = np.flatnonzero(a == 10)
     starts = np.concatenate(([0], ends[:-1] + 1))
     lens = ends - starts + 1
-    proved = np.zeros(len(ends), bool)
+    template_of = np.full(len(ends), -1, np.int16)
+    templates: list[_Template] = []
     order = np.argsort(lens, kind="stable")
     cuts = np.flatnonzero(np.diff(lens[order])) + 1
     for group in np.split(order, cuts):
@@ -177,12 +320,20 @@ def prove(data: bytes) -> bytes | None:
             s = int(starts[sample])
             template = _template(np, data[s:s + width - 1])
             if template is not None:
+                templates.append(template)
                 for k in range(0, len(left), ROWS):
                     rows = left[k:k + ROWS]
-                    proved[rows] = _passes(np, window, starts[rows], template)
-                left = left[~proved[left]]
+                    template_of[rows[_passes(np, window, starts[rows], template)]] = len(templates) - 1
+                left = left[template_of[left] < 0]
             if len(left) and left[0] == sample:
                 left = left[1:]      # not usual, or not hashing to its id: check_line says which
             if len(left) < MIN_GROUP:
                 break
-    return proved.tobytes()
+    # runs: consecutive lines proved by templates of one kind whose prev is an id
+    kinds = {k: n for n, k in enumerate(sorted({t.kind for t in templates}))}
+    code = np.array([kinds[t.kind] if t.prev is not None else -1 for t in templates] + [-1], np.int32)
+    line_code = code[template_of]           # -1 (the last entry) for lines no template proved
+    change = np.flatnonzero(np.diff(line_code)) + 1
+    bounds = np.concatenate((change, [len(ends)]))
+    run_to = bounds[np.searchsorted(bounds, np.arange(len(ends)), side="right")]
+    return Block((template_of >= 0).tobytes(), data, starts, ends, template_of, templates, run_to)

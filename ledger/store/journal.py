@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from ledger.errors import BadInput, JournalConflict, JournalCorrupt
+from ledger.errors import BadInput, InternalError, JournalConflict, JournalCorrupt
 from ledger.store import blockcheck, canonical, faults, fsio
 from ledger.store.ids import hash_bytes
 from ledger.store.lock import ofd_lock_wait
@@ -121,15 +121,22 @@ class Journal:
         return stat_identity(st)
 
     def scan(self, start_offset: int = 0, expect_seq: int = 1, expect_prev: str | None = None,
-             keep: bool = True, each=None, lines: bool = False) -> Scan:
+             keep: bool = True, each=None, lines: bool = False, bulk: dict | None = None) -> Scan:
         """Read and check records from `start_offset`. Damage in the middle is a broken chain;
         damage only at the end is a torn tail.
 
         The file is read a block at a time; `each(rec)` is called for every good record in order
         (`each(rec, line)` with `lines`: the record's exact bytes, checked canonical and hashing to
-        its id) and `keep=False` keeps no list of them, so a scan of any length runs in bounded memory."""
+        its id) and `keep=False` keeps no list of them, so a scan of any length runs in bounded memory.
+
+        `bulk` ({kind: fn(run)}, with keep=False): a run of proved usual lines of such a kind
+        (store/blockcheck.py) that continues the chain is handed to fn whole, as a
+        blockcheck.Run of columns, and `each` is not called for its records; a line that breaks
+        the chain goes the usual way, so damage is reported as without `bulk`."""
+        if bulk and keep:
+            raise InternalError("a scan with `bulk` keeps no records", "pass keep=False (this is a bug)")
         out = Scan(end=start_offset, last_seq=expect_seq - 1, last_id=expect_prev)
-        for rec in self._walk(out, start_offset, expect_seq, expect_prev):
+        for rec in self._walk(out, start_offset, expect_seq, expect_prev, bulk):
             if keep:
                 out.records.append(rec)
             if each is not None:
@@ -149,7 +156,7 @@ class Journal:
         if out.broken_at is not None:
             raise JournalCorrupt(f"journal chain is broken at {out.problem}", "run `ledger verify`")
 
-    def _walk(self, out: Scan, start_offset: int, expect_seq: int, expect_prev: str | None):
+    def _walk(self, out: Scan, start_offset: int, expect_seq: int, expect_prev: str | None, bulk=None):
         try:
             f = self.open()
         except FileNotFoundError:
@@ -158,7 +165,7 @@ class Journal:
         with f:
             f.seek(start_offset)
             base, data, pos, eof = start_offset, b"", 0, False
-            proved, at = None, 0     # blockcheck's flag per whole line of data, and the next line's
+            block, proved, at = None, None, 0  # blockcheck's proof of data, its flag per whole line, the next line's
             while True:
                 nl = data.find(b"\n", pos)
                 if nl < 0:
@@ -168,7 +175,8 @@ class Journal:
                         break
                     chunk = f.read(SCAN_BLOCK)
                     base, data, pos = base + pos, data[pos:] + chunk, 0
-                    proved, at = blockcheck.prove(data), 0
+                    block, at = blockcheck.prove(data), 0
+                    proved = block.flags if block is not None else None
                     if not chunk:
                         eof = True
                     elif len(data) > TORN_MAX + SCAN_BLOCK and data.find(b"\n") < 0:
@@ -179,6 +187,19 @@ class Journal:
                             out.broken_at, out.problem = seq, f"record {seq}: a line of more than {TORN_MAX} bytes"
                         break
                     continue
+                if bulk and proved is not None and proved[at] and bulk.get(block.run_kind(at)):
+                    run = block.run(at)
+                    good = run.chained(seq, prev)
+                    if good:
+                        run = run.head(good)
+                        bulk[run.kind](run)
+                        at += good
+                        seq, prev = seq + good, run.id(good - 1)
+                        pos = run.end
+                        out.end = base + pos
+                        out.last_seq, out.last_id = seq - 1, prev
+                        out.line = run.line(good - 1)
+                        continue
                 line = data[pos:nl]
                 try:
                     if proved is not None and proved[at]:

@@ -4,6 +4,7 @@ same records and report the same damage whether or not lines take the bulk path.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -11,6 +12,7 @@ import orjson
 import pytest
 from blake3 import blake3
 
+from ledger import records
 from ledger.errors import BadInput
 from ledger.store import Store, blockcheck, canonical, journal
 from ledger.store.scan import check_line
@@ -27,7 +29,8 @@ def _lines(n: int, seed: int = 0) -> list[bytes]:
     for seq in range(2, n + 1):
         prev = recs[-1]["id"]
         if seq % 97 == 0:
-            rec = journal.make_record(seq, prev, "outcome", [], [], "agent", {"turn": first, "accepted": True})
+            rec = journal.make_record(seq, prev, "outcome", [], [], "agent",
+                                      {"turn": f"t{max(first - 1, 1)}", "outcome": "ok", "time": "2026-12-03T00:00:00Z"})
         else:
             oid = "b3:" + rng.randbytes(32).hex()
             count = rng.choice([1, 2, 2, 2, 3, 10])
@@ -37,6 +40,11 @@ def _lines(n: int, seed: int = 0) -> list[bytes]:
             first += count
         recs.append(rec)
     return [canonical.dumps(r) for r in recs]
+
+
+def _flags(data: bytes) -> bytes | None:
+    block = blockcheck.prove(data)
+    return None if block is None else block.flags
 
 
 def _block(lines: list[bytes]) -> bytes:
@@ -66,7 +74,7 @@ def _single_byte_edits(line: bytes) -> list[bytes]:
 
 def test_every_proved_line_is_the_record_check_line_gives():
     lines = _lines(6000)
-    proved = blockcheck.prove(_block(lines))
+    proved = _flags(_block(lines))
     assert proved is not None and len(proved) == len(lines)
     batches = [i for i, x in enumerate(lines) if b'"kind":"record"' in x]
     assert sum(proved[i] for i in batches) >= 0.95 * len(batches)
@@ -80,7 +88,7 @@ def test_every_proved_line_is_the_record_check_line_gives():
 def test_every_single_byte_edit_a_template_proves_is_a_line_check_line_accepts():
     line = _lines(3)[2]
     mutants = _single_byte_edits(line)
-    proved = blockcheck.prove(_block([line, *mutants]))
+    proved = _flags(_block([line, *mutants]))
     assert proved[0]
     passed = [m for m, ok in zip(mutants, proved[1:]) if ok]
     assert len(passed) > 1000, "hex and digit edits keep a line usual"
@@ -100,16 +108,16 @@ def test_the_edit_test_has_teeth_a_template_allowing_leading_zeros_is_caught(mon
         t = real(np_, line)
         if t is None:
             return None
-        lo1, sp1, lo2, sp2, at = (x.copy() if hasattr(x, "copy") else x for x in t)
+        lo1, sp1, lo2, sp2 = t.lo1.copy(), t.sp1.copy(), t.lo2.copy(), t.sp2.copy()
         for lo, sp in ((lo1, sp1), (lo2, sp2)):
             lead = (lo == 0x31) & (sp == 8)
             lo[lead], sp[lead] = 0x30, 9
-        return lo1, sp1, lo2, sp2, at
+        return dataclasses.replace(t, lo1=lo1, sp1=sp1, lo2=lo2, sp2=sp2)
 
     monkeypatch.setattr(blockcheck, "_template", lax)
     line = _lines(3)[2]
     mutants = _single_byte_edits(line)
-    proved = blockcheck.prove(_block([line, *mutants]))
+    proved = _flags(_block([line, *mutants]))
     bad = 0
     for m, ok in zip(mutants, proved[1:]):
         if ok:
@@ -128,16 +136,16 @@ def test_a_line_that_does_not_hash_to_its_id_is_not_proved():
     wrong = lines[i][:at] + (b"0" if lines[i][at:at + 1] != b"0" else b"1") + lines[i][at + 1:]
     with pytest.raises(BadInput):
         check_line(wrong)
-    good = blockcheck.prove(_block(lines))
-    bad = blockcheck.prove(_block(lines[:i] + [wrong] + lines[i + 1:]))
+    good = _flags(_block(lines))
+    bad = _flags(_block(lines[:i] + [wrong] + lines[i + 1:]))
     assert good[i] == 1 and bad[i] == 0
     assert bad[:i] + bad[i + 1:] == good[:i] + good[i + 1:]
 
 
 def test_a_short_block_is_not_proved_in_bulk():
     lines = _lines(blockcheck.MIN_LINES - 1)
-    assert blockcheck.prove(_block(lines)) is None
-    assert blockcheck.prove(_block(lines + _lines(blockcheck.MIN_LINES + 1)[-1:])) is not None
+    assert _flags(_block(lines)) is None
+    assert _flags(_block(lines + _lines(blockcheck.MIN_LINES + 1)[-1:])) is not None
 
 
 def _flip_digit(line: bytes) -> bytes:
@@ -170,9 +178,9 @@ def test_a_scan_reads_the_same_with_and_without_the_bulk_path(tmp_path, monkeypa
     real, bulk = blockcheck.prove, []
 
     def spy(block):
-        flags = real(block)
-        bulk.append(0 if flags is None else sum(flags))
-        return flags
+        proof = real(block)
+        bulk.append(0 if proof is None else sum(proof.flags))
+        return proof
 
     def fields(sc):
         return sc.records, sc.end, sc.torn, sc.broken_at, sc.problem, sc.last_seq, sc.last_id
@@ -199,6 +207,86 @@ def test_the_templates_are_learned_from_whole_line_matches_only():
                                orjson.loads(lines[-1])["payload"])]
     line = canonical.dumps(odd[0])
     assert check_line(line)
-    proved = blockcheck.prove(_block(lines + [line]))
+    proved = _flags(_block(lines + [line]))
     assert proved[-1] == 0
     assert np.frombuffer(proved, np.uint8)[:-1].sum() > 4000
+
+
+def _runs(block: blockcheck.Block):
+    """Every run of the block, in order, with the index of its first line."""
+    i, n = 0, len(block.flags)
+    while i < n:
+        if block.flags[i] and block.run_kind(i):
+            run = block.run(i)
+            yield i, run
+            i += len(run)
+        else:
+            i += 1
+
+
+def test_a_runs_columns_are_the_values_of_its_records():
+    lines = _lines(6000)
+    block = blockcheck.prove(_block(lines))
+    seen = 0
+    for i, run in _runs(block):
+        assert run.kind == "record"
+        firsts, counts, turns = records.read_batch_run(run)
+        for k in range(len(run)):
+            rec = check_line(lines[i + k])
+            p = records.read(rec)
+            assert (int(run.seq[k]), run.id(k), "b3:" + run.prevs[k].tobytes().decode()) == \
+                (rec["seq"], rec["id"], rec["prev"])
+            assert (int(firsts[k]), int(counts[k]), turns(k)) == (p.first, p.count, p.turns)
+            assert run.line(k) == lines[i + k] and run.time(k) == rec["time"]
+        assert run.end == sum(len(x) + 1 for x in lines[:i + len(run)])
+        seen += len(run)
+    assert seen >= 0.95 * sum(b'"kind":"record"' in x for x in lines)
+    # a run chains from the record before it, and says where the chain breaks
+    i, run = max(_runs(block), key=lambda r: len(r[1]))
+    before = check_line(lines[i - 1])
+    assert run.chained(before["seq"] + 1, before["id"]) == len(run)
+    assert run.chained(before["seq"] + 2, before["id"]) == 0
+    assert run.chained(before["seq"] + 1, None) == 0
+    bad = dataclasses.replace(run, seq=run.seq.copy())
+    bad.seq[3] += 1
+    assert bad.chained(before["seq"] + 1, before["id"]) == 3
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_scan_with_bulk_runs_reads_every_record_once_and_the_same_damage(tmp_path, monkeypatch, damage):
+    lines = DAMAGE[damage](_lines(12_000))
+    data = _block(lines)
+    if damage == "a torn tail":
+        data = data[:-1]
+    store = Store.init(tmp_path)
+    store.journal.path.write_bytes(data)
+    monkeypatch.setattr(journal, "SCAN_BLOCK", len(data) * 5000 // len(lines) + 17)
+    j = journal.Journal(store.root)
+    want = j.scan()
+    got, runs = [], []
+
+    def run_rows(run):
+        runs.append(len(run))
+        got.extend(check_line(run.line(k)) for k in range(len(run)))
+
+    sc = j.scan(keep=False, each=got.append, bulk={"record": run_rows})
+    assert got == want.records
+    assert (sc.end, sc.torn, sc.broken_at, sc.problem, sc.last_seq, sc.last_id) == \
+        (want.end, want.torn, want.broken_at, want.problem, want.last_seq, want.last_id)
+    assert sum(runs) > 4000
+
+
+def test_the_reports_fold_of_bulk_runs_is_its_fold_record_by_record(tmp_path, monkeypatch):
+    from ledger.report import model
+
+    store = Store.init(tmp_path)
+    store.journal.path.write_bytes(_block(_lines(20_000)))
+    fast = model._Fold()
+    sc = store.journal.scan(keep=False, each=lambda r, line: fast.add(store, r, line), lines=True,
+                            bulk={"record": fast.add_batches})
+    assert sc.broken_at is None
+    slow = model._Fold()
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    store.journal.scan(keep=False, each=lambda r, line: slow.add(store, r, line), lines=True)
+    assert vars(fast) == vars(slow)
+    assert slow.turns_total > 20_000 and len(slow.outcomes) > 0 and slow.counts["outcome"] == 206
