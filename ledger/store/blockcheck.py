@@ -50,7 +50,7 @@ from __future__ import annotations
 import itertools
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blake3 import blake3
 
@@ -256,6 +256,7 @@ class Block:
     template_of: object    # per line: the index of the template that proved it in templates, or -1
     templates: list
     run_to: object         # per line: where the run of lines of its kind (prev an id) ends
+    columns: dict = field(default_factory=dict)   # kind -> its columns over the block (_columns)
 
     def run_kind(self, i: int) -> str | None:
         """The kind of proved line i's run, or None if it is in none (not proved, or prev null)."""
@@ -264,28 +265,37 @@ class Block:
 
     def run(self, i: int) -> Run:
         """Lines i .. the end of line i's run, as columns (line i is in a run: run_kind)."""
+        j = int(self.run_to[i])
+        kind = self.templates[int(self.template_of[i])].kind
+        seq, ids, prevs, parts = self._columns(kind)
+        return Run(kind, seq[i:j], ids[i:j], prevs[i:j], tuple(c[i:j] for c in parts), self, i)
+
+    def _columns(self, kind: str) -> tuple:
+        """The columns of every line of the block that a template of `kind` (prev an id) proved,
+        read once per kind (rows of other lines are left as zeros)."""
+        got = self.columns.get(kind)
+        if got is not None:
+            return got
         import numpy as np
 
         a = np.frombuffer(self.data, np.uint8)
-        j = int(self.run_to[i])
-        n = j - i
-        which = self.template_of[i:j]
-        first = self.templates[int(which[0])]
-        seq = np.empty(n, np.int64)
-        ids = np.empty((n, 64), np.uint8)
-        prevs = np.empty((n, 64), np.uint8)
-        parts = [np.empty((n, 64), np.uint8) if tok == schema.HEX_ID else np.empty(n, np.int64)
-                 for tok, _, _ in first.parts]
-        for t in np.unique(which):
-            tmpl = self.templates[int(t)]
-            sel = np.flatnonzero(which == t)
-            x = np.lib.stride_tricks.sliding_window_view(a, len(tmpl.lo1))[self.starts[i + sel]]
-            seq[sel] = _number(np, x, tmpl.seq)
-            ids[sel] = x[:, tmpl.at + 10:tmpl.at + 74]
-            prevs[sel] = x[:, tmpl.prev[0]:tmpl.prev[1]]
-            for col, (tok, a_, b_) in zip(parts, tmpl.parts):
-                col[sel] = x[:, a_:b_] if tok == schema.HEX_ID else _number(np, x, (a_, b_))
-        return Run(first.kind, seq, ids, prevs, tuple(parts), self, i)
+        n = len(self.template_of)
+        mine = [(k, t) for k, t in enumerate(self.templates) if t.kind == kind and t.prev is not None]
+        seq = np.zeros(n, np.int64)
+        ids = np.zeros((n, 64), np.uint8)
+        prevs = np.zeros((n, 64), np.uint8)
+        parts = [np.zeros((n, 64), np.uint8) if tok == schema.HEX_ID else np.zeros(n, np.int64)
+                 for tok, _, _ in mine[0][1].parts]
+        for k, t in mine:
+            sel = np.flatnonzero(self.template_of == k)
+            x = np.lib.stride_tricks.sliding_window_view(a, len(t.lo1))[self.starts[sel]]
+            seq[sel] = _number(np, x, t.seq)
+            ids[sel] = x[:, t.at + 10:t.at + 74]
+            prevs[sel] = x[:, t.prev[0]:t.prev[1]]
+            for col, (tok, p, q) in zip(parts, t.parts):
+                col[sel] = x[:, p:q] if tok == schema.HEX_ID else _number(np, x, (p, q))
+        got = self.columns[kind] = (seq, ids, prevs, parts)
+        return got
 
 
 def _number(np, x, span: tuple[int, int]):
