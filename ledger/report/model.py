@@ -548,7 +548,9 @@ def gather(store) -> Report:
 
     def batches(run):
         f.add_batches(run)
-        scanner.collect_young()
+        n[0] += len(run)
+        if n[0] // COLLECT_EVERY != (n[0] - len(run)) // COLLECT_EVERY:
+            scanner.collect_young()
 
     with scanner.without_collector():  # a fold over every record (store/scan.py says why)
         scan = store.journal.scan(offset, (start["seq"] if start else 0) + 1, start["id"] if start else None,

@@ -60,7 +60,7 @@ MIN_LINES = 4096        # below this a block takes check_line's path line by lin
 TEMPLATES = 16          # samples tried per length group (a miss costs one compare of the rest)
 MIN_GROUP = 8           # fewer lines left in a group than this: check_line is cheaper than a template
 _MASK = 1 << 20
-ROWS = 2048             # lines compared at once: temporaries of a few MiB
+ROWS = 512              # lines compared at once: temporaries of ~1 MiB (index rebuild peaks near 300 MiB)
 
 _PLAIN = rb'([ !#-\[\]-~]*)'                                 # a string that is its own canonical form
 _IDS = rb'((?:"b3:[0-9a-f]{64}"(?:,"b3:[0-9a-f]{64}")*)?)'   # a list's members, each an id
@@ -183,7 +183,7 @@ def _passes(np, window, rows, t: _Template):
     ok |= v <= t.sp2
     ok = ok.all(axis=1)
     x = x[ok]
-    stripped = np.concatenate((x[:, :at], x[:, at + 75:width - 1]), axis=1).tobytes()
+    stripped = np.concatenate((x[:, :at], x[:, at + 75:width - 1]), axis=1)   # unpacked as a buffer: no copy
     digests = np.frombuffer(b"".join(map(blake3.digest, itertools.starmap(
         blake3, struct.iter_unpack(f"{width - 76}s", stripped)))), np.uint8).reshape(-1, 32)
     hexd = x[:, at + 10:at + 74]
