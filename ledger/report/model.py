@@ -414,7 +414,7 @@ class _Fold:
         while k < n and len(self.outcomes) > 4 * RECENT_TURNS:
             self._batch(int(firsts[k]), turns(k), int(counts[k]))
             k += 1
-        self.turns_total += int(counts[k:].sum())
+        self.turns_total += sum(counts[k:].tolist())   # exact: int64 would wrap past 2**63 (counts go to 10**18)
         self.turn_batches.extend((int(firsts[m]), turns(m)) for m in range(max(k, n - RECENT_TURNS), n))
 
     def _batch(self, first: int, turns: str, count: int) -> None:

@@ -234,6 +234,8 @@ class Run:
         import numpy as np
 
         n = len(self.seq)
+        if not 1 <= seq < 10**18:
+            return 0    # no proved seq (1 to 18 digits) is outside; and arange would overflow int64
         ok = self.seq == np.arange(seq, seq + n, dtype=np.int64)
         ok[0] &= prev is not None and self.prevs[0].tobytes() == prev[3:].encode()
         ok[1:] &= (self.prevs[1:] == self.ids[:-1]).all(axis=1)

@@ -290,3 +290,50 @@ def test_the_reports_fold_of_bulk_runs_is_its_fold_record_by_record(tmp_path, mo
     store.journal.scan(keep=False, each=lambda r, line: slow.add(store, r, line), lines=True)
     assert vars(fast) == vars(slow)
     assert slow.turns_total > 20_000 and len(slow.outcomes) > 0 and slow.counts["outcome"] == 206
+
+
+def _big_counts(n: int) -> list[bytes]:
+    """n chained lines whose batches from 2000 to 2009 each count 10**18 - 1 turns (the most a
+    COUNT holds): a run's counts then add up past 2**63 (helper-43's counterexample)."""
+    recs = [journal.make_record(1, None, "init", [], [], "root@vm", {"format": 2})]
+    first = 1
+    for seq in range(2, n + 1):
+        oid = "b3:" + blake3(str(seq).encode()).hexdigest()
+        count = 10**18 - 1 if 2000 <= seq < 2010 else 2
+        payload = {"count": count, "counters": {"turns": count}, "first": first,
+                   "objects": [[oid, 500, "turns"]], "turns": oid}
+        recs.append(journal.make_record(seq, recs[-1]["id"], "record", [], [oid], "root@vm", payload))
+        first += 2     # payload.first stays within 64 bits (the schema's bound)
+    return [canonical.dumps(r) for r in recs]
+
+
+def test_the_reports_fold_of_runs_adds_counts_exactly(tmp_path, monkeypatch):
+    from ledger.report import model
+
+    store = Store.init(tmp_path)
+    store.journal.path.write_bytes(_block(_big_counts(5000)))
+    fast, slow = model._Fold(), model._Fold()
+    store.journal.scan(keep=False, each=lambda r, line: fast.add(store, r, line), lines=True,
+                       bulk={"record": fast.add_batches})
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    store.journal.scan(keep=False, each=lambda r, line: slow.add(store, r, line), lines=True)
+    assert vars(fast) == vars(slow)
+    assert fast.turns_total == 10 * (10**18 - 1) + 2 * 4989 > 2**63
+
+
+def test_a_scan_from_a_seq_no_line_can_hold_reports_the_break_with_or_without_bulk(tmp_path, monkeypatch):
+    # a start past any proved seq (from the API, or a saved state naming one) is a broken chain,
+    # as without bulk, never an overflow in the columns' compare
+    lines = _lines(6000)
+    store = Store.init(tmp_path)
+    store.journal.path.write_bytes(_block(lines))
+    start = sum(len(x) + 1 for x in lines[:2])
+    prev = check_line(lines[1])["id"]
+    for seq in (2**63, 2**70, 10**18, 0):
+        got = []
+        fast = store.journal.scan(start, seq, prev, keep=False, each=got.append, bulk={"record": got.append})
+        slow = journal.Journal(store.root)
+        with monkeypatch.context() as m:
+            m.setattr(blockcheck, "prove", lambda block: None)
+            want = slow.scan(start, seq, prev, keep=False)
+        assert got == [] and fast.broken_at == want.broken_at == seq and fast.problem == want.problem
