@@ -320,7 +320,7 @@ def prove(data: bytes) -> Block | None:
     ends = np.concatenate([np.flatnonzero(a[k:k + _MASK] == 10) + k for k in range(0, len(a), _MASK)])
     starts = np.concatenate(([0], ends[:-1] + 1))
     lens = ends - starts + 1
-    template_of = np.full(len(ends), -1, np.int16)
+    template_of = np.full(len(ends), -1, np.int32)
     templates: list[_Template] = []
     order = np.argsort(lens, kind="stable")
     cuts = np.flatnonzero(np.diff(lens[order])) + 1
