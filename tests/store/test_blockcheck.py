@@ -1,6 +1,8 @@
 """store/blockcheck.py proves whole blocks of usual journal lines at once (issue 18): a line it
 proves must be one check_line accepts, with the record check_line gives, and a scan must read the
-same records and report the same damage whether or not lines take the bulk path."""
+same records and report the same damage whether or not lines take the bulk path; a run of proved
+lines read as columns must hold its records' values, and a fold of runs (the report's) must end as
+the fold record by record (docs/store-format.md, "Lines proved in bulk")."""
 
 from __future__ import annotations
 
