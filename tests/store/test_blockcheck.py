@@ -166,17 +166,23 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", DAMAGE)
-def test_a_scan_reads_the_same_with_and_without_the_bulk_path(tmp_path, monkeypatch, damage):
+def _damaged_store(tmp_path, monkeypatch, damage: str):
+    """A store whose journal is 12,000 lines with `damage` done to them, read in blocks of ~5000
+    lines: the first two hold more than MIN_LINES lines (bulk), the last fewer, and the
+    boundaries fall inside lines. (store, lines)"""
     lines = DAMAGE[damage](_lines(12_000))
     data = _block(lines)
     if damage == "a torn tail":
         data = data[:-1]
     store = Store.init(tmp_path)
     store.journal.path.write_bytes(data)
-    # blocks of ~5000 lines: the first two hold more than MIN_LINES lines (bulk), the last fewer,
-    # and the boundaries fall inside lines
     monkeypatch.setattr(journal, "SCAN_BLOCK", len(data) * 5000 // len(lines) + 17)
+    return store, lines
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_scan_reads_the_same_with_and_without_the_bulk_path(tmp_path, monkeypatch, damage):
+    store, lines = _damaged_store(tmp_path, monkeypatch, damage)
     real, bulk = blockcheck.prove, []
 
     def spy(block):
@@ -256,13 +262,7 @@ def test_a_runs_columns_are_the_values_of_its_records():
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_scan_with_bulk_runs_reads_every_record_once_and_the_same_damage(tmp_path, monkeypatch, damage):
-    lines = DAMAGE[damage](_lines(12_000))
-    data = _block(lines)
-    if damage == "a torn tail":
-        data = data[:-1]
-    store = Store.init(tmp_path)
-    store.journal.path.write_bytes(data)
-    monkeypatch.setattr(journal, "SCAN_BLOCK", len(data) * 5000 // len(lines) + 17)
+    store, _ = _damaged_store(tmp_path, monkeypatch, damage)
     j = journal.Journal(store.root)
     want = j.scan()
     got, runs = [], []
