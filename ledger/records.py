@@ -658,6 +658,10 @@ class Record(Payload):
     # which of LINE_TOKENS' variable parts hold the fields a fold of many batches reads
     # (read_batch_run: a blockcheck.Run's parts, in the tokens' order)
     LINE_PARTS: ClassVar[dict] = {"count": 0, "first": 2, "turns": 5}
+    # what verify reads from such a line (schema.LineFields): the one objects entry, the counter,
+    # and object_kinds' turns (a run proved in bulk is checked from its columns)
+    LINE_FIELDS: ClassVar = schema.LineFields(objects=((3, 4, "turns"),), counters=(("turns", 1),),
+                                              named=(("turns", 5, "turns"),))
 
     @staticmethod
     def project(rec, p, get_json):
@@ -936,7 +940,8 @@ def _hooks(cls: type[Payload]) -> schema.KindHooks:
         return cls.from_payload(payload).object_kinds()
 
     return schema.KindHooks(cls.KIND, check, project, object_kinds, cls.DEFERRED, cls.DENSE, _scan_check(cls),
-                            getattr(cls, "LINE_SHAPE", None), getattr(cls, "LINE_TOKENS", None))
+                            getattr(cls, "LINE_SHAPE", None), getattr(cls, "LINE_TOKENS", None),
+                            getattr(cls, "LINE_FIELDS", None))
 
 
 def _scan_check(cls: type[Payload]):

@@ -37,9 +37,10 @@ API:
   Block.run_kind(i) -> str | None;  Block.run(i) -> Run
       A proved line whose prev is an id begins or continues a run: the lines up to the next one
       of another kind or not proved. `run` reads them as columns (seq, ids, prevs, each variable
-      part of the kind's tokens) straight from the template's fixed positions, for a fold that
-      needs a few fields of many lines (Journal.scan's `bulk`). Run.chained(seq, prev) says how
-      many of its first rows continue the chain; Run.head(m) keeps those.
+      part of the kind's tokens, the envelope's inputs and outputs) straight from the template's
+      fixed positions, for a fold that needs a few fields of many lines (Journal.scan's `bulk`).
+      Run.chained(seq, prev) says how many of its first rows continue the chain; Run.head(m)
+      keeps those.
 
 The chain (seq one more, prev the last id) is still the caller's: Journal._walk, line by line
 or, for a run handed over whole, with Run.chained.
@@ -112,6 +113,7 @@ class _Template:
     prev: tuple[int, int] | None   # the previous record's id's hex, or None where prev is null
     time: tuple[int, int]
     parts: tuple[tuple[str, int, int], ...]   # (token, a, b) of each variable part of the kind's tokens
+    lists: tuple[tuple[int, ...], tuple[int, ...]]   # where each id's hex begins: inputs, outputs
 
 
 def _template(np, line: bytes) -> _Template | None:
@@ -132,6 +134,7 @@ def _template(np, line: bytes) -> _Template | None:
     hexcols: list[int] = []
     spans: dict[str, tuple[int, int] | None] = {}
     parts: list[tuple[str, int, int]] = []
+    lists: list[tuple[int, ...]] = []
 
     def hex_at(a: int, b: int) -> None:
         lo1[a:b], sp1[a:b] = 0x30, 9
@@ -151,8 +154,12 @@ def _template(np, line: bytes) -> _Template | None:
             if part == schema.HEX_ID:
                 parts.append((part, a + 3, b))
         elif part in (_IDLIST, _PREV):
+            starts = []
             for h in _HEX_IN.finditer(value):
                 hex_at(a + h.start(1), a + h.end(1))
+                starts.append(a + h.start(1))
+            if part == _IDLIST:
+                lists.append(tuple(starts))
             if part == _PREV:
                 spans["prev"] = (a + 4, b - 1) if value != b"null" else None
         elif part in (schema.COUNT, schema.POSITIVE):
@@ -169,7 +176,7 @@ def _template(np, line: bytes) -> _Template | None:
     lo2, sp2 = lo1.copy(), sp1.copy()
     lo2[hexcols], sp2[hexcols] = 0x61, 5
     return _Template(kind, lo1, sp1, lo2, sp2, line.find(_ID_MEMBER), spans["seq"], spans["prev"], spans["time"],
-                     tuple(parts))
+                     tuple(parts), tuple(lists))
 
 
 def _passes(np, window, rows, t: _Template):
@@ -197,12 +204,17 @@ class Run:
     """Consecutive proved lines of one kind, their prev an id, as columns (Block.run). Row k is
     line `first + k` of the block: `seq[k]`, `ids[k]` and `prevs[k]` (64 hex bytes each), and one
     column per variable part of the kind's tokens, in their order (`parts[p]`: integers for COUNT
-    and POSITIVE, 64 hex bytes a row for HEX_ID). Every value is the one check_line's record holds."""
+    and POSITIVE, 64 hex bytes a row for HEX_ID). `inputs` and `outputs` are the envelope's lists,
+    each (offsets, hex): row k's ids are hex[offsets[k]:offsets[k + 1]], 64 hex bytes each (flat,
+    so a line of many ids costs its ids, not a row that wide for every line). Every value is the
+    one check_line's record holds."""
     kind: str
     seq: object
     ids: object
     prevs: object
     parts: tuple
+    inputs: tuple
+    outputs: tuple
     block: Block
     first: int
 
@@ -215,6 +227,18 @@ class Run:
     def hex_id(self, part: int, k: int) -> str:
         """Part `part` (a HEX_ID) of row k as the payload holds it."""
         return "b3:" + self.parts[part][k].tobytes().decode("ascii")
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Each variable part's token (schema.HEX_ID, COUNT or POSITIVE), in the order of parts."""
+        t = self.block.templates[int(self.block.template_of[self.first])]
+        return tuple(tok for tok, _, _ in t.parts)
+
+    def listed(self, which: tuple, k: int) -> list[str]:
+        """Row k's ids of `which` (self.inputs or self.outputs), as the record's list holds them."""
+        offsets, hexes = which
+        a, b = int(offsets[k]), int(offsets[k + 1])
+        return ["b3:" + hexes[j].tobytes().decode("ascii") for j in range(a, b)]
 
     def line(self, k: int) -> bytes:
         b = self.block
@@ -245,6 +269,7 @@ class Run:
     def head(self, m: int) -> Run:
         """The first m rows."""
         return Run(self.kind, self.seq[:m], self.ids[:m], self.prevs[:m], tuple(c[:m] for c in self.parts),
+                   (self.inputs[0][:m + 1], self.inputs[1]), (self.outputs[0][:m + 1], self.outputs[1]),
                    self.block, self.first)
 
 
@@ -270,8 +295,9 @@ class Block:
         """Lines i .. the end of line i's run, as columns (line i is in a run: run_kind)."""
         j = int(self.run_to[i])
         kind = self.templates[int(self.template_of[i])].kind
-        seq, ids, prevs, parts = self._columns(kind)
-        return Run(kind, seq[i:j], ids[i:j], prevs[i:j], tuple(c[i:j] for c in parts), self, i)
+        seq, ids, prevs, parts, lists = self._columns(kind)
+        return Run(kind, seq[i:j], ids[i:j], prevs[i:j], tuple(c[i:j] for c in parts),
+                   *((offsets[i:j + 1], hexes) for offsets, hexes in lists), self, i)
 
     def _columns(self, kind: str) -> tuple:
         """The columns of every line of the block that a template of `kind` (prev an id) proved,
@@ -297,8 +323,22 @@ class Block:
             prevs[sel] = x[:, t.prev[0]:t.prev[1]]
             for col, (tok, p, q) in zip(parts, t.parts):
                 col[sel] = x[:, p:q] if tok == schema.HEX_ID else _number(np, x, (p, q))
-        got = self.columns[kind] = (seq, ids, prevs, parts)
+        lists = tuple(self._lists(np, a, mine, w) for w in (0, 1))
+        got = self.columns[kind] = (seq, ids, prevs, parts, lists)
         return got
+
+    def _lists(self, np, a, mine: list, w: int) -> tuple:
+        """(offsets, hex) of list `w` (0 inputs, 1 outputs) of every line `mine` proved."""
+        counts = np.zeros(len(self.template_of), np.int64)
+        for k, t in mine:
+            counts[self.template_of == k] = len(t.lists[w])
+        offsets = np.concatenate(([0], np.cumsum(counts)))
+        hexes = np.zeros((int(offsets[-1]), 64), np.uint8)
+        for k, t in mine:
+            sel = np.flatnonzero(self.template_of == k)
+            for j, p in enumerate(t.lists[w]):
+                hexes[offsets[sel] + j] = np.lib.stride_tricks.sliding_window_view(a, 64)[self.starts[sel] + p]
+        return offsets, hexes
 
 
 def _number(np, x, span: tuple[int, int]):

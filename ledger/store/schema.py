@@ -66,7 +66,10 @@ class KindHooks:
     line_tokens                  the tokens line_shape's pattern is compiled from (shape_pattern):
                                  literal bytes and the variable parts HEX_ID, COUNT, POSITIVE;
                                  store/blockcheck.py learns per-byte templates of whole lines from
-                                 them (None: every line of the kind takes check_line's path)"""
+                                 them (None: every line of the kind takes check_line's path)
+    line_fields                  LineFields or None: which of line_tokens' variable parts hold what
+                                 verify reads from a payload, so a run of the kind's lines proved in
+                                 bulk is checked from its columns (None: line by line)"""
     kind: str
     check: Callable[[dict], None]
     project: Callable[[dict, GetJson], Rows]
@@ -76,6 +79,20 @@ class KindHooks:
     scan: Callable[[dict], tuple[str | None, dict[str, tuple[str, str]]]] | None = None
     line_shape: tuple[re.Pattern, tuple[tuple[str, str], ...]] | None = None
     line_tokens: tuple | None = None
+    line_fields: LineFields | None = None
+
+
+@dataclass(frozen=True)
+class LineFields:
+    """What a kind's usual line (KindHooks.line_tokens) holds of what verify reads, as indexes of
+    its variable parts (in the tokens' order). The tokens MUST make these the whole of it: the
+    payload's objects entries exactly `objects` ([id part, size part, kind] each, the kind a
+    literal), its counters exactly `counters` ({name: delta part}), no refs and no chunk_lists,
+    and object_kinds exactly `named` ({key: (id part, kind)}) — tests/store/test_blockcheck.py
+    holds every registered kind's fields to its records' payloads."""
+    objects: tuple[tuple[int, int, str], ...] = ()
+    counters: tuple[tuple[str, int], ...] = ()
+    named: tuple[tuple[str, int, str], ...] = ()
 
 
 # The variable parts of a kind's usual line (KindHooks.line_tokens); every other token is literal

@@ -131,20 +131,81 @@ class _RecordChecks:
             except BadInput as e:
                 self._bad(rec, e.message)
                 named = None
+        who = (seq, rec["id"], kind[:64])
         if named:
             for key, (oid, want) in named.items():
-                self.objects.want(rec, at, entries, f"payload.{key}", oid, want)
+                self.objects.want(who, at, entries, f"payload.{key}", oid, want)
         refs = payload.get("refs")
         if refs:
             for name, target in refs.items():
                 want = schema.ref_object_kind(name)
                 if want and target is not None:
-                    self.objects.want(rec, at, entries, f"ref {name}", target, want)
+                    self.objects.want(who, at, entries, f"ref {name}", target, want)
             if "HEAD" in refs:
                 self.head_moved = {"seq": seq, "kind": kind}
         self.fold.add(rec, checked=True)
         if seq in self.want:
             self.state_at[seq] = self.fold.state()
+
+    def add_run(self, run) -> None:
+        """A run of proved lines of a kind with KindHooks.line_fields (Journal.scan's `bulk`),
+        checked as `add` checks each of its records (docs/store-format.md, "Lines proved in bulk").
+        Each line passed a template of its kind's usual line, so it matches the kind's line_shape,
+        for which `add` takes the line's bytes as proof of the envelope, the kind's checks and the
+        payload's ids; what `add` then reads from the payload is in the run's columns (line_fields
+        says which): the names (the envelope's lists and every id part), the objects entries, the
+        wanted kinds and the counters' deltas, folded exactly (Python ints)."""
+        f = schema.hooks(run.kind).line_fields
+        n = len(run)
+        kind = run.kind
+        hexes = {p: run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens) if tok == schema.HEX_ID}
+        ids = run.ids.tobytes().decode("ascii")
+        seqs = run.seq.tolist()
+        sizes = {p: run.parts[p].tolist() for _, p, _ in f.objects}
+        deltas = [(name, run.parts[p].tolist()) for name, p in f.counters]
+        lists = []   # (offsets from the run's first id, the run's ids as text): its hex is the block's
+        for offsets, column in (run.inputs, run.outputs):
+            a, b = int(offsets[0]), int(offsets[-1])
+            lists.append(((offsets - a).tolist(), column[a:b].tobytes().decode("ascii")))
+        objects, want, fold = self.objects, self.want, self.fold
+        folded = 0   # rows whose deltas are in fold.counters
+
+        def fold_to(k: int) -> None:   # the deltas of rows folded .. k-1
+            for name, column in deltas:
+                fold.counters[name] = fold.counters.get(name, 0) + sum(column[folded:k])
+
+        for k in range(n):
+            if self.meta_future is not None and not self.checked & 1023 and self.meta_future.done():
+                self.take_meta()
+            self.checked += 1
+            seq, a = seqs[k], 64 * k
+            rid = "b3:" + ids[a:a + 64]
+            names = {"b3:" + h[a:a + 64] for h in hexes.values()}
+            for offsets, text in lists:
+                for j in range(offsets[k], offsets[k + 1]):
+                    names.add("b3:" + text[64 * j:64 * j + 64])
+            entries = [("b3:" + hexes[i][a:a + 64], sizes[z][k], ok) for i, z, ok in f.objects]
+            at = objects.record(names, entries)
+            who = (seq, rid, kind)
+            for key, p, wanted in f.named:
+                objects.want(who, at, entries, f"payload.{key}", "b3:" + hexes[p][a:a + 64], wanted)
+            if seq in want:
+                self.watch[seq] = rid
+                fold_to(k + 1)
+                folded = k + 1
+                fold.seq, fold.head = seq, rid
+                self.state_at[seq] = fold.state()
+        fold_to(n)
+        fold.seq, fold.head = seqs[-1], run.id(n - 1)
+
+    def bulk(self) -> dict:
+        """Journal.scan's `bulk` for this check: add_run for every kind whose lines it can take."""
+        out = {}
+        for kind in schema.kinds():
+            h = schema.hooks(kind)
+            if h.line_fields is not None and h.line_tokens is not None and len(kind) <= schema.MAX_KIND_LEN:
+                out[kind] = self.add_run
+        return out
 
     def _snapshot(self, seq: int) -> None:
         if seq in self.want:
@@ -526,8 +587,8 @@ class _Objects:
         self.entries.extend((o[0], o[1]) for o in entries)
         return i
 
-    def want(self, rec: dict, index: int, entries, where: str, oid: str, want: str) -> None:
-        """Record `rec` (index `index` of the batch) names `oid` at `where` as an object of kind
+    def want(self, who: tuple, index: int, entries, where: str, oid: str, want: str) -> None:
+        """Record `who` ((seq, id, kind), index `index` of the batch) names `oid` at `where` as an object of kind
         `want`. Its own payload.objects vouches for that kind when every entry of it for `oid`
         records `want` (and at least one does), never under read_data; the batch then checks only
         that the record is the first to name the object (else it is read for its kind)."""
@@ -537,7 +598,7 @@ class _Objects:
             written = entries[0][0] == oid and entries[0][2] == want
         else:
             written = any(o[0] == oid for o in entries) and all(o[2] == want for o in entries if o[0] == oid)
-        self.kind_checks.append((rec["seq"], rec["id"], rec["kind"][:64], where, oid, want, written, index))
+        self.kind_checks.append((*who, where, oid, want, written, index))
 
     def flush(self) -> None:
         """Judge the batch: open what it names for the first time (and what that reaches)."""
@@ -976,9 +1037,10 @@ def _verify(store, read_data: bool, progress, indexed, full: bool, mark: tuple, 
     try:
         with without_collector():
             if w:
-                scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add, lines=True)
+                scan = j.scan(w["offset"], w["seq"] + 1, w["id"], keep=False, each=checks.add, lines=True,
+                              bulk=checks.bulk())
             else:
-                scan = j.scan(keep=False, each=checks.add, lines=True)
+                scan = j.scan(keep=False, each=checks.add, lines=True, bulk=checks.bulk())
     except BaseException:
         checks.objects.close()   # (finish closes them on the way that goes on)
         raise

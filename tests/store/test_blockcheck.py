@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import numpy as np
 import orjson
@@ -16,15 +17,17 @@ from blake3 import blake3
 
 from ledger import records
 from ledger.errors import BadInput
-from ledger.store import Store, blockcheck, canonical, journal
+from ledger.store import Store, blockcheck, canonical, journal, schema
 from ledger.store.scan import check_line
 
 ID_AT = b',"id":"'
 
 
-def _lines(n: int, seed: int = 0) -> list[bytes]:
+def _lines(n: int, seed: int = 0, put=None) -> list[bytes]:
     """n chained journal lines as `ledger record` and the image write them: an init record, turn
-    batches of a few sizes from two actors, and now and then an outcome (a kind without tokens)."""
+    batches of a few sizes from two actors, and now and then an outcome (a kind without tokens).
+    With `put` (a store's put_bytes), each batch names a real turns object of its recorded size;
+    else random ids."""
     rng = random.Random(seed)
     recs = [journal.make_record(1, None, "init", [], [], "root@vm", {"format": 2})]
     first = 1
@@ -34,11 +37,19 @@ def _lines(n: int, seed: int = 0) -> list[bytes]:
             rec = journal.make_record(seq, prev, "outcome", [], [], "agent",
                                       {"turn": f"t{max(first - 1, 1)}", "outcome": "ok", "time": "2026-12-03T00:00:00Z"})
         else:
-            oid = "b3:" + rng.randbytes(32).hex()
+            oid, size = "b3:" + rng.randbytes(32).hex(), rng.randrange(100, 100_000)
             count = rng.choice([1, 2, 2, 2, 3, 10])
+            if put is not None:
+                batch = {"kind": "turns", "first": first, "turns": [{"id": f"t{first + i}", "situation": "x" * rng.randrange(30)}
+                                                                    for i in range(count)]}
+                data = canonical.dumps(batch)
+                oid, size = put(data)[0], len(data)
             payload = {"count": count, "counters": {"turns": count}, "first": first,
-                       "objects": [[oid, rng.randrange(100, 100_000), "turns"]], "turns": oid}
-            rec = journal.make_record(seq, prev, "record", [], [oid], rng.choice(["root@vm", "image"]), payload)
+                       "objects": [[oid, size, "turns"]], "turns": oid}
+            # now and then other envelope lists: an input, a second output, none (Run.inputs, outputs)
+            inputs = ["b3:" + rng.randbytes(32).hex()] if seq % 13 == 0 else []
+            outputs = [oid, "b3:" + rng.randbytes(32).hex()] if seq % 17 == 0 else [] if seq % 19 == 0 else [oid]
+            rec = journal.make_record(seq, prev, "record", inputs, outputs, rng.choice(["root@vm", "image"]), payload)
             first += count
         recs.append(rec)
     return [canonical.dumps(r) for r in recs]
@@ -235,7 +246,7 @@ def _runs(block: blockcheck.Block):
 def test_a_runs_columns_are_the_values_of_its_records():
     lines = _lines(6000)
     block = blockcheck.prove(_block(lines))
-    seen = 0
+    seen = lists = 0
     for i, run in _runs(block):
         assert run.kind == "record"
         firsts, counts, turns = records.read_batch_run(run)
@@ -246,9 +257,22 @@ def test_a_runs_columns_are_the_values_of_its_records():
                 (rec["seq"], rec["id"], rec["prev"])
             assert (int(firsts[k]), int(counts[k]), turns(k)) == (p.first, p.count, p.turns)
             assert run.line(k) == lines[i + k] and run.time(k) == rec["time"]
+            assert (run.listed(run.inputs, k), run.listed(run.outputs, k)) == (rec["inputs"], rec["outputs"])
+            # the kind's LineFields are the whole of what verify reads from the payload
+            h = schema.hooks(run.kind)
+            f, pay = h.line_fields, rec["payload"]
+
+            def part(p):
+                return run.hex_id(p, k) if run.tokens[p] == schema.HEX_ID else int(run.parts[p][k])
+            assert pay["objects"] == [[part(i), part(z), kind] for i, z, kind in f.objects]
+            assert pay["counters"] == {name: part(p) for name, p in f.counters}
+            assert "refs" not in pay and "chunk_lists" not in pay
+            assert h.object_kinds(pay) == {key: (part(p), kind) for key, p, kind in f.named}
+            lists += bool(rec["inputs"]) or len(rec["outputs"]) != 1
         assert run.end == sum(len(x) + 1 for x in lines[:i + len(run)])
         seen += len(run)
     assert seen >= 0.95 * sum(b'"kind":"record"' in x for x in lines)
+    assert lists > 500   # lines of other lists were in the runs (their own templates)
     # a run chains from the record before it, and says where the chain breaks
     i, run = max(_runs(block), key=lambda r: len(r[1]))
     before = check_line(lines[i - 1])
@@ -339,3 +363,76 @@ def test_a_scan_from_a_seq_no_line_can_hold_reports_the_break_with_or_without_bu
             m.setattr(blockcheck, "prove", lambda block: None)
             want = slow.scan(start, seq, prev, keep=False)
         assert got == [] and fast.broken_at == want.broken_at == seq and fast.problem == want.problem
+
+
+def _verify_store(tmp_path, damage: str):
+    """A store of 6000 records naming real turns objects (and, now and then, inputs and second
+    outputs that are missing), with `damage` done to its objects or caches. (store, lines)"""
+    store = Store.init(tmp_path)
+    lines = _lines(6000, put=store.objects.put_bytes)
+    store.journal.path.write_bytes(_block(lines))
+    for cache in ("refs.json", "index.duckdb", "index.duckdb.wal"):   # of the journal init wrote
+        (store.root / cache).unlink(missing_ok=True)
+    recs = [orjson.loads(x) for x in lines]
+    batches = [r for r in recs if r["kind"] == "record"]
+    if damage == "an object of another size":
+        path = store.objects.path(batches[4000]["payload"]["turns"])
+        path.chmod(0o644)
+        path.write_bytes(path.read_bytes() + b" ")
+    elif damage == "an object missing":
+        store.objects.path(batches[2500]["payload"]["turns"]).unlink()
+    elif damage in ("refs.json at a record in a run", "refs.json at a record in a run, wrong"):
+        # the fold's state at a seq inside a run (verify compares a cache's state with it)
+        at = recs[3000]
+        turns = sum(r["payload"]["count"] for r in recs[:3001] if r["kind"] == "record")
+        turns += damage.endswith("wrong")
+        cache = {"seq": at["seq"], "head": at["id"], "refs": {}, "counters": {"turns": turns},
+                 "offset": sum(len(x) + 1 for x in lines[:3001]), "store": store.store_id}
+        (store.root / "refs.json").write_bytes(canonical.dumps(cache))
+    return store, lines
+
+
+VERIFY_DAMAGE = ("intact", "an object of another size", "an object missing", "refs.json at a record in a run",
+                 "refs.json at a record in a run, wrong")
+
+
+@pytest.mark.parametrize("damage", VERIFY_DAMAGE)
+def test_verify_reports_the_same_with_and_without_bulk_runs(tmp_path, monkeypatch, damage):
+    from ledger.store import verify
+
+    store, lines = _verify_store(tmp_path, damage)
+    runs = []
+    real = verify._RecordChecks.add_run
+
+    def spy(self, run):
+        runs.append(len(run))
+        real(self, run)
+
+    refs = store.root / "refs.json"
+    cache = refs.read_bytes() if refs.exists() else None
+
+    def report():
+        # each verify from the same files: the caches a verify moves aside or writes put back
+        refs.unlink(missing_ok=True)
+        if cache is not None:
+            refs.write_bytes(cache)
+        (store.root / "cache" / "verified.json").unlink(missing_ok=True)
+        for aside in store.tmp.glob("refs-rejected-*"):
+            aside.unlink()
+        rep = verify.verify(Store.open(tmp_path), full=True).to_json()
+        return orjson.loads(re.sub(rb"refs-rejected-[0-9a-f]+", b"refs-rejected-X", orjson.dumps(rep)))
+
+    monkeypatch.setattr(verify._RecordChecks, "add_run", spy)
+    fast = report()
+    assert sum(runs) > 5000, "the bulk path was taken"
+    monkeypatch.setattr(verify._RecordChecks, "bulk", lambda self: {})
+    proved = report()        # proved lines, record by record
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    slow = report()          # every line through check_line
+    assert fast == proved == slow
+    errors = {e["what"] for e in fast["errors"]}
+    missing = sum(1 for x in lines if b'"kind":"record"' in x and (b'"inputs":["' in x or b'"]],' in x))
+    assert fast["stats"]["records"] == 6000 and missing > 250
+    want = {"intact": set(), "an object of another size": {"corrupt"}, "an object missing": set(),
+            "refs.json at a record in a run": set(), "refs.json at a record in a run, wrong": {"refs-cache"}}[damage]
+    assert errors - {"missing"} == want, fast["errors"][:3]
