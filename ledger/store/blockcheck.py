@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from blake3 import blake3
 
-from ledger.store import schema
+from ledger.store import scan, schema
 
 MIN_LINES = 4096        # below this a block takes check_line's path line by line
 TEMPLATES = 16          # samples tried per length group (a miss costs one compare of the rest)
@@ -114,6 +114,8 @@ class _Template:
     time: tuple[int, int]
     parts: tuple[tuple[str, int, int], ...]   # (token, a, b) of each variable part of the kind's tokens
     lists: tuple[tuple[int, ...], tuple[int, ...]]   # where each id's hex begins: inputs, outputs
+    actor: tuple[int, int]  # the texts of actor, time and payload (its canonical JSON, as
+    payload: tuple[int, int]  # scan.payload_bytes slices it); time is `time` above
 
 
 def _template(np, line: bytes) -> _Template | None:
@@ -172,11 +174,13 @@ def _template(np, line: bytes) -> _Template | None:
             for d in re.finditer(rb'[0-9]', value):
                 lo1[a + d.start()], sp1[a + d.start()] = 0x30, 9
             spans["time"] = (a, b)
-        # _ACTOR: exact
+        elif part == _ACTOR:
+            spans["actor"] = (a, b)     # exact
     lo2, sp2 = lo1.copy(), sp1.copy()
     lo2[hexcols], sp2[hexcols] = 0x61, 5
+    payload = (line.find(scan.PAYLOAD_MEMBER) + len(scan.PAYLOAD_MEMBER), line.rfind(scan.PREV_MEMBER))
     return _Template(kind, lo1, sp1, lo2, sp2, line.find(_ID_MEMBER), spans["seq"], spans["prev"], spans["time"],
-                     tuple(parts), tuple(lists))
+                     tuple(parts), tuple(lists), spans["actor"], payload)
 
 
 def _passes(np, window, rows, t: _Template):
@@ -217,6 +221,10 @@ class Run:
     outputs: tuple
     block: Block
     first: int
+    lines: object = None   # numpy: the block's line of each row, for a joined run (else first + k)
+
+    def _line_of(self, k):
+        return self.first + k if self.lines is None else self.lines[k]
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -231,7 +239,7 @@ class Run:
     @property
     def tokens(self) -> tuple[str, ...]:
         """Each variable part's token (schema.HEX_ID, COUNT or POSITIVE), in the order of parts."""
-        t = self.block.templates[int(self.block.template_of[self.first])]
+        t = self.block.templates[int(self.block.template_of[self._line_of(0)])]
         return tuple(tok for tok, _, _ in t.parts)
 
     def listed(self, which: tuple, k: int) -> list[str]:
@@ -240,18 +248,29 @@ class Run:
         a, b = int(offsets[k]), int(offsets[k + 1])
         return ["b3:" + hexes[j].tobytes().decode("ascii") for j in range(a, b)]
 
+    def texts(self, what: str) -> tuple:
+        """(starts, lengths): where each row's text of `what` lies in block.data — "actor",
+        "time" (inside their quotes) or "payload" (its canonical JSON, scan.payload_bytes')."""
+        import numpy as np
+
+        b = self.block
+        rows = slice(self.first, self.first + len(self.seq)) if self.lines is None else self.lines
+        spans = np.array([getattr(t, what) for t in b.templates], np.int64).reshape(-1, 2)[b.template_of[rows]]
+        return b.starts[rows] + spans[:, 0], spans[:, 1] - spans[:, 0]
+
     def line(self, k: int) -> bytes:
         b = self.block
-        return b.data[int(b.starts[self.first + k]):int(b.ends[self.first + k])]
+        i = self._line_of(k)
+        return b.data[int(b.starts[i]):int(b.ends[i])]
 
     def time(self, k: int) -> str:
-        a, b = self.block.templates[int(self.block.template_of[self.first + k])].time
+        a, b = self.block.templates[int(self.block.template_of[self._line_of(k)])].time
         return self.line(k)[a:b].decode("ascii")
 
     @property
     def end(self) -> int:
         """The offset in the block just after the run's last line."""
-        return int(self.block.ends[self.first + len(self.seq) - 1]) + 1
+        return int(self.block.ends[self._line_of(len(self.seq) - 1)]) + 1
 
     def chained(self, seq: int, prev: str | None) -> int:
         """How many of the first rows continue a chain whose next seq is `seq` after id `prev`."""
@@ -270,7 +289,28 @@ class Run:
         """The first m rows."""
         return Run(self.kind, self.seq[:m], self.ids[:m], self.prevs[:m], tuple(c[:m] for c in self.parts),
                    (self.inputs[0][:m + 1], self.inputs[1]), (self.outputs[0][:m + 1], self.outputs[1]),
-                   self.block, self.first)
+                   self.block, self.first, None if self.lines is None else self.lines[:m])
+
+
+def joined(runs: list[Run]) -> Run:
+    """Runs of one kind from one block as one Run of all their rows, in order (not a chain: for
+    columns read at once, where a fold's cost is per call, not per row — the index's bulk)."""
+    import numpy as np
+
+    if len(runs) == 1:
+        return runs[0]
+
+    def lists(which):
+        hexes = [r_[1][int(r_[0][0]):int(r_[0][-1])] for r_ in which]
+        counts = np.concatenate([np.diff(r_[0]) for r_ in which])
+        return np.concatenate(([0], np.cumsum(counts))), np.concatenate(hexes)
+
+    first = runs[0]
+    return Run(first.kind, np.concatenate([r.seq for r in runs]), np.concatenate([r.ids for r in runs]),
+               np.concatenate([r.prevs for r in runs]),
+               tuple(np.concatenate([r.parts[p] for r in runs]) for p in range(len(first.parts))),
+               lists([r.inputs for r in runs]), lists([r.outputs for r in runs]), first.block, first.first,
+               np.concatenate([np.arange(r.first, r.first + len(r)) if r.lines is None else r.lines for r in runs]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from ledger.errors import BadInput, InternalError, StoreCorrupt
-from ledger.store import canonical, faults, scan, schema
+from ledger.store import blockcheck, canonical, faults, scan, schema
 from ledger.store.journal import record_id
 
 # 2: the outcomes table; 3: run_rows and the runs view; 4: journal_sparse; 5: the journal rows'
@@ -272,31 +272,182 @@ _ARROW_TYPES = {"journal": _journal_types(), "journal_sparse": _journal_types(),
                             "name": lambda pa: pa.string(), "seq": lambda pa: pa.int64()}}
 
 
+def _count(table: str, segments: list) -> int:
+    """How many rows `segments` hold: lists of row tuples, runs' Arrow tables, runs."""
+    n = 0
+    for x in segments:
+        if type(x) is list:
+            n += len(x)
+        elif type(x) is blockcheck.Run:
+            n += len(x) * (len(schema.hooks(x.kind).line_fields.objects) if table == "objects" else 1)
+        else:
+            n += x.num_rows
+    return n
+
+
+def _holds_runs(segments: list) -> bool:
+    return any(type(x) is blockcheck.Run for x in segments)
+
+
 def _insert(con, batch: dict[str, list[tuple]]) -> None:
-    for table, rows in batch.items():
-        if not rows:
+    """Append each table's rows (tuples)."""
+    _insert_segments(con, {t: [rows] for t, rows in batch.items()})
+
+
+def _insert_segments(con, batch: dict[str, list]) -> None:
+    """Append each table's rows: its segments, in order — lists of row tuples and Arrow tables of
+    runs (_run_tables), one append a table."""
+    for table, segments in batch.items():
+        rows = [r for x in segments if type(x) is list for r in x]
+        total = _count(table, segments)
+        if not total:
             continue
         cols = COLUMNS[table]
-        if not _use_arrow(len(rows)):
+        if len(rows) == total and not _use_arrow(total):
             con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
             continue
         import pyarrow as pa
 
-        # one transpose in C (zip), then one Arrow column per table column: a batch of
-        # records becomes a columnar append, not a row-by-row insert
-        columns = dict(zip(cols, map(list, zip(*rows))))
         typed = _ARROW_TYPES.get(table)
-        if typed is not None:
-            # the store's own tables, whose every value check_line and the envelope check typed:
-            # given the types, Arrow converts without inferring them (2.6 -> 1.1 us a journal row)
-            tbl = pa.Table.from_pydict(columns, schema=pa.schema([(c, typed[c](pa)) for c in cols]))
+        if not rows:
+            tbl = None
+        elif typed is not None:
+            # one transpose in C (zip), then one Arrow column per table column: a batch of
+            # records becomes a columnar append, not a row-by-row insert. The store's own tables,
+            # whose every value check_line and the envelope check typed: given the types, Arrow
+            # converts without inferring them (2.6 -> 1.1 us a journal row)
+            tbl = pa.Table.from_pydict(dict(zip(cols, map(list, zip(*rows)))), schema=_arrow_schema(pa, table))
         else:
             # a kind's projection may hold values of any type (read from objects): inferred,
             # and cast by DuckDB on insert
-            tbl = pa.table(columns)
+            tbl = pa.table(dict(zip(cols, map(list, zip(*rows)))))
+        if len(rows) != total:
+            # runs' tables between the rows: the rows' table sliced back into its segments
+            parts, at = [], 0
+            for x in segments:
+                if type(x) is list:
+                    parts.append(tbl.slice(at, len(x)))
+                    at += len(x)
+                else:
+                    parts.append(x)
+            # one chunk: DuckDB appends a table of ~100 small chunks ~1.6x slower
+            tbl = pa.concat_tables(parts).combine_chunks()
         con.register("_rows", tbl)
         con.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _rows")
         con.unregister("_rows")
+
+
+def _arrow_schema(pa, table: str):
+    return pa.schema([(c, _ARROW_TYPES[table][c](pa)) for c in COLUMNS[table]])
+
+
+# --- a run of lines proved in bulk, as Arrow tables -----------------------------------------------
+def _run_rows_only(kind: str) -> bool:
+    """Whether a deferring `add` gives a record of a run of `kind` (each line its kind's usual,
+    KindHooks.line_fields saying what the payload holds: objects entries, counters, no refs) its
+    journal and objects rows only: its kind's own tables are deferred, and the common projections
+    (generations) read refs, which such a payload has none of. tests/store/test_blockcheck.py
+    holds a rebuild's tables with runs to its tables line by line (a common projection that read
+    more would fail it)."""
+    h = schema.hooks(kind)
+    return h is not None and h.line_fields is not None and bool(h.deferred)
+
+
+def _run_table_names(kind: str) -> tuple[str, ...]:
+    """The tables a run of `kind` (_run_rows_only) gives rows to."""
+    sparse = () if kind in schema.dense_kinds() else ("journal_sparse",)
+    return ("journal", *sparse) + (("objects",) if schema.hooks(kind).line_fields.objects else ())
+
+
+def _rows_of_runs(batch: dict[str, list]) -> None:
+    """Replace each run in `batch`'s segments with its rows for that table, in place. The runs of
+    one block and kind that follow one another are made into tables at once (blockcheck.joined:
+    a run's cost is mostly per call, and outcomes cut turn batches into runs of ~50 lines), then
+    sliced back into each run's rows."""
+    order: dict[int, object] = {}   # every table holds its runs in journal order
+    for segments in batch.values():
+        for x in segments:
+            if type(x) is blockcheck.Run:
+                order.setdefault(id(x), x)
+    runs = list(order.values())
+    made: dict[int, dict] = {}   # id(run) -> {table: its rows}
+    i = 0
+    while i < len(runs):
+        j = i + 1
+        while j < len(runs) and runs[j].block is runs[i].block and runs[j].kind == runs[i].kind:
+            j += 1
+        group = runs[i:j]
+        tables = _run_tables(blockcheck.joined(group))
+        per = {t: (len(schema.hooks(group[0].kind).line_fields.objects) if t == "objects" else 1) for t in tables}
+        at = {t: 0 for t in tables}
+        for r in group:
+            made[id(r)] = {t: tbl.slice(at[t], len(r) * per[t]) for t, tbl in tables.items()}
+            for t in tables:
+                at[t] += len(r) * per[t]
+        i = j
+    for t, segments in batch.items():
+        segments[:] = [made[id(x)][t] if type(x) is blockcheck.Run else x for x in segments]
+
+
+def _run_tables(run) -> dict:
+    """The journal (and journal_sparse) and objects rows of a run of proved lines (its kind
+    passed _run_rows_only), as rows_for gives them, built as Arrow arrays from the block's
+    bytes and the run's columns: no Python object a row."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = np.frombuffer(run.block.data, np.uint8)
+    n = len(run)
+    seq = pa.array(run.seq, pa.int64())
+    time_starts, time_lengths = run.texts("time")
+    while True:   # rows_for's _ts: trailing Z's off, each T a space
+        z = (time_lengths > 0) & (data[time_starts + np.maximum(time_lengths - 1, 0)] == ord("Z"))
+        if not z.any():
+            break
+        time_lengths = time_lengths - z
+    time = _texts(pa, np, data, time_starts, time_lengths, replace=(ord("T"), ord(" ")))
+    lists = [pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()),
+                                      _ids(pa, np, hexes[int(offsets[0]):int(offsets[-1])]))
+             for offsets, hexes in (run.inputs, run.outputs)]
+    journal = pa.Table.from_arrays(
+        [seq, _ids(pa, np, run.ids), _ids(pa, np, run.prevs), time, pa.array([run.kind] * n, pa.string()),
+         _texts(pa, np, data, *run.texts("actor")), *lists, _texts(pa, np, data, *run.texts("payload"))],
+        schema=_arrow_schema(pa, "journal"))
+    out = {"journal": journal}
+    if run.kind not in schema.dense_kinds():
+        out["journal_sparse"] = journal
+    fields = schema.hooks(run.kind).line_fields
+    if fields.objects:
+        # a record's entries in order, record after record
+        ids = np.stack([run.parts[i] for i, _, _ in fields.objects], axis=1).reshape(-1, 64)
+        sizes = np.stack([run.parts[z] for _, z, _ in fields.objects], axis=1).reshape(-1)
+        kinds = [k for _, _, k in fields.objects] * n
+        out["objects"] = pa.Table.from_arrays(
+            [_ids(pa, np, ids), pa.array(sizes, pa.int64()), pa.array(kinds, pa.string()),
+             pa.nulls(len(kinds), pa.string()), pa.array(np.repeat(run.seq, len(fields.objects)), pa.int64())],
+            schema=_arrow_schema(pa, "objects"))
+    return out
+
+
+def _ids(pa, np, hexes):
+    """A string array of "b3:" and each row of 64 hex bytes."""
+    m = len(hexes)
+    text = np.empty((m, 67), np.uint8)
+    text[:, :3] = np.frombuffer(b"b3:", np.uint8)
+    text[:, 3:] = hexes
+    offsets = np.arange(0, 67 * (m + 1), 67, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), m, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def _texts(pa, np, data, starts, lengths, replace=None):
+    """A string array of data[starts[k]:starts[k] + lengths[k]] (ASCII: proved lines' texts)."""
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    text = data[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
+    if replace is not None:
+        text[text == replace[0]] = replace[1]
+    return pa.Array.from_buffers(pa.string(), len(starts), [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                            pa.py_buffer(text)])
 
 
 def _dense_meta() -> str:
@@ -381,16 +532,38 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
     state once `records` is exhausted (a stream's fold is known only at its end).
     `eager`: None — the deferred tables are projected for every record (they were complete and
     stay so); k — only for the first k records, and meta's `deferred` becomes the seq of the last
-    of them (all of them: the state's seq) when k > 0, or stays as it is when k is 0."""
-    batch: dict[str, list[tuple]] = {}
-    n = 0
+    of them (all of them: the state's seq) when k > 0, or stays as it is when k is 0.
+
+    A feeder may take a second argument, `add_run`: the journal rows of a run of lines proved in
+    bulk (store/blockcheck.py) are then made from its columns (_run_tables), with no record
+    built, where `add` would give them exactly those rows (_run_rows_only)."""
+    batch: dict[str, list] = {}     # table -> its rows in order: lists of tuples, and runs' Arrow tables
+    n = pending = 0
     whole: int | None = None   # the last record projected with its deferred tables, while unbroken
     deferring = False
+
+    def flush(force: bool) -> None:
+        # Only the tables that hold a batch's worth of rows are appended: an append costs
+        # DuckDB about a millisecond whatever its size, and the tables of rare kinds gain a few
+        # rows a batch (7 of them: ~4 us a record at a million records). Each table holds at
+        # most ~2 batches of rows before its append, so memory stays bounded.
+        nonlocal pending
+        full = {t: segments for t, segments in batch.items() if force or _count(t, segments) >= BATCH_RECORDS}
+        if any(_holds_runs(x) for x in full.values()):
+            # the runs' rows are made for every table at once (_rows_of_runs): each table that holds
+            # a run goes too
+            full.update({t: x for t, x in batch.items() if _holds_runs(x)})
+            _rows_of_runs(full)
+        _insert_segments(con, full)
+        for t in full:
+            del batch[t]
+        pending = 0
+        scan.collect_young()
 
     def add(rec: dict, line: bytes | None = None, envelope=_UNKNOWN) -> None:
         # `line`: the record's checked line (a scan's `lines`), whose payload bytes are the
         # journal row's payload text; `envelope`: its envelope_problem, when the feeder knows it
-        nonlocal batch, n, whole, deferring
+        nonlocal n, pending, whole, deferring
         defer = eager is not None and n >= eager
         if defer:
             deferring = True
@@ -398,29 +571,39 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
             whole = rec["seq"]
         text = None if line is None else scan.payload_bytes(line).decode()
         for t, rows in rows_for(rec, get_json, defer, text, envelope).items():
-            b = batch.get(t)
-            if b is None:
-                batch[t] = rows
+            segments = batch.get(t)
+            if segments is None:
+                batch[t] = [rows]
+            elif type(segments[-1]) is list:
+                segments[-1].extend(rows)
             else:
-                b.extend(rows)
+                segments.append(rows)   # after a run's table
         n += 1
-        if n % BATCH_RECORDS == 0:
-            # Only the tables that hold a batch's worth of rows are appended: an append costs
-            # DuckDB about a millisecond whatever its size, and the tables of rare kinds gain a few
-            # rows a batch (7 of them: ~4 us a record at a million records). Each table holds at
-            # most ~2 batches of rows before its append, so memory stays bounded.
-            full = {t: rows for t, rows in batch.items() if len(rows) >= BATCH_RECORDS}
-            _insert(con, full)
-            for t in full:
-                del batch[t]
-            scan.collect_young()
+        pending += 1
+        if pending >= BATCH_RECORDS:
+            flush(False)
+
+    def add_run(run) -> bool:
+        """The run's rows, if `add` would give each of its records only its journal and objects
+        rows (its kind's tables deferred from here on); False (nothing done) otherwise."""
+        nonlocal n, pending, deferring
+        if not (eager is not None and n >= eager and _run_rows_only(run.kind)):
+            return False
+        deferring = True
+        for t in _run_table_names(run.kind):
+            batch.setdefault(t, []).append(run)   # its rows made at the flush (_rows_of_runs)
+        n += len(run)
+        pending += len(run)
+        if pending >= BATCH_RECORDS:
+            flush(False)
+        return True
 
     if callable(records):
-        records(add)          # a feeder: calls `add` once per record (a journal scan's `each`)
+        records(add, add_run)   # a feeder: calls `add` once per record (a journal scan's `each`)
     else:
         for rec in records:
             add(rec)
-    _insert(con, batch)
+    flush(True)
     if callable(state):
         state = state()
     # Only the refs that changed are rewritten: a year's store has thousands of gen-N refs and a
@@ -461,6 +644,11 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         # below, so committing batch by batch (autocommit) changes nothing anyone can see; and
         # the buffer pool is capped, so memory is one batch whatever the journal's length.
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
+        # No checkpoint until the end: DuckDB checkpoints whenever its WAL passes 16 MB, and each
+        # rewrites the table's last row group, so a rebuild's appends cost more the longer the
+        # table (19 us a journal row at 400k rows, 7.6 without; benchmarks/RESULTS.md, session 13).
+        # The WAL grows on disk instead (the file is in tmp/ until the rename, and removed then).
+        con.execute("SET checkpoint_threshold = '1TB'")
         _create(con)
         with scan.without_collector():
             _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
@@ -559,6 +747,11 @@ def complete(root: Path, get_json) -> str | None:
     con = _connect(path, read_only=False)
     try:
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
+        # No checkpoint until the end: DuckDB checkpoints whenever its WAL passes 16 MB, and each
+        # rewrites the table's last row group, so a rebuild's appends cost more the longer the
+        # table (19 us a journal row at 400k rows, 7.6 without; benchmarks/RESULTS.md, session 13).
+        # The WAL grows on disk instead (the file is in tmp/ until the rename, and removed then).
+        con.execute("SET checkpoint_threshold = '1TB'")
         meta = _meta(con)
         if meta is None:
             return None

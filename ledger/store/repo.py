@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from ledger.errors import (
     BadInput,
     CorruptObject,
@@ -561,7 +563,7 @@ class Store:
 
         # a rebuild (missing or foreign index) is fed by a scan, one record at a time (bounded memory)
         why = index.sync(self.root, records_after, st, self.get_json, self.tmp,
-                         lambda: lambda add: self.journal.scan(keep=False, each=add, lines=True), self.store_id)
+                         lambda: self._index_feeder()[0], self.store_id)
         if why is not None:
             self.warnings.append(f"the index was {why}: rebuilt it from the journal")
 
@@ -591,17 +593,8 @@ class Store:
             ident = self.journal.identity()
             # streamed: the scan hands each record to the fold and the index's batches, so a
             # rebuild holds one batch (index.BATCH_RECORDS), never the whole journal
-            f, done = Fold(), {}
-
-            def feed(add):
-                def each(rec, line):
-                    # the envelope checked once for the fold and the projection: an ill-formed one
-                    # stops the fold (JournalCorrupt naming the record, rule R4) as before
-                    bad = schema.envelope_problem(rec["payload"])
-                    f.add(rec, checked=bad is None)
-                    add(rec, line, bad)
-                done["scan"] = self.journal.scan(keep=False, each=each, lines=True)
-
+            f = Fold()
+            feed, done = self._index_feeder(f)
             try:
                 index.rebuild(self.root, feed, f.state, self.get_json, self.tmp, self.store_id)
                 scan, st = done["scan"], f.state()
@@ -609,6 +602,37 @@ class Store:
                     self._write_cache(st, scan.end, ident if ident and ident[2] == scan.end else None)
             except OSError as e:
                 raise fsio.io_error(e, "rebuilding the index") from e
+
+    def _index_feeder(self, f: Fold | None = None):
+        """(feed, done): the feeder a rebuild replays the journal through (index._write calls
+        feed(add, add_run)), and the dict its scan lands in ("scan"). Each record goes to `add` and
+        to the fold `f`, if any (its envelope checked once for both: an ill-formed one stops the
+        fold, JournalCorrupt naming the record, rule R4); a run of lines proved in bulk
+        (docs/store-format.md, "Lines proved in bulk") goes to `add_run` whole where the index
+        takes it so, else record by record, as the scan gives proved lines."""
+        done: dict = {}
+
+        def feed(add, add_run):
+            def each(rec, line):
+                bad = schema.envelope_problem(rec["payload"])
+                if f is not None:
+                    f.add(rec, checked=bad is None)
+                add(rec, line, bad)
+
+            def run_rows(run):
+                if add_run(run):
+                    if f is not None:
+                        f.add_rows(run, 0, len(run))
+                    return
+                for k in range(len(run)):
+                    line = run.line(k)
+                    rec = orjson.loads(line)   # proved: canonical, well-formed, hashing to its id
+                    if f is not None:
+                        f.add(rec, checked=True)
+                    add(rec, line, None)
+            bulk = {k: run_rows for k in schema.kinds() if schema.hooks(k).line_fields is not None}
+            done["scan"] = self.journal.scan(keep=False, each=each, lines=True, bulk=bulk)
+        return feed, done
 
     @contextmanager
     def locked(self, wait: float = 0.0):

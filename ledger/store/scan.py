@@ -50,8 +50,8 @@ from ledger.store.ids import ID_RE, PREFIX
 _KEYS = frozenset(("seq", "prev", "time", "kind", "inputs", "outputs", "actor", "payload", "id"))
 _ID = ID_RE.match
 _ID_MEMBER = b',"id":"'
-_PAYLOAD_MEMBER = b',"payload":'
-_PREV_MEMBER = b',"prev":'
+PAYLOAD_MEMBER = b',"payload":'
+PREV_MEMBER = b',"prev":'
 
 
 def _ids(values) -> bool:
@@ -101,8 +101,8 @@ def payload_bytes(line: bytes) -> bytes:
     `,"` occurs in no canonical JSON string (a quote inside one is escaped). So the first
     `,"payload":` is the member's start, and the last `,"prev":` its end (a payload may hold a
     key "prev" of its own, never after the top-level one)."""
-    start = line.find(_PAYLOAD_MEMBER) + len(_PAYLOAD_MEMBER)
-    return line[start:line.rfind(_PREV_MEMBER)]
+    start = line.find(PAYLOAD_MEMBER) + len(PAYLOAD_MEMBER)
+    return line[start:line.rfind(PREV_MEMBER)]
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ledger.errors import BadInput, JournalCorrupt
 from ledger.store.ids import is_id
+from ledger.store import schema
 from ledger.store.schema import envelope_problem
 
 
@@ -105,6 +106,14 @@ class Fold:
             for name, d in (payload.get("counters") or {}).items():
                 self.counters[name] = self.counters.get(name, 0) + d
         self.seq, self.head = rec["seq"], rec["id"]
+
+    def add_rows(self, run, a: int, b: int) -> None:
+        """Apply rows a .. b-1 (a < b) of a run of proved lines (store/blockcheck.py) of a kind
+        with KindHooks.line_fields, which names every counter such a payload changes and says it
+        has no refs: the counters' deltas summed exactly (Python ints), as `add` one by one."""
+        for name, p in schema.hooks(run.kind).line_fields.counters:
+            self.counters[name] = self.counters.get(name, 0) + sum(run.parts[p][a:b].tolist())
+        self.seq, self.head = int(run.seq[b - 1]), run.id(b - 1)
 
     def state(self) -> State:
         """The state folded so far (a snapshot: later adds do not change it)."""

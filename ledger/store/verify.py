@@ -154,7 +154,7 @@ class _RecordChecks:
         for which `add` takes the line's bytes as proof of the envelope, the kind's checks and the
         payload's ids; what `add` then reads from the payload is in the run's columns (line_fields
         says which): the names (the envelope's lists and every id part), the objects entries, the
-        wanted kinds and the counters' deltas, folded exactly (Python ints)."""
+        wanted kinds, and the counters' deltas (Fold.add_rows)."""
         f = schema.hooks(run.kind).line_fields
         n = len(run)
         kind = run.kind
@@ -162,18 +162,12 @@ class _RecordChecks:
         ids = run.ids.tobytes().decode("ascii")
         seqs = run.seq.tolist()
         sizes = {p: run.parts[p].tolist() for _, p, _ in f.objects}
-        deltas = [(name, run.parts[p].tolist()) for name, p in f.counters]
         lists = []   # (offsets from the run's first id, the run's ids as text): its hex is the block's
         for offsets, column in (run.inputs, run.outputs):
             a, b = int(offsets[0]), int(offsets[-1])
             lists.append(((offsets - a).tolist(), column[a:b].tobytes().decode("ascii")))
         objects, want, fold = self.objects, self.want, self.fold
-        folded = 0   # rows whose deltas are in fold.counters
-
-        def fold_to(k: int) -> None:   # the deltas of rows folded .. k-1
-            for name, column in deltas:
-                fold.counters[name] = fold.counters.get(name, 0) + sum(column[folded:k])
-
+        folded = 0   # rows the fold has applied
         for k in range(n):
             if self.meta_future is not None and not self.checked & 1023 and self.meta_future.done():
                 self.take_meta()
@@ -191,12 +185,11 @@ class _RecordChecks:
                 objects.want(who, at, entries, f"payload.{key}", "b3:" + hexes[p][a:a + 64], wanted)
             if seq in want:
                 self.watch[seq] = rid
-                fold_to(k + 1)
+                fold.add_rows(run, folded, k + 1)
                 folded = k + 1
-                fold.seq, fold.head = seq, rid
                 self.state_at[seq] = fold.state()
-        fold_to(n)
-        fold.seq, fold.head = seqs[-1], run.id(n - 1)
+        if folded < n:
+            fold.add_rows(run, folded, n)
 
     def bulk(self) -> dict:
         """Journal.scan's `bulk` for this check: add_run for every kind whose lines it can take."""

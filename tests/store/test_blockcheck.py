@@ -436,3 +436,38 @@ def test_verify_reports_the_same_with_and_without_bulk_runs(tmp_path, monkeypatc
     want = {"intact": set(), "an object of another size": {"corrupt"}, "an object missing": set(),
             "refs.json at a record in a run": set(), "refs.json at a record in a run, wrong": {"refs-cache"}}[damage]
     assert errors - {"missing"} == want, fast["errors"][:3]
+
+
+def test_an_index_rebuilt_with_bulk_runs_is_the_index_rebuilt_line_by_line(tmp_path, monkeypatch):
+    from ledger.store import index
+
+    store, lines = _verify_store(tmp_path, "intact")
+    # the first 1000 records projected whole (the eager part: line by line), then batches of 700
+    # records, so runs and the line path's rows share batches
+    monkeypatch.setattr(index, "REBUILD_EAGER", 1000)
+    monkeypatch.setattr(index, "BATCH_RECORDS", 700)
+    made = []
+    real = index._run_tables
+
+    def spy(run):
+        made.append(len(run))
+        return real(run)
+
+    def rebuilt():
+        Store.open(tmp_path).rebuild_index()
+        Store.open(tmp_path).query("SELECT count(*) FROM turns")   # the deferred turns filled
+        order = {t: [r[0] for r in index.query(store.root, f"SELECT seq FROM {t} ORDER BY rowid")[1]]
+                 for t in ("journal", "objects")}
+        return index.dump(store.root), order, index.indexed_meta(store.root)
+
+    monkeypatch.setattr(index, "_run_tables", spy)
+    fast = rebuilt()
+    assert sum(made) > 4000, "rows were made from runs"
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    slow = rebuilt()
+    assert fast == slow
+    tables, order, meta = fast
+    turns = sum(orjson.loads(x)["payload"]["count"] for x in lines if b'"kind":"record"' in x)
+    assert (len(tables["journal"]), len(tables["objects"]), len(tables["turns"])) == (6000, 5938, turns)
+    assert all(seqs == sorted(seqs) for seqs in order.values()), "rows appended in journal order"
+    assert meta["seq"] == 6000
