@@ -439,11 +439,18 @@ def _ids(pa, np, hexes):
     return pa.Array.from_buffers(pa.string(), m, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
+_TEXT_ROWS = 1024
+
+
 def _texts(pa, np, data, starts, lengths, replace=None):
     """A string array of data[starts[k]:starts[k] + lengths[k]] (ASCII: proved lines' texts)."""
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    text = data[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
+    text = np.empty(int(offsets[-1]), np.uint8)
+    for a in range(0, len(starts), _TEXT_ROWS):   # index arrays of 8 bytes a byte: a slice at a time
+        b = min(a + _TEXT_ROWS, len(starts))
+        lo, hi = int(offsets[a]), int(offsets[b])
+        text[lo:hi] = data[np.repeat(starts[a:b] - offsets[a:b], lengths[a:b]) + np.arange(lo, hi)]
     if replace is not None:
         text[text == replace[0]] = replace[1]
     return pa.Array.from_buffers(pa.string(), len(starts), [None, pa.py_buffer(offsets.astype(np.int32)),
@@ -519,9 +526,11 @@ BATCH_RECORDS = 5_000  # records projected per Arrow append: bounds a rebuild's 
 # small journal's: complete, ~0.3 s at most); beyond them they are filled on first use (module doc)
 REBUILD_EAGER = 10_000
 # DuckDB's buffer pool during a rebuild (it spills or evicts beyond it). What DuckDB holds outside
-# it grows ~3 MiB a million records (294 MiB peak at 1M, 300 at 3M with 128 MB): 96 MB leaves room
-# under 300 MiB at 10M (264 MiB at 1M).
-REBUILD_MEMORY = "96MB"
+# it grows ~3 MiB a million records (294 MiB peak at 1M, 300 at 3M with 128 MB). With no checkpoint
+# until the end (rebuild) and runs' rows made in bulk, 96 MB peaked at 316-332 MiB at 1M, 64 MB at
+# 285, 48 MB at 275 and 32 MB at 257, at the same CPU time (session 13): 32 leaves room under 300
+# at 10M.
+REBUILD_MEMORY = "32MB"
 PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
