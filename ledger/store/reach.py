@@ -294,6 +294,34 @@ def shaped_ids(rec: dict, line: bytes) -> tuple[set, set] | None:
     return every, named
 
 
+def run_ids(run):
+    """For each row of a run of proved lines of a kind with KindHooks.line_fields (Journal.scan's
+    `bulk`): (its inputs, every id it names, the ids it names other than through payload.objects)
+    — record_ids' sets, read off the run's columns: the names are the envelope's lists and every
+    id part of the kind's tokens (line_shape's groups), and payload.objects' entries are exactly
+    line_fields' (tests/store/test_blockcheck.py holds gc's walk of runs to its walk line by line)."""
+    fields = schema.hooks(run.kind).line_fields
+    hexes = [run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens) if tok == schema.HEX_ID]
+    entry_parts = [p for p, _, _ in fields.objects]
+    # the id parts outside payload.objects: every id part but the entries' (one occurrence each)
+    outside = [run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens)
+               if tok == schema.HEX_ID and p not in entry_parts]
+    lists = []
+    for offsets, column in (run.inputs, run.outputs):
+        a, b = int(offsets[0]), int(offsets[-1])
+        lists.append(((offsets - a).tolist(), column[a:b].tobytes().decode("ascii")))
+    (in_off, in_text), (out_off, out_text) = lists
+    for k in range(len(run)):
+        a = 64 * k
+        inputs = [PREFIX + in_text[64 * j:64 * j + 64] for j in range(in_off[k], in_off[k + 1])]
+        named = set(inputs)
+        named.update(PREFIX + out_text[64 * j:64 * j + 64] for j in range(out_off[k], out_off[k + 1]))
+        every = set(named)
+        every.update(PREFIX + h[a:a + 64] for h in hexes)
+        named.update(PREFIX + h[a:a + 64] for h in outside)
+        yield inputs, every, named
+
+
 class Walk:
     """The two closures of gc, grown record by record from a saved state (or from nothing)."""
 
@@ -331,7 +359,11 @@ class Walk:
         """Grow both closures by what one record names (`ids`: its record_ids, when the caller
         has them already, e.g. from shaped_ids)."""
         every, named = ids if ids is not None else record_ids(rec)
-        for oid in rec["inputs"]:
+        self.add_ids(rec["inputs"], every, named)
+
+    def add_ids(self, inputs, every, named) -> None:
+        """Grow both closures by one record's ids (record_ids' two sets) and its inputs."""
+        for oid in inputs:
             self.inputs.add(key(oid))
         self._grow(every, named, {})
 

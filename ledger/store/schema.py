@@ -87,9 +87,10 @@ class LineFields:
     """What a kind's usual line (KindHooks.line_tokens) holds of what verify reads, as indexes of
     its variable parts (in the tokens' order). The tokens MUST make these the whole of it: the
     payload's objects entries exactly `objects` ([id part, size part, kind] each, the kind a
-    literal), its counters exactly `counters` ({name: delta part}), no refs and no chunk_lists,
+    literal), its counters exactly `counters` ({name: delta part}), no refs, chunk_lists or name,
     and object_kinds exactly `named` ({key: (id part, kind)}) — tests/store/test_blockcheck.py
-    holds every registered kind's fields to its records' payloads."""
+    holds every registered kind's fields to its records' payloads. Verify, gc's walk and an index
+    rebuild then take runs of such lines from their columns (docs/store-format.md)."""
     objects: tuple[tuple[int, int, str], ...] = ()
     counters: tuple[tuple[str, int], ...] = ()
     named: tuple[tuple[str, int, str], ...] = ()

@@ -44,8 +44,12 @@ def _lines(n: int, seed: int = 0, put=None) -> list[bytes]:
                                                                     for i in range(count)]}
                 data = canonical.dumps(batch)
                 oid, size = put(data)[0], len(data)
+            written = [oid, size, "turns"]
+            if seq % 23 == 0:   # now and then the object written is not the batch named (gc's named ids)
+                other = canonical.dumps({"kind": "turns", "first": 0, "turns": [], "seq": seq})
+                written = [put(other)[0] if put is not None else "b3:" + rng.randbytes(32).hex(), len(other), "turns"]
             payload = {"count": count, "counters": {"turns": count}, "first": first,
-                       "objects": [[oid, size, "turns"]], "turns": oid}
+                       "objects": [written], "turns": oid}
             # now and then other envelope lists: an input, a second output, none (Run.inputs, outputs)
             inputs = ["b3:" + rng.randbytes(32).hex()] if seq % 13 == 0 else []
             outputs = [oid, "b3:" + rng.randbytes(32).hex()] if seq % 17 == 0 else [] if seq % 19 == 0 else [oid]
@@ -266,7 +270,7 @@ def test_a_runs_columns_are_the_values_of_its_records():
                 return run.hex_id(p, k) if run.tokens[p] == schema.HEX_ID else int(run.parts[p][k])
             assert pay["objects"] == [[part(i), part(z), kind] for i, z, kind in f.objects]
             assert pay["counters"] == {name: part(p) for name, p in f.counters}
-            assert "refs" not in pay and "chunk_lists" not in pay
+            assert "refs" not in pay and "chunk_lists" not in pay and "name" not in pay
             assert h.object_kinds(pay) == {key: (part(p), kind) for key, p, kind in f.named}
             lists += bool(rec["inputs"]) or len(rec["outputs"]) != 1
         assert run.end == sum(len(x) + 1 for x in lines[:i + len(run)])
@@ -471,3 +475,34 @@ def test_an_index_rebuilt_with_bulk_runs_is_the_index_rebuilt_line_by_line(tmp_p
     assert (len(tables["journal"]), len(tables["objects"]), len(tables["turns"])) == (6000, 5938, turns)
     assert all(seqs == sorted(seqs) for seqs in order.values()), "rows appended in journal order"
     assert meta["seq"] == 6000
+
+
+def test_gcs_walk_of_bulk_runs_is_its_walk_line_by_line(tmp_path, monkeypatch):
+    from ledger.store import gc, reach
+
+    store, lines = _verify_store(tmp_path, "intact")
+    store.objects.put_bytes(b'{"kind":"turns","turns":[]}')   # reached by no record
+    walked = []
+    real = reach.run_ids
+
+    def spy(run):
+        walked.append(len(run))
+        return real(run)
+
+    def walk():
+        for saved in (store.root / "cache").glob("reach.*"):
+            saved.unlink()   # gc's saved state: each walk from record 1
+        s = Store.open(tmp_path)
+        w = gc._walk(s)
+        reached, not_kept, inputs = w.result()
+        saved = (store.root / "cache" / "reach.bin").read_bytes()
+        return ([a.tolist() for a in (reached, not_kept, inputs)], sorted(w.unresolved), sorted(w.special), saved,
+                gc.plan(s).to_json())
+
+    monkeypatch.setattr(reach, "run_ids", spy)
+    fast = walk()
+    assert sum(walked) > 5000, "runs were walked whole"
+    monkeypatch.setattr(blockcheck, "prove", lambda block: None)
+    slow = walk()
+    assert fast == slow
+    assert len(fast[0][0]) > 5900 and len(fast[0][2]) > 400 and len(fast[4]["unreachable"]) == 1
