@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from blake3 import blake3
 
 from ledger.store import scan, schema
+from ledger.store.schema import HEX_ID
 
 MIN_LINES = 4096        # below this a block takes check_line's path line by line
 TEMPLATES = 16          # samples tried per length group (a miss costs one compare of the rest)
@@ -208,20 +209,40 @@ class Run:
     """Consecutive proved lines of one kind, their prev an id, as columns (Block.run). Row k is
     line `first + k` of the block: `seq[k]`, `ids[k]` and `prevs[k]` (64 hex bytes each), and one
     column per variable part of the kind's tokens, in their order (`parts[p]`: integers for COUNT
-    and POSITIVE, 64 hex bytes a row for HEX_ID). `inputs` and `outputs` are the envelope's lists,
-    each (offsets, hex): row k's ids are hex[offsets[k]:offsets[k + 1]], 64 hex bytes each (flat,
-    so a line of many ids costs its ids, not a row that wide for every line). Every value is the
+    and POSITIVE, 64 hex bytes a row for HEX_ID); the envelope's inputs and outputs on demand
+    (envelope_lists: a fold that does not read them does not pay for them). Every value is the
     one check_line's record holds."""
     kind: str
     seq: object
     ids: object
     prevs: object
     parts: tuple
-    inputs: tuple
-    outputs: tuple
     block: Block
     first: int
     lines: object = None   # numpy: the block's line of each row, for a joined run (else first + k)
+    lists: tuple | None = None   # a joined run's envelope_lists (else read from the block)
+
+    def envelope_lists(self) -> tuple:
+        """(inputs, outputs), each (offsets, hex): row k's ids are hex[offsets[k]:offsets[k + 1]],
+        64 hex bytes each (flat, so a line of many ids costs its ids, not a row that wide for
+        every line; hex may hold other rows' ids too)."""
+        if self.lists is not None:
+            return self.lists
+        n = len(self.seq)
+        return tuple((offsets[self.first:self.first + n + 1], hexes)
+                     for offsets, hexes in self.block._envelope_lists(self.kind))
+
+    def id_text(self) -> tuple:
+        """The run's ids as text, for a fold that reads them row by row: ({part: text} for each
+        HEX_ID part, 64 hex a row; then inputs and outputs, each (offsets from the run's first
+        id, as a list; the text of the run's ids, 64 hex each))."""
+        parts = {p: self.parts[p].tobytes().decode("ascii") for p, tok in enumerate(self.tokens)
+                 if tok == HEX_ID}
+        lists = []
+        for offsets, hexes in self.envelope_lists():
+            a, b = int(offsets[0]), int(offsets[-1])
+            lists.append(((offsets - a).tolist(), hexes[a:b].tobytes().decode("ascii")))
+        return parts, lists[0], lists[1]
 
     def _line_of(self, k):
         return self.first + k if self.lines is None else self.lines[k]
@@ -242,11 +263,10 @@ class Run:
         t = self.block.templates[int(self.block.template_of[self._line_of(0)])]
         return tuple(tok for tok, _, _ in t.parts)
 
-    def listed(self, which: tuple, k: int) -> list[str]:
-        """Row k's ids of `which` (self.inputs or self.outputs), as the record's list holds them."""
-        offsets, hexes = which
-        a, b = int(offsets[k]), int(offsets[k + 1])
-        return ["b3:" + hexes[j].tobytes().decode("ascii") for j in range(a, b)]
+    def listed(self, k: int) -> tuple[list[str], list[str]]:
+        """Row k's inputs and outputs, as the record's lists hold them."""
+        return tuple(["b3:" + hexes[j].tobytes().decode("ascii") for j in range(int(offsets[k]), int(offsets[k + 1]))]
+                     for offsets, hexes in self.envelope_lists())
 
     def texts(self, what: str) -> tuple:
         """(starts, lengths): where each row's text of `what` lies in block.data — "actor",
@@ -287,9 +307,9 @@ class Run:
 
     def head(self, m: int) -> Run:
         """The first m rows."""
+        lists = None if self.lists is None else tuple((o[:m + 1], h) for o, h in self.lists)
         return Run(self.kind, self.seq[:m], self.ids[:m], self.prevs[:m], tuple(c[:m] for c in self.parts),
-                   (self.inputs[0][:m + 1], self.inputs[1]), (self.outputs[0][:m + 1], self.outputs[1]),
-                   self.block, self.first, None if self.lines is None else self.lines[:m])
+                   self.block, self.first, None if self.lines is None else self.lines[:m], lists)
 
 
 def joined(runs: list[Run]) -> Run:
@@ -306,11 +326,13 @@ def joined(runs: list[Run]) -> Run:
         return np.concatenate(([0], np.cumsum(counts))), np.concatenate(hexes)
 
     first = runs[0]
+    each = [r.envelope_lists() for r in runs]
     return Run(first.kind, np.concatenate([r.seq for r in runs]), np.concatenate([r.ids for r in runs]),
                np.concatenate([r.prevs for r in runs]),
                tuple(np.concatenate([r.parts[p] for r in runs]) for p in range(len(first.parts))),
-               lists([r.inputs for r in runs]), lists([r.outputs for r in runs]), first.block, first.first,
-               np.concatenate([np.arange(r.first, r.first + len(r)) if r.lines is None else r.lines for r in runs]))
+               first.block, first.first,
+               np.concatenate([np.arange(r.first, r.first + len(r)) if r.lines is None else r.lines for r in runs]),
+               (lists([e[0] for e in each]), lists([e[1] for e in each])))
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,7 +346,7 @@ class Block:
     template_of: object    # per line: the index of the template that proved it in templates, or -1
     templates: list
     run_to: object         # per line: where the run of lines of its kind (prev an id) ends
-    columns: dict = field(default_factory=dict)   # kind -> its columns over the block (_columns)
+    columns: dict = field(default_factory=dict)   # kind -> its columns over the block (_columns; lists too)
 
     def run_kind(self, i: int) -> str | None:
         """The kind of proved line i's run, or None if it is in none (not proved, or prev null)."""
@@ -335,9 +357,8 @@ class Block:
         """Lines i .. the end of line i's run, as columns (line i is in a run: run_kind)."""
         j = int(self.run_to[i])
         kind = self.templates[int(self.template_of[i])].kind
-        seq, ids, prevs, parts, lists = self._columns(kind)
-        return Run(kind, seq[i:j], ids[i:j], prevs[i:j], tuple(c[i:j] for c in parts),
-                   *((offsets[i:j + 1], hexes) for offsets, hexes in lists), self, i)
+        seq, ids, prevs, parts = self._columns(kind)
+        return Run(kind, seq[i:j], ids[i:j], prevs[i:j], tuple(c[i:j] for c in parts), self, i)
 
     def _columns(self, kind: str) -> tuple:
         """The columns of every line of the block that a template of `kind` (prev an id) proved,
@@ -363,8 +384,19 @@ class Block:
             prevs[sel] = x[:, t.prev[0]:t.prev[1]]
             for col, (tok, p, q) in zip(parts, t.parts):
                 col[sel] = x[:, p:q] if tok == schema.HEX_ID else _number(np, x, (p, q))
-        lists = tuple(self._lists(np, a, mine, w) for w in (0, 1))
-        got = self.columns[kind] = (seq, ids, prevs, parts, lists)
+        got = self.columns[kind] = (seq, ids, prevs, parts)
+        return got
+
+    def _envelope_lists(self, kind: str) -> tuple:
+        """Run.envelope_lists of every line of the block a template of `kind` proved (read once
+        per kind; other lines have none)."""
+        got = self.columns.get((kind, "lists"))
+        if got is None:
+            import numpy as np
+
+            a = np.frombuffer(self.data, np.uint8)
+            mine = [(k, t) for k, t in enumerate(self.templates) if t.kind == kind and t.prev is not None]
+            got = self.columns[(kind, "lists")] = tuple(self._lists(np, a, mine, w) for w in (0, 1))
         return got
 
     def _lists(self, np, a, mine: list, w: int) -> tuple:

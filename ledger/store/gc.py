@@ -154,7 +154,7 @@ def _walk(store) -> reach.Walk:
         if n[0] // COLLECT_EVERY != before // COLLECT_EVERY:
             scanner.collect_young()
 
-    bulk = {k: each_run for k in schema.kinds() if schema.hooks(k).line_fields is not None}
+    bulk = {k: each_run for k in schema.fielded_kinds()}
     try:
         with scanner.without_collector():  # a walk over every record (store/scan.py says why)
             scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each, lines=True,

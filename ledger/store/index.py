@@ -408,7 +408,7 @@ def _run_tables(run) -> dict:
     time = _texts(pa, np, data, time_starts, time_lengths, replace=(ord("T"), ord(" ")))
     lists = [pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()),
                                       _ids(pa, np, hexes[int(offsets[0]):int(offsets[-1])]))
-             for offsets, hexes in (run.inputs, run.outputs)]
+             for offsets, hexes in run.envelope_lists()]
     journal = pa.Table.from_arrays(
         [seq, _ids(pa, np, run.ids), _ids(pa, np, run.prevs), time, pa.array([run.kind] * n, pa.string()),
          _texts(pa, np, data, *run.texts("actor")), *lists, _texts(pa, np, data, *run.texts("payload"))],

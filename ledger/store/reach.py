@@ -300,17 +300,11 @@ def run_ids(run):
     — record_ids' sets, read off the run's columns: the names are the envelope's lists and every
     id part of the kind's tokens (line_shape's groups), and payload.objects' entries are exactly
     line_fields' (tests/store/test_blockcheck.py holds gc's walk of runs to its walk line by line)."""
-    fields = schema.hooks(run.kind).line_fields
-    hexes = [run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens) if tok == schema.HEX_ID]
-    entry_parts = [p for p, _, _ in fields.objects]
+    entry_parts = {p for p, _, _ in schema.hooks(run.kind).line_fields.objects}
+    parts, (in_off, in_text), (out_off, out_text) = run.id_text()
+    hexes = list(parts.values())
     # the id parts outside payload.objects: every id part but the entries' (one occurrence each)
-    outside = [run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens)
-               if tok == schema.HEX_ID and p not in entry_parts]
-    lists = []
-    for offsets, column in (run.inputs, run.outputs):
-        a, b = int(offsets[0]), int(offsets[-1])
-        lists.append(((offsets - a).tolist(), column[a:b].tobytes().decode("ascii")))
-    (in_off, in_text), (out_off, out_text) = lists
+    outside = [h for p, h in parts.items() if p not in entry_parts]
     for k in range(len(run)):
         a = 64 * k
         inputs = [PREFIX + in_text[64 * j:64 * j + 64] for j in range(in_off[k], in_off[k + 1])]

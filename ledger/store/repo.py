@@ -630,7 +630,7 @@ class Store:
                     if f is not None:
                         f.add(rec, checked=True)
                     add(rec, line, None)
-            bulk = {k: run_rows for k in schema.kinds() if schema.hooks(k).line_fields is not None}
+            bulk = {k: run_rows for k in schema.fielded_kinds()}
             done["scan"] = self.journal.scan(keep=False, each=each, lines=True, bulk=bulk)
         return feed, done
 

@@ -164,6 +164,13 @@ def kinds() -> frozenset[str]:
     return frozenset(_loaded())
 
 
+def fielded_kinds() -> frozenset[str]:
+    """The kinds with line_tokens and line_fields: whose runs of lines proved in bulk verify, gc
+    and an index rebuild take from their columns (Journal.scan's `bulk`)."""
+    return frozenset(k for k, h in _loaded().items()
+                     if h.line_tokens is not None and h.line_fields is not None and len(k) <= MAX_KIND_LEN)
+
+
 def dense_kinds() -> frozenset[str]:
     """The kinds registered as dense (KindHooks.dense)."""
     _loaded()

@@ -158,14 +158,10 @@ class _RecordChecks:
         f = schema.hooks(run.kind).line_fields
         n = len(run)
         kind = run.kind
-        hexes = {p: run.parts[p].tobytes().decode("ascii") for p, tok in enumerate(run.tokens) if tok == schema.HEX_ID}
+        hexes, *lists = run.id_text()
         ids = run.ids.tobytes().decode("ascii")
         seqs = run.seq.tolist()
         sizes = {p: run.parts[p].tolist() for _, p, _ in f.objects}
-        lists = []   # (offsets from the run's first id, the run's ids as text): its hex is the block's
-        for offsets, column in (run.inputs, run.outputs):
-            a, b = int(offsets[0]), int(offsets[-1])
-            lists.append(((offsets - a).tolist(), column[a:b].tobytes().decode("ascii")))
         objects, want, fold = self.objects, self.want, self.fold
         folded = 0   # rows the fold has applied
         for k in range(n):
@@ -193,12 +189,7 @@ class _RecordChecks:
 
     def bulk(self) -> dict:
         """Journal.scan's `bulk` for this check: add_run for every kind whose lines it can take."""
-        out = {}
-        for kind in schema.kinds():
-            h = schema.hooks(kind)
-            if h.line_fields is not None and h.line_tokens is not None and len(kind) <= schema.MAX_KIND_LEN:
-                out[kind] = self.add_run
-        return out
+        return {kind: self.add_run for kind in schema.fielded_kinds()}
 
     def _snapshot(self, seq: int) -> None:
         if seq in self.want:

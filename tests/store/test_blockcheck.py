@@ -50,7 +50,7 @@ def _lines(n: int, seed: int = 0, put=None) -> list[bytes]:
                 written = [put(other)[0] if put is not None else "b3:" + rng.randbytes(32).hex(), len(other), "turns"]
             payload = {"count": count, "counters": {"turns": count}, "first": first,
                        "objects": [written], "turns": oid}
-            # now and then other envelope lists: an input, a second output, none (Run.inputs, outputs)
+            # now and then other envelope lists: an input, a second output, none (Run.envelope_lists)
             inputs = ["b3:" + rng.randbytes(32).hex()] if seq % 13 == 0 else []
             outputs = [oid, "b3:" + rng.randbytes(32).hex()] if seq % 17 == 0 else [] if seq % 19 == 0 else [oid]
             rec = journal.make_record(seq, prev, "record", inputs, outputs, rng.choice(["root@vm", "image"]), payload)
@@ -261,7 +261,7 @@ def test_a_runs_columns_are_the_values_of_its_records():
                 (rec["seq"], rec["id"], rec["prev"])
             assert (int(firsts[k]), int(counts[k]), turns(k)) == (p.first, p.count, p.turns)
             assert run.line(k) == lines[i + k] and run.time(k) == rec["time"]
-            assert (run.listed(run.inputs, k), run.listed(run.outputs, k)) == (rec["inputs"], rec["outputs"])
+            assert run.listed(k) == (rec["inputs"], rec["outputs"])
             # the kind's LineFields are the whole of what verify reads from the payload
             h = schema.hooks(run.kind)
             f, pay = h.line_fields, rec["payload"]
