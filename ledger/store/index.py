@@ -279,10 +279,16 @@ def _count(table: str, segments: list) -> int:
         if type(x) is list:
             n += len(x)
         elif type(x) is blockcheck.Run:
-            n += len(x) * (len(schema.hooks(x.kind).line_fields.objects) if table == "objects" else 1)
+            n += len(x) * _rows_a_record(x.kind, table)
         else:
             n += x.num_rows
     return n
+
+
+def _rows_a_record(kind: str, table: str) -> int:
+    """Rows a record of a run of `kind` gives `table` (_run_table_names): one, or an objects row
+    for each of its objects entries."""
+    return len(schema.hooks(kind).line_fields.objects) if table == "objects" else 1
 
 
 def _holds_runs(segments: list) -> bool:
@@ -378,7 +384,7 @@ def _rows_of_runs(batch: dict[str, list]) -> None:
             j += 1
         group = runs[i:j]
         tables = _run_tables(blockcheck.joined(group))
-        per = {t: (len(schema.hooks(group[0].kind).line_fields.objects) if t == "objects" else 1) for t in tables}
+        per = {t: _rows_a_record(group[0].kind, t) for t in tables}
         at = {t: 0 for t in tables}
         for r in group:
             made[id(r)] = {t: tbl.slice(at[t], len(r) * per[t]) for t, tbl in tables.items()}
@@ -546,7 +552,7 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
     A feeder may take a second argument, `add_run`: the journal rows of a run of lines proved in
     bulk (store/blockcheck.py) are then made from its columns (_run_tables), with no record
     built, where `add` would give them exactly those rows (_run_rows_only)."""
-    batch: dict[str, list] = {}     # table -> its rows in order: lists of tuples, and runs' Arrow tables
+    batch: dict[str, list] = {}     # table -> its rows in order: lists of row tuples, and runs (made at the flush)
     n = pending = 0
     whole: int | None = None   # the last record projected with its deferred tables, while unbroken
     deferring = False
