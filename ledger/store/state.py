@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ledger.errors import BadInput, JournalCorrupt
-from ledger.store.ids import is_id
 from ledger.store import schema
+from ledger.store.ids import is_id
 from ledger.store.schema import envelope_problem
 
 
