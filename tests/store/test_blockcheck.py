@@ -400,18 +400,24 @@ VERIFY_DAMAGE = ("intact", "an object of another size", "an object missing", "re
                  "refs.json at a record in a run, wrong")
 
 
+def _spy(monkeypatch, owner, name) -> list:
+    """Wrap owner.name, whose last argument is a Run, and list the length of each run it is given:
+    the proof that a bulk path was taken, not only that its answers match the line path's."""
+    real, lengths = getattr(owner, name), []
+
+    def spy(*args):
+        lengths.append(len(args[-1]))
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, spy)
+    return lengths
+
+
 @pytest.mark.parametrize("damage", VERIFY_DAMAGE)
 def test_verify_reports_the_same_with_and_without_bulk_runs(tmp_path, monkeypatch, damage):
     from ledger.store import verify
 
     store, lines = _verify_store(tmp_path, damage)
-    runs = []
-    real = verify._RecordChecks.add_run
-
-    def spy(self, run):
-        runs.append(len(run))
-        real(self, run)
-
     refs = store.root / "refs.json"
     cache = refs.read_bytes() if refs.exists() else None
 
@@ -426,7 +432,7 @@ def test_verify_reports_the_same_with_and_without_bulk_runs(tmp_path, monkeypatc
         rep = verify.verify(Store.open(tmp_path), full=True).to_json()
         return orjson.loads(re.sub(rb"refs-rejected-[0-9a-f]+", b"refs-rejected-X", orjson.dumps(rep)))
 
-    monkeypatch.setattr(verify._RecordChecks, "add_run", spy)
+    runs = _spy(monkeypatch, verify._RecordChecks, "add_run")
     fast = report()
     assert sum(runs) > 5000, "the bulk path was taken"
     monkeypatch.setattr(verify._RecordChecks, "bulk", lambda self: {})
@@ -450,13 +456,6 @@ def test_an_index_rebuilt_with_bulk_runs_is_the_index_rebuilt_line_by_line(tmp_p
     # records, so runs and the line path's rows share batches
     monkeypatch.setattr(index, "REBUILD_EAGER", 1000)
     monkeypatch.setattr(index, "BATCH_RECORDS", 700)
-    made = []
-    real = index._run_tables
-
-    def spy(run):
-        made.append(len(run))
-        return real(run)
-
     def rebuilt():
         Store.open(tmp_path).rebuild_index()
         Store.open(tmp_path).query("SELECT count(*) FROM turns")   # the deferred turns filled
@@ -464,7 +463,7 @@ def test_an_index_rebuilt_with_bulk_runs_is_the_index_rebuilt_line_by_line(tmp_p
                  for t in ("journal", "objects")}
         return index.dump(store.root), order, index.indexed_meta(store.root)
 
-    monkeypatch.setattr(index, "_run_tables", spy)
+    made = _spy(monkeypatch, index, "_run_tables")
     fast = rebuilt()
     assert sum(made) > 4000, "rows were made from runs"
     monkeypatch.setattr(blockcheck, "prove", lambda block: None)
@@ -482,13 +481,6 @@ def test_gcs_walk_of_bulk_runs_is_its_walk_line_by_line(tmp_path, monkeypatch):
 
     store, lines = _verify_store(tmp_path, "intact")
     store.objects.put_bytes(b'{"kind":"turns","turns":[]}')   # reached by no record
-    walked = []
-    real = reach.run_ids
-
-    def spy(run):
-        walked.append(len(run))
-        return real(run)
-
     def walk():
         for saved in (store.root / "cache").glob("reach.*"):
             saved.unlink()   # gc's saved state: each walk from record 1
@@ -499,7 +491,7 @@ def test_gcs_walk_of_bulk_runs_is_its_walk_line_by_line(tmp_path, monkeypatch):
         return ([a.tolist() for a in (reached, not_kept, inputs)], sorted(w.unresolved), sorted(w.special), saved,
                 gc.plan(s).to_json())
 
-    monkeypatch.setattr(reach, "run_ids", spy)
+    walked = _spy(monkeypatch, reach, "run_ids")
     fast = walk()
     assert sum(walked) > 5000, "runs were walked whole"
     monkeypatch.setattr(blockcheck, "prove", lambda block: None)
