@@ -170,10 +170,13 @@ class _RecordChecks:
             self.checked += 1
             seq, a = seqs[k], 64 * k
             rid = "b3:" + ids[a:a + 64]
-            names = {"b3:" + h[a:a + 64] for h in hexes.values()}
+            # in `add`'s order (inputs, outputs, then the payload's ids): a set's order can follow
+            # insertion, and the batch examines, so reports, what it names in that order
+            names = set()
             for offsets, text in lists:
                 for j in range(offsets[k], offsets[k + 1]):
                     names.add("b3:" + text[64 * j:64 * j + 64])
+            names.update(["b3:" + h[a:a + 64] for h in hexes.values()])
             entries = [("b3:" + hexes[i][a:a + 64], sizes[z][k], ok) for i, z, ok in f.objects]
             at = objects.record(names, entries)
             who = (seq, rid, kind)

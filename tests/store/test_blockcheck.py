@@ -385,6 +385,16 @@ def _verify_store(tmp_path, damage: str):
         path.write_bytes(path.read_bytes() + b" ")
     elif damage == "an object missing":
         store.objects.path(batches[2500]["payload"]["turns"]).unlink()
+    elif damage == "links for the objects records name first, two a record":
+        # each record that names an input names it before its turns object, and finds both damaged:
+        # a run must examine, so report, them in the line path's order (inputs first)
+        for r in batches:
+            if r["inputs"]:
+                for oid in (r["inputs"][0], r["payload"]["turns"]):
+                    path = store.objects.path(oid)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.unlink(missing_ok=True)
+                    path.symlink_to("/etc/hostname")
     elif damage in ("refs.json at a record in a run", "refs.json at a record in a run, wrong"):
         # the fold's state at a seq inside a run (verify compares a cache's state with it)
         at = recs[3000]
@@ -397,7 +407,7 @@ def _verify_store(tmp_path, damage: str):
 
 
 VERIFY_DAMAGE = ("intact", "an object of another size", "an object missing", "refs.json at a record in a run",
-                 "refs.json at a record in a run, wrong")
+                 "refs.json at a record in a run, wrong", "links for the objects records name first, two a record")
 
 
 def _spy(monkeypatch, owner, name) -> list:
@@ -444,7 +454,8 @@ def test_verify_reports_the_same_with_and_without_bulk_runs(tmp_path, monkeypatc
     missing = sum(1 for x in lines if b'"kind":"record"' in x and (b'"inputs":["' in x or b'"]],' in x))
     assert fast["stats"]["records"] == 6000 and missing > 250
     want = {"intact": set(), "an object of another size": {"corrupt"}, "an object missing": set(),
-            "refs.json at a record in a run": set(), "refs.json at a record in a run, wrong": {"refs-cache"}}[damage]
+            "refs.json at a record in a run": set(), "refs.json at a record in a run, wrong": {"refs-cache"},
+            "links for the objects records name first, two a record": {"corrupt"}}[damage]
     assert errors - {"missing"} == want, fast["errors"][:3]
 
 
