@@ -68,12 +68,13 @@ def usual_line_pattern() -> bytes:
     form (the payload is records.Record.LINE_SHAPE's; strings printable ASCII without a quote or
     backslash, which are their own canonical encoding)."""
     from ledger import records
+    from ledger.store import scan
     plain = rb'"[ !#-\[\]-~]*"'
     oid = rb'"b3:[0-9a-f]{64}"'
     ids = rb'\[(?:' + oid + rb'(?:,' + oid + rb')*)?\]'
     shape = records.Record.LINE_SHAPE[0].pattern
     return (rb'\{"actor":' + plain + rb',"id":' + oid + rb',"inputs":' + ids + rb',"kind":"record","outputs":'
-            + ids + shape + rb'(?:null|' + oid + rb'),"seq":[1-9][0-9]{0,17},"time":' + plain + rb'\}')
+            + ids + shape + rb'(?:null|' + oid + rb'),"seq":[1-9][0-9]{0,17},"time":"' + scan.TIME_RE.pattern.encode() + rb'"\}')
 
 
 def measure(store: Path, n_lines: int, n_objects: int) -> dict[str, float]:
@@ -195,7 +196,8 @@ def _template(line: bytes, full):
     """Per-byte bounds (lo, span: a byte b passes if 0 <= b - lo <= span, in one of two tries) for
     lines of `line`'s layout, and the id member's offset; None unless the usual-line regex matches
     `line`. The template is the regex with every repeat count fixed and some classes narrowed (the
-    actor and the time's non-digits exact): a line it passes is one the regex matches."""
+    actor and the time's non-digits exact), and the time's digits are then range-checked as the
+    store's templates do (blockcheck._times_ok): a line it passes is one the regex matches."""
     import numpy as np
 
     if not full(line):
@@ -220,7 +222,7 @@ def _template(line: bytes, full):
         lo1[a + d.start()], sp1[a + d.start()] = 0x30, 9
     lo2, sp2 = lo1.copy(), sp1.copy()
     lo2[hexcols], sp2[hexcols] = 0x61, 5
-    return lo1, sp1, lo2, sp2, line.find(b',"id":"')
+    return lo1, sp1, lo2, sp2, line.find(b',"id":"'), m.start("t")
 
 
 def templated(data: bytes, full, rows_at_once: int = 2048):
@@ -231,6 +233,8 @@ def templated(data: bytes, full, rows_at_once: int = 2048):
 
     import numpy as np
     from blake3 import blake3
+
+    from ledger.store import blockcheck
 
     a = np.frombuffer(data, np.uint8)
     ends = np.flatnonzero(a == 10)
@@ -245,7 +249,7 @@ def templated(data: bytes, full, rows_at_once: int = 2048):
         t = _template(data[s:s + width - 1], full)
         if t is None:
             continue
-        lo1, sp1, lo2, sp2, at = t
+        lo1, sp1, lo2, sp2, at, time_at = t
         window = np.lib.stride_tricks.sliding_window_view(a, width)
         unpack = f"{width - 76}s"
         for k in range(0, len(group), rows_at_once):
@@ -255,7 +259,7 @@ def templated(data: bytes, full, rows_at_once: int = 2048):
             first = v <= sp1
             np.subtract(x, lo2, out=v)
             first |= v <= sp2
-            ok = first.all(axis=1)
+            ok = first.all(axis=1) & blockcheck._times_ok(np, x, time_at)
             stripped = np.concatenate((x[:, :at], x[:, at + 75:width - 1]), axis=1).tobytes()
             digests = np.frombuffer(b"".join(map(blake3.digest, itertools.starmap(
                 blake3, struct.iter_unpack(unpack, stripped)))), np.uint8).reshape(-1, 32)

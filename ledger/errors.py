@@ -181,6 +181,13 @@ class RemoteError(LedgerError):
 
 
 # --- 2: usage or bad input -------------------------------------------------------------
+class ResourceExhausted(LedgerError):
+    """A bounded resource ran out (the index's capped memory); nothing was left half-written.
+    Exit 6, as for the disk: the environment's limits, not a bug of ledger's."""
+    exit_code = 6
+    default_hint = "the store was left as it was; free the resource and retry"
+
+
 class BadInput(LedgerError):
     exit_code = 2
     default_hint = "check the input named above"
@@ -310,7 +317,7 @@ class JournalConflict(Locked):
 NOT_FROM_A_CHILD: tuple[type[LedgerError], ...] = (StoreCorrupt, Locked)
 
 EXIT_CODES = {0: "ok", 1: "internal error", 2: "usage or bad input", 3: "rejected or refused by a check",
-              4: "store corrupt or tampered", 5: "locked"}
+              4: "store corrupt or tampered", 5: "locked", 6: "the environment failed"}
 
 
 # --- Ctrl-C -------------------------------------------------------------------------------------

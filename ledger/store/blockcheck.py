@@ -11,7 +11,8 @@ it at ~2.3 us a line, "templated"):
    pattern of that kind (the envelope below, then the kind's tokens): the sample;
 3. the sample's per-byte template is learned: every byte literal except the variable parts,
    which may vary within their class at a fixed width — hex digits of an id, digits of an integer
-   (never a leading zero; one digit is 0-9 only where the token allows 0), digits of the time;
+   (never a leading zero; one digit is 0-9 only where the token allows 0), digits of the time
+   (whose ranges, the month's days among them, are then checked on the digits: _times_ok);
 4. every line of the group is compared with the template in numpy, and hashed without its id
    member, the digest compared with its id (as check_line does);
 5. lines no template passed get a new sample, up to TEMPLATES a group; the rest are not proved,
@@ -19,7 +20,7 @@ it at ~2.3 us a line, "templated"):
 
 Why a line a template passes is one check_line accepts: the template is the whole-line pattern
 with every repeat count fixed and some classes narrowed (the actor exact, the time's non-digits
-exact), so the line matches the pattern; the pattern is canonical JSON of the nine fields in
+exact, its digits' ranges checked), so the line matches the pattern; the pattern is canonical JSON of the nine fields in
 sorted order, each of its type (strings of printable ASCII without quote or backslash are their
 own canonical form; integers without leading zeros; ids), and step 4 is check_line's id check.
 tests/store/test_blockcheck.py holds it to check_line: every single-byte edit of a real line that
@@ -93,7 +94,7 @@ def _whole_line(kind: str) -> tuple | None:
                 pattern.append(b"(" + schema.TOKEN_PATTERNS[t] + b")")
                 parts.append(t)
         pattern.append(rb'(null|"b3:[0-9a-f]{64}"),"seq":(' + schema.TOKEN_PATTERNS[schema.POSITIVE]
-                       + rb'),"time":"' + _PLAIN + rb'"\}')
+                       + rb'),"time":"(' + scan.TIME_RE.pattern.encode() + rb')"\}')
         parts += [_PREV, schema.POSITIVE, _TIME]
         found = (re.compile(b"".join(pattern)), tuple(parts))
     _patterns[kind] = found
@@ -194,6 +195,7 @@ def _passes(np, window, rows, t: _Template):
     np.subtract(x, t.lo2, out=v)
     ok |= v <= t.sp2
     ok = ok.all(axis=1)
+    ok &= _times_ok(np, x, t.time[0])
     x = x[ok]
     stripped = np.concatenate((x[:, :at], x[:, at + 75:width - 1]), axis=1)   # unpacked as a buffer: no copy
     digests = np.frombuffer(b"".join(map(blake3.digest, itertools.starmap(
@@ -202,6 +204,20 @@ def _passes(np, window, rows, t: _Template):
     nibbles = (hexd & 0x0F) + 9 * (hexd >> 6)           # '0'-'9' -> 0-9, 'a'-'f' -> 10-15
     ok[ok] = (((nibbles[:, 0::2] << 4) | nibbles[:, 1::2]) == digests).all(axis=1)
     return ok
+
+
+def _times_ok(np, x, a: int):
+    """Which rows' time, at column `a`, is one scan.time_ok accepts. The template fixed its
+    layout (journal.now's) and made each of its digits a digit; what a template cannot say, the
+    ranges (month 1-12, the month's days, hour <= 23, minute and second <= 59, year >= 1), is
+    checked here, so a proved line is still one check_line accepts."""
+    d = x[:, a:a + 19].astype(np.int32) - 48
+    year = ((d[:, 0] * 10 + d[:, 1]) * 10 + d[:, 2]) * 10 + d[:, 3]
+    month, day = d[:, 5] * 10 + d[:, 6], d[:, 8] * 10 + d[:, 9]
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    days = np.array(scan.MONTH_DAYS)[np.clip(month, 0, 12)] - ((month == 2) & ~leap)
+    return ((year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days)
+            & (d[:, 11] * 10 + d[:, 12] <= 23) & (d[:, 14] * 10 + d[:, 15] <= 59) & (d[:, 17] * 10 + d[:, 18] <= 59))
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from ledger.errors import BadInput, InternalError, StoreCorrupt
+from ledger.errors import BadInput, InternalError, ResourceExhausted, StoreCorrupt
 from ledger.store import blockcheck, canonical, faults, scan, schema
 from ledger.store.journal import record_id
 
@@ -668,14 +668,26 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         with scan.without_collector():
             _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
         con.execute("CHECKPOINT")
-    except BaseException:
+    except BaseException as e:
         con.close()
         for p in (new, Path(str(new) + ".wal")):
             p.unlink(missing_ok=True)
+        if type(e).__name__ == "OutOfMemoryException":
+            raise _out_of_memory(e) from e
         raise
     con.close()
     Path(str(path) + ".wal").unlink(missing_ok=True)
     os.replace(new, path)
+
+
+def _out_of_memory(e: Exception) -> ResourceExhausted:
+    """DuckDB's OutOfMemoryException in the index's own work, typed (it was exit 1): the buffer
+    pool is capped (REBUILD_MEMORY) so a pass's memory does not grow with history, and only rows
+    far larger than any ledger writes fill it — a journal some other program wrote."""
+    return ResourceExhausted(
+        f"the index ran out of its {REBUILD_MEMORY} of memory ({str(e).splitlines()[0]})",
+        "the journal holds records far larger than ledger writes (a long actor or payload): "
+        "`ledger verify --full` checks it; the index was left as it was")
 
 
 def sync(root: Path, journal_records_after, state, get_json, tmp_dir: Path, all_records,
@@ -755,6 +767,8 @@ def complete(root: Path, get_json) -> str | None:
     every DEFERRED_BATCH records with meta's `deferred` (a crash keeps what was filled, and
     memory stays one batch). Returns why it stopped early (a row that does not hash: the
     index is not to be trusted), None when complete or when there is no usable index."""
+    import duckdb
+
     kinds = sorted(k for k in schema.kinds() if schema.hooks(k).deferred)
     path = root / "index.duckdb"
     if not kinds or not path.exists():
@@ -773,8 +787,17 @@ def complete(root: Path, get_json) -> str | None:
         done, seq = meta["deferred"], meta["seq"]
         sql = (f"SELECT {_ROW} FROM journal WHERE seq > ? AND seq <= ? AND kind IN ({', '.join('?' * len(kinds))}) "
                "ORDER BY seq LIMIT ?")
+        step = DEFERRED_BATCH
         while done < seq:
-            rows = con.execute(sql, [done, seq, *kinds, DEFERRED_BATCH]).fetchall()
+            try:
+                rows = con.execute(sql, [done, seq, *kinds, step]).fetchall()
+            except duckdb.OutOfMemoryException as e:
+                # rows as large as a journal line may be (256 MiB): fewer at a time, the same rows
+                # filled in the same order; one that alone does not fit is the typed error below
+                if step == 1:
+                    raise _out_of_memory(e) from e
+                step = max(1, step // 8)
+                continue
             batch: dict[str, list[tuple]] = {}
             for row in rows:
                 rec = record_from_row(row)
@@ -782,13 +805,15 @@ def complete(root: Path, get_json) -> str | None:
                     return f"the index's row for record {row[0]} does not hash to its id"
                 for t, r in deferred_rows(rec, get_json).items():
                     batch.setdefault(t, []).extend(r)
-            upto = rows[-1][0] if len(rows) == DEFERRED_BATCH else seq
+            upto = rows[-1][0] if len(rows) == step else seq
             con.execute("BEGIN")
             _insert(con, batch)
             con.execute("INSERT OR REPLACE INTO meta VALUES ('deferred', ?)", [str(upto)])
             con.execute("COMMIT")
             done = upto
         con.execute("CHECKPOINT")
+    except duckdb.OutOfMemoryException as e:   # committed batches stay: meta's `deferred` says how far
+        raise _out_of_memory(e) from e
     finally:
         con.close()
     return None

@@ -14,8 +14,8 @@ API (stable; other passes may call it):
       the line is canonical JSON (canonical.loads(strict=True): orjson's round trip proves it,
       Python's encoder decides what orjson cannot, see canonical._fast_strict), it is an object
       of exactly the nine record fields, each of its type (seq >= 1, prev null or an id, inputs
-      and outputs lists of ids, kind/actor/time strings, payload an object), and the line hashes
-      to its id. The chain (seq one more, prev the last id) is the caller's: Journal._walk.
+      and outputs lists of ids, kind and actor strings, time journal.now's form, payload an
+      object), and the line hashes to its id. The chain (seq one more, prev the last id) is the caller's: Journal._walk.
 
   payload_bytes(line: bytes) -> bytes
       The payload member's value exactly as the line holds it, for a line `check_line`
@@ -39,6 +39,7 @@ before its hash is looked at, by every reader, whatever the pass.
 from __future__ import annotations
 
 import gc
+import re
 from contextlib import contextmanager
 
 from blake3 import blake3
@@ -52,6 +53,27 @@ _ID = ID_RE.match
 _ID_MEMBER = b',"id":"'
 PAYLOAD_MEMBER = b',"payload":'
 PREV_MEMBER = b',"prev":'
+
+# journal.now's form, each field in its range (no lookaround: RE2 takes it too); day 29-31 is
+# then checked against the month
+TIME_RE = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+                     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}Z")
+MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def time_ok(t: str) -> bool:
+    """Whether `t` is a record time as journal.now writes it: YYYY-MM-DDTHH:MM:SS.ffffffZ, a real
+    UTC instant (no leap second, year 1 to 9999). Anything else was written by something other
+    than ledger, and the index could not hold it (its journal.time is a TIMESTAMP): a line with
+    another time is refused like one with a bad seq (docs/store-format.md, "Canonical lines")."""
+    if TIME_RE.fullmatch(t) is None:
+        return False
+    day = int(t[8:10])
+    if day <= 28:
+        return True
+    year, month = int(t[:4]), int(t[5:7])
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return day <= MONTH_DAYS[month] and (month != 2 or day == 29 and leap)
 
 
 def _ids(values) -> bool:
@@ -77,6 +99,8 @@ def check_line(line: bytes) -> dict:
             and type(rec["payload"]) is dict and type(inputs) is list and type(outputs) is list
             and _ids(inputs) and _ids(outputs)):
         raise BadInput("journal record has ill-typed fields")
+    if not time_ok(rec["time"]):
+        raise BadInput("journal record has a bad time (not YYYY-MM-DDTHH:MM:SS.ffffffZ, a real UTC instant)")
     # The line is canonical (checked above), so the canonical form of the fields other than `id`
     # is the line without its `,"id":"…"` member: hash that rather than encode the record again.
     # "actor" is the only key that sorts before "id", and a canonical JSON string holds no bare

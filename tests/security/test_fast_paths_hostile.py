@@ -466,3 +466,109 @@ def test_read_data_does_not_hash_what_a_planted_chunk_index_declares(tmp_path, m
     rep = verify(Store.open(s.root), read_data=True, full=True)
     assert [e["id"] for e in rep.errors if e["what"] == "corrupt"] == [oid], rep.errors
     assert fed[0] == 0, f"hashed {fed[0]} bytes of an object already found damaged"
+
+
+def _journal_of_turn_batches(root, n: int, edit=None):
+    """A store whose journal is an init and `n` turn batches naming one real turns object, each
+    line made with journal.make_record and chained; `edit(rec)` may change a record's fields
+    before its id is set (a hostile writer re-hashes what it changes). The caches are removed."""
+    from ledger.store import Store, canonical, journal
+
+    store = Store.init(root)
+    data = canonical.dumps({"kind": "turns", "first": 1, "turns": [{"id": "t1"}]})
+    oid, _ = store.objects.put_bytes(data)
+    recs = [journal.make_record(1, None, "init", [], [], "a@b", {"format": 2})]
+    for seq in range(2, n + 2):
+        r = journal.make_record(seq, recs[-1]["id"], "record", [], [oid], "a@b",
+                                {"count": 1, "counters": {"turns": 1}, "first": seq - 1,
+                                 "objects": [[oid, len(data), "turns"]], "turns": oid})
+        if edit is not None and edit(r):
+            r.pop("id")
+            r["id"] = journal.record_id(r)
+        recs.append(r)
+    store.journal.path.write_bytes(b"".join(canonical.dumps(r) + b"\n" for r in recs))
+    for cache in ("refs.json", "index.duckdb", "index.duckdb.wal"):
+        (store.root / cache).unlink(missing_ok=True)
+    return store
+
+
+@pytest.mark.parametrize("bad", ["2026-02-30T00:00:00.000000Z", "2026-99-99T99:99:99.999999Z", "not a time",
+                                 "2026-12-01T00:00:00Z", "0000-01-01T00:00:00.000000Z"])
+def test_a_record_time_that_is_no_instant_is_refused_by_every_reader(tmp_path, bad):
+    # check_line took any string as the time: verify said clean, and `ledger index rebuild` was
+    # DuckDB's ConversionException (exit 1) casting it to the journal table's TIMESTAMP. The time
+    # is now part of the line check (scan.time_ok, and blockcheck's templates with it).
+    def edit(r):
+        if r["seq"] == 2:
+            r["time"] = bad
+            return True
+    _journal_of_turn_batches(tmp_path, 2, edit)
+    journal = (tmp_path / ".ledger" / "journal").read_bytes()
+    p = ledger_cmd("verify", "--full", cwd=tmp_path)
+    assert p.returncode == 4 and "broken at record 2: journal record has a bad time" in p.stderr, p.stderr
+    for args in (("index", "rebuild"), ("query", "SELECT count(*) FROM journal")):
+        p = ledger_cmd(*args, cwd=tmp_path)
+        assert p.returncode == 0 and "damaged at record 2" in p.stderr, (args, p.returncode, p.stderr)
+    p = ledger_cmd("add", "/etc/hostname", cwd=tmp_path)
+    assert p.returncode == 4 and "appends are refused" in p.stderr, p.stderr
+    assert (tmp_path / ".ledger" / "journal").read_bytes() == journal
+
+
+def test_time_ok_is_the_calendars_answer():
+    import datetime
+
+    from ledger.store.scan import time_ok
+
+    for year in (1, 4, 100, 400, 1900, 2000, 2023, 2024, 2100, 9999):
+        for month in range(0, 14):
+            for day in range(0, 33):
+                for hms in ((0, 0, 0), (23, 59, 59), (24, 0, 0), (0, 60, 0), (0, 0, 60)):
+                    t = f"{year:04d}-{month:02d}-{day:02d}T{hms[0]:02d}:{hms[1]:02d}:{hms[2]:02d}.123456Z"
+                    try:
+                        datetime.datetime(year, month, day, *hms)
+                        real = True
+                    except ValueError:
+                        real = False
+                    assert time_ok(t) is real, t
+    for t in ("2026-12-01T00:00:00.00000Z", "2026-12-01T00:00:00.000000", "2026-12-01 00:00:00.000000Z",
+              "2026-12-01T00:00:00.000000Z ", "+026-12-01T00:00:00.000000Z", "2026-12-01T00:00:00.000000z",
+              "\u0662026-12-01T00:00:00.000000Z"):
+        assert not time_ok(t), t
+
+
+def test_records_too_large_for_the_index_memory_are_a_typed_error_not_an_internal_one(tmp_path):
+    # 3,600 turn batches with 5,000-character actors (a journal some other program wrote) among
+    # 14,000 records: filling the deferred turns table read 5,000 rows at once under the index's
+    # 32 MB and was DuckDB's OutOfMemoryException, exit 1 (helper-44). It now reads fewer rows at a
+    # time, the same rows; a row that alone does not fit is exit 6, with the index as it was.
+    import orjson
+
+    from ledger.store import Store, canonical, journal
+    from tests.store.test_blockcheck import _block, _lines
+
+    store = Store.init(tmp_path / "a")
+    lines = _lines(14_000, seed=5, put=store.objects.put_bytes)
+    prev = None
+    for i in range(10_200, len(lines)):
+        rec = orjson.loads(lines[i])
+        if i < 13_800 and rec["kind"] == "record":
+            rec["actor"] = "A" * 5000
+        rec["prev"] = prev if prev is not None else rec["prev"]
+        rec.pop("id")
+        rec["id"] = prev = journal.record_id(rec)
+        lines[i] = canonical.dumps(rec)
+    store.journal.path.write_bytes(_block(lines))
+    for cache in ("refs.json", "index.duckdb", "index.duckdb.wal"):
+        (store.root / cache).unlink(missing_ok=True)
+    ledger_cmd("index", "rebuild", cwd=tmp_path / "a", check=True)
+    p = ledger_cmd("query", "SELECT count(*) FROM turns", cwd=tmp_path / "a")
+    turns = sum(orjson.loads(x)["payload"]["count"] for x in lines if b'"kind":"record"' in x)
+    assert p.returncode == 0 and str(turns) in p.stdout, (p.returncode, p.stdout, p.stderr)
+
+    huge = "A" * (40 << 20)    # one record larger than the whole buffer pool
+    _journal_of_turn_batches(tmp_path / "b", 2, lambda r: r["seq"] == 3 and (r.update(actor=huge) or True))
+    p = ledger_cmd("index", "rebuild", cwd=tmp_path / "b")
+    if p.returncode == 0:   # the journal row fitted: the deferred fill then reads it alone
+        p = ledger_cmd("query", "SELECT count(*) FROM turns", cwd=tmp_path / "b")
+    assert p.returncode == 6 and "the index ran out of its 32MB of memory" in p.stderr, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr
