@@ -537,6 +537,12 @@ REBUILD_EAGER = 10_000
 # 285, 48 MB at 275 and 32 MB at 257, at the same CPU time (session 13): 32 leaves room under 300
 # at 10M.
 REBUILD_MEMORY = "32MB"
+# DuckDB checkpoints whenever its WAL passes 16 MB, and each checkpoint rewrote the table's last row
+# group, so a rebuild's appends cost more the longer the table (19 us a journal row at 400k rows,
+# 7.6 with no checkpoint until the end; benchmarks/RESULTS.md, session 13). With none, though, the
+# WAL grew to 1.2 GB at a million records (~12 GB on disk at ten million): 256 MB keeps that to one
+# WAL's worth beside the new file (0.6 GB peak at 1M) at the same CPU time (session 14).
+REBUILD_CHECKPOINT = "256MB"
 PEEK_MEMORY = "64MB"      # DuckDB's buffer pool for a lookup's read-only look
 
 
@@ -659,11 +665,7 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         # below, so committing batch by batch (autocommit) changes nothing anyone can see; and
         # the buffer pool is capped, so memory is one batch whatever the journal's length.
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
-        # No checkpoint until the end: DuckDB checkpoints whenever its WAL passes 16 MB, and each
-        # rewrites the table's last row group, so a rebuild's appends cost more the longer the
-        # table (19 us a journal row at 400k rows, 7.6 without; benchmarks/RESULTS.md, session 13).
-        # The WAL grows on disk instead (the file is in tmp/ until the rename, and removed then).
-        con.execute("SET checkpoint_threshold = '1TB'")
+        con.execute(f"SET checkpoint_threshold = '{REBUILD_CHECKPOINT}'")
         _create(con)
         with scan.without_collector():
             _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER)
@@ -776,11 +778,7 @@ def complete(root: Path, get_json) -> str | None:
     con = _connect(path, read_only=False)
     try:
         con.execute(f"SET memory_limit = '{REBUILD_MEMORY}'")
-        # No checkpoint until the end: DuckDB checkpoints whenever its WAL passes 16 MB, and each
-        # rewrites the table's last row group, so a rebuild's appends cost more the longer the
-        # table (19 us a journal row at 400k rows, 7.6 without; benchmarks/RESULTS.md, session 13).
-        # The WAL grows on disk instead (the file is in tmp/ until the rename, and removed then).
-        con.execute("SET checkpoint_threshold = '1TB'")
+        con.execute(f"SET checkpoint_threshold = '{REBUILD_CHECKPOINT}'")
         meta = _meta(con)
         if meta is None:
             return None
