@@ -12,6 +12,7 @@ the record's seq.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import re
@@ -154,7 +155,11 @@ class _RecordChecks:
         for which `add` takes the line's bytes as proof of the envelope, the kind's checks and the
         payload's ids; what `add` then reads from the payload is in the run's columns (line_fields
         says which): the names (the envelope's lists and every id part), the objects entries, the
-        wanted kinds, and the counters' deltas (Fold.add_rows)."""
+        wanted kinds, and the counters' deltas (Fold.add_rows).
+
+        Nearly every row names one object only, which its one objects entry writes (a turn batch):
+        consecutive such rows go to the objects' batch together (_Objects.record_written), the rest
+        one at a time, in order, so the batch sees what `add` would give it, in the same order."""
         f = schema.hooks(run.kind).line_fields
         n = len(run)
         kind = run.kind
@@ -163,30 +168,50 @@ class _RecordChecks:
         seqs = run.seq.tolist()
         sizes = {p: run.parts[p].tolist() for _, p, _ in f.objects}
         objects, want, fold = self.objects, self.want, self.fold
+        single = _names_one_written(run, f)
+        if single is not None:
+            (part, size_part, written_kind), (key, _, wanted) = f.objects[0], f.named[0]
+            where, written = f"payload.{key}", not self.read_data and written_kind == wanted
+            one, one_size = hexes[part], sizes[size_part]
         folded = 0   # rows the fold has applied
-        for k in range(n):
-            if self.meta_future is not None and not self.checked & 1023 and self.meta_future.done():
+        k = 0
+        while k < n:
+            if self.meta_future is not None and self.meta_future.done():
                 self.take_meta()
-            self.checked += 1
-            seq, a = seqs[k], 64 * k
-            rid = "b3:" + ids[a:a + 64]
-            # in `add`'s order (inputs, outputs, then the payload's ids): a set's order can follow
-            # insertion, and the batch examines, so reports, what it names in that order
-            names = set()
-            for offsets, text in lists:
-                for j in range(offsets[k], offsets[k + 1]):
-                    names.add("b3:" + text[64 * j:64 * j + 64])
-            names.update(["b3:" + h[a:a + 64] for h in hexes.values()])
-            entries = [("b3:" + hexes[i][a:a + 64], sizes[z][k], ok) for i, z, ok in f.objects]
-            at = objects.record(names, entries)
-            who = (seq, rid, kind)
-            for key, p, wanted in f.named:
-                objects.want(who, at, entries, f"payload.{key}", "b3:" + hexes[p][a:a + 64], wanted)
+            if single is not None and single[k]:
+                if objects.records >= _BATCH:
+                    objects.flush()
+                # up to the batch's end, a row of another shape, or a seq a cache names (inclusive)
+                e, last = k + 1, min(n, k + _BATCH - objects.records)
+                while e < last and single[e] and seqs[e - 1] not in want:
+                    e += 1
+                objects.record_written([f"b3:{one[64 * j:64 * j + 64]}" for j in range(k, e)], one_size[k:e],
+                                       seqs[k:e], [f"b3:{ids[64 * j:64 * j + 64]}" for j in range(k, e)],
+                                       kind, where, wanted, written)
+                self.checked += e - k
+                k = e - 1   # the last row of the segment, for the watched seq below
+            else:
+                self.checked += 1
+                seq, a = seqs[k], 64 * k
+                # in `add`'s order (inputs, outputs, then the payload's ids): a set's order can follow
+                # insertion, and the batch examines, so reports, what it names in that order
+                names = set()
+                for offsets, text in lists:
+                    for j in range(offsets[k], offsets[k + 1]):
+                        names.add("b3:" + text[64 * j:64 * j + 64])
+                names.update(["b3:" + h[a:a + 64] for h in hexes.values()])
+                entries = [("b3:" + hexes[i][a:a + 64], sizes[z][k], ok) for i, z, ok in f.objects]
+                at = objects.record(names, entries)
+                who = (seq, "b3:" + ids[a:a + 64], kind)
+                for key_, p, wanted_ in f.named:
+                    objects.want(who, at, entries, f"payload.{key_}", "b3:" + hexes[p][a:a + 64], wanted_)
+            seq = seqs[k]
             if seq in want:
-                self.watch[seq] = rid
+                self.watch[seq] = "b3:" + ids[64 * k:64 * k + 64]
                 fold.add_rows(run, folded, k + 1)
                 folded = k + 1
                 self.state_at[seq] = fold.state()
+            k += 1
         if folded < n:
             fold.add_rows(run, folded, n)
 
@@ -210,6 +235,28 @@ class _RecordChecks:
                                                + (f" (moved there by record {last['seq']}, {last['kind'][:64]})"
                                                   if last else "")})
         return state
+
+
+def _names_one_written(run, f) -> list[bool] | None:
+    """For each row of `run`, whether it names exactly one id, the id of its one objects entry:
+    every id part equal, no inputs, and no outputs or only that id. None where the kind's lines
+    have other than one objects entry and one named object (every row then takes add's way)."""
+    if len(f.objects) != 1 or len(f.named) != 1:
+        return None
+    import numpy as np
+
+    parts = [p for p, tok in enumerate(run.tokens) if tok == schema.HEX_ID]
+    one = run.parts[f.objects[0][0]]
+    ok = np.ones(len(run), bool)
+    for p in parts:
+        ok &= (run.parts[p] == one).all(axis=1)
+    (in_at, _), (out_at, out_hex) = run.envelope_lists()
+    ok &= np.diff(in_at) == 0
+    outs = np.diff(out_at)
+    ok &= outs <= 1
+    rows = np.flatnonzero(outs == 1)
+    ok[rows] &= (out_hex[out_at[:-1][rows]] == one[rows]).all(axis=1)
+    return ok.tolist()
 
 
 WATERMARK = ("cache", "verified.json")  # under the store root: the last clean verify (rule 20)
@@ -573,6 +620,22 @@ class _Objects:
                 first[oid] = i
         self.entries.extend((o[0], o[1]) for o in entries)
         return i
+
+    def record_written(self, oids: list, sizes: list, seqs: list, rids: list, kind: str, where: str,
+                       want: str, written: bool) -> None:
+        """Records each naming one object, oids[k], which their one payload.objects entry writes
+        ([oid, sizes[k], kind recorded]) and which payload `where` wants of kind `want` (`written`:
+        the entry records `want`, and not read_data): what `record` then `want` do for each, in
+        order. The caller keeps them within the batch (flushed first when full)."""
+        i = self.records
+        first = self.first
+        for j, oid in enumerate(oids, i):
+            if oid not in first:
+                first[oid] = j
+        self.entries.extend(zip(oids, sizes))
+        self.kind_checks.extend((seq, rid, kind, where, oid, want, written, j)
+                                for j, seq, rid, oid in zip(itertools.count(i), seqs, rids, oids))
+        self.records = i + len(oids)
 
     def want(self, who: tuple, index: int, entries, where: str, oid: str, want: str) -> None:
         """Record `who` ((seq, id, kind), index `index` of the batch) names `oid` at `where` as an object of kind
