@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ledger.api._base import Result, StoreLike, store_root
+from ledger.api._base import Result, StoreLike, store_root, take_warnings
+from ledger.store import Store, lookup
 from ledger.store.journal import Journal
 
 RECEIPT_RECORDS = ("train", "reproduce")  # records whose payload names a receipt (its losses)
@@ -26,11 +27,18 @@ class Log(Result):
 
 def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: StoreLike = None) -> Log:
     """The last `n` journal records (of `kind`), newest last. Reads only the journal's end (fast on
-    millions of records) and never opens the index. `losses`: also read the loss traces of the
-    receipts the shown records name (only those)."""
+    millions of records); of one kind, the index's newest n of it and the records after the
+    index (store/lookup.py: checked against the chain, a walk with a warning where the index
+    cannot be used), never every record. `losses`: also read the loss traces of the receipts
+    the shown records name (only those)."""
     root = store_root(store)
-    j = Journal(root)
-    recs = [r for r in j.scan().records if r["kind"] == kind][-n:] if kind else j.tail(n)
+    warnings: tuple[str, ...] = ()
+    if kind:
+        s = Store.open(root)
+        recs = list(lookup.records(s, kind, limit=n))[::-1] if n > 0 else []
+        warnings = take_warnings(s)
+    else:
+        recs = Journal(root).tail(n)
     traces = {}
     wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
     if losses and wanted:
@@ -41,7 +49,7 @@ def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: St
         for r in wanted:   # a missing or corrupt receipt raises, as any read does
             body = objects.get_json(r["payload"]["receipt"])
             traces[r["seq"]] = body.get("losses") if isinstance(body, dict) else None
-    return Log(tuple(recs), traces)
+    return Log(tuple(recs), traces, warnings=warnings)
 
 
 def last_record(*, store: StoreLike = None) -> Mapping | None:

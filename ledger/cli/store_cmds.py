@@ -79,11 +79,12 @@ def log(
     json_: JsonOpt = False,
 ):
     """The journal, newest records last."""
-    # Reads only the end of the journal file: fast on a journal of millions of records.
+    # Reads only the end of the journal file (of one kind: the index, store/lookup.py): fast on millions of records.
     res = api.log(n, kind=kind, losses=not json_, store=common.store_dir())
     if json_:
         finish(True, res)
         return
+    common.print_warnings(res.warnings)
     render.records(res.records, res.losses)
 
 

@@ -953,14 +953,15 @@ def dump(root: Path) -> dict:
 _PAYLOAD_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
+def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str], limit: int | None = None):
     """(meta, rows) in one read-only look at the index: its meta (what it projects) and the
     journal rows of `kinds` whose payload's string field `key` equals `where[key]`, newest
     first, each row (seq, id, prev, time as written, kind, actor, inputs, outputs, payload).
     None when the index is missing or unreadable, a string saying why when its layout is not
     this code's (`_layout_problem`). Meta and rows come from one connection, so the rows are
     exactly those of the records up to meta's seq. Kinds that are none of them dense are read
-    from journal_sparse (the same rows, ~2% of the table: SCHEMA's comment)."""
+    from journal_sparse (the same rows, ~2% of the table: SCHEMA's comment). `limit`: only the
+    newest that many (`ledger log --kind`: a kind may have a million rows)."""
     for key in where:
         if not _PAYLOAD_KEY_RE.match(key):
             raise InternalError(f"lookup by payload key {key!r}", "payload keys in lookups are identifiers")
@@ -974,8 +975,10 @@ def lookup_rows(root: Path, kinds: tuple[str, ...], where: dict[str, str]):
     # of those seqs only: fetching every column of the kind's rows costs ~0.2 s at a million
     # records even when the JSON test keeps none of them, the seqs ~10 ms. journal_sparse is
     # small enough to read in one.
-    one = f"SELECT {_ROW} FROM journal_sparse WHERE kind IN ({marks}){test} ORDER BY seq DESC"
-    find = f"SELECT seq FROM (SELECT seq, payload FROM journal WHERE kind IN ({marks})) WHERE true{test}"
+    last = "" if limit is None else f" LIMIT {int(limit)}"
+    one = f"SELECT {_ROW} FROM journal_sparse WHERE kind IN ({marks}){test} ORDER BY seq DESC{last}"
+    find = (f"SELECT seq FROM (SELECT seq, payload FROM journal WHERE kind IN ({marks})) WHERE true{test}"
+            + ("" if limit is None else f" ORDER BY seq DESC{last}"))
 
     def read(con):
         meta = _meta(con)

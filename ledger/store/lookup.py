@@ -20,6 +20,7 @@ The hash chain stays the authority (docs/store-format.md, rule 15):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 
 from ledger.store import index
@@ -36,13 +37,16 @@ def _matches(rec: dict, kinds: tuple[str, ...], where: dict[str, str]) -> bool:
     return rec["kind"] in kinds and all(isinstance(p.get(k), str) and p[k] == v for k, v in where.items())
 
 
-def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None) -> Iterator[dict]:
+def records(store, kinds: str | tuple[str, ...], where: dict[str, str] | None = None,
+            limit: int | None = None) -> Iterator[dict]:
     """Records of `kinds` whose payload field `key` is the string `where[key]` for every key,
     newest first, from the index plus the journal's records after it (see the module doc).
-    Callers check anything beyond string equality on the records themselves."""
+    Callers check anything beyond string equality on the records themselves. `limit`: at most
+    that many (the newest), read as such from the index."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     where = dict(where or {})
-    yield from _answer(store, index.lookup_rows(store.root, kinds, where), lambda r: _matches(r, kinds, where))
+    found = _answer(store, index.lookup_rows(store.root, kinds, where, limit), lambda r: _matches(r, kinds, where))
+    yield from found if limit is None else itertools.islice(found, limit)
 
 
 def by_id_prefix(store, hexpart: str, limit: int = 2) -> list[dict]:
