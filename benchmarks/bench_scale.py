@@ -452,6 +452,7 @@ COMMANDS = {
     "run": (["run", "--force", "--refusal-ok"], None, "ratio<=1.1", [RECORD], []),
     "gens": (["gens"], None, "ratio<=1.2", [], []),
     "log": (["log"], None, "ratio<=1.2", [], []),
+    "log-kind": (["log", "--kind", "commit", "-n", "3"], None, "ratio<=1.2", [], []),
     "show": (["show", "HEAD"], None, "ratio<=1.2", [], []),
     "query": (["query", "select kind, count(*) from journal group by all"], None, "ratio<=1.2", [], []),
     "record": (["record", "-"], "turns", "ratio<=1.2", [], []),
