@@ -180,7 +180,6 @@ class RemoteError(LedgerError):
     default_hint = "check the remote's URL, credentials and reachability; rerun to resume where it stopped"
 
 
-# --- 2: usage or bad input -------------------------------------------------------------
 class ResourceExhausted(LedgerError):
     """A bounded resource ran out (the index's capped memory); nothing was left half-written.
     Exit 6, as for the disk: the environment's limits, not a bug of ledger's."""
@@ -188,6 +187,7 @@ class ResourceExhausted(LedgerError):
     default_hint = "the store was left as it was; free the resource and retry"
 
 
+# --- 2: usage or bad input -------------------------------------------------------------
 class BadInput(LedgerError):
     exit_code = 2
     default_hint = "check the input named above"

@@ -674,7 +674,7 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
         con.close()
         for p in (new, Path(str(new) + ".wal")):
             p.unlink(missing_ok=True)
-        if type(e).__name__ == "OutOfMemoryException":
+        if isinstance(e, sys.modules["duckdb"].OutOfMemoryException):   # imported by _connect
             raise _out_of_memory(e) from e
         raise
     con.close()
