@@ -67,3 +67,92 @@ def test_an_index_of_version_4_is_rebuilt_by_the_next_writer(tmp_path):
         tx.payload["path"] = "x"
     assert any("index version 4" in w for w in s.warnings)
     assert index.query(s.root, "select value from meta where key = 'version'")[1] == [(str(index.INDEX_VERSION),)]
+
+
+# --- the rebuild's appends on a second thread (index._Background) ------------------------------
+def _index_files(s: Store) -> dict:
+    """The index file's bytes and every file the rebuild could leave in tmp/."""
+    return {"index": (s.root / "index.duckdb").read_bytes(), "tmp": sorted(p.name for p in s.tmp.iterdir())}
+
+
+def _append_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "index-append"]
+
+
+def test_a_failed_append_on_the_thread_is_the_rebuilds_typed_error_and_changes_nothing(tmp_path, monkeypatch):
+    # DuckDB's OutOfMemoryException on the thread, at its third batch: the rebuild raises the
+    # same exit-6 error as an append in the caller's thread did, no later batch is appended past
+    # the gap, the old index stays, the new file is removed and the thread is gone.
+    import time
+
+    import duckdb
+    import pytest
+
+    from ledger.errors import ResourceExhausted
+
+    s = _populate(tmp_path, 40)
+    before = _index_files(s)
+    monkeypatch.setattr(index, "BATCH_RECORDS", 3)
+    real, calls = index._append, []
+
+    def failing(con, prepared):
+        calls.append(len(prepared))
+        if len(calls) == 3:
+            time.sleep(0.3)   # the caller, batches ahead, has queued the next one meanwhile
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        real(con, prepared)
+
+    monkeypatch.setattr(index, "_append", failing)
+    with pytest.raises(ResourceExhausted, match="ran out of its 32MB"):
+        s.rebuild_index()
+    assert len(calls) == 3     # the batches after the failed one were dropped, not appended
+    assert _index_files(s) == before
+    assert not _append_threads()
+
+
+def test_a_ctrl_c_while_the_rebuild_prepares_stops_the_thread_and_changes_nothing(tmp_path, monkeypatch):
+    # The KeyboardInterrupt lands in the caller's thread (Python delivers signals to it alone):
+    # the append in flight is interrupted and the thread joined before the connection is closed.
+    import pytest
+
+    s = _populate(tmp_path, 40)
+    before = _index_files(s)
+    monkeypatch.setattr(index, "BATCH_RECORDS", 3)
+    real, seen = index.rows_for, []
+
+    def interrupted(rec, *a, **k):
+        seen.append(rec["seq"])
+        if len(seen) == 20:
+            raise KeyboardInterrupt
+        return real(rec, *a, **k)
+
+    monkeypatch.setattr(index, "rows_for", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        s.rebuild_index()
+    assert _index_files(s) == before
+    assert not _append_threads()
+
+
+def test_the_rebuild_appends_on_a_second_thread_and_a_sync_in_its_own(tmp_path, monkeypatch):
+    # what the two tests above rely on: a rebuild's record batches are the thread's (its refs,
+    # written once the thread is joined, are not), a writer's sync's (a handful of rows) are not
+    import threading
+
+    s = _populate(tmp_path, 12)
+    real, where = index._append, []
+
+    def spy(con, prepared):
+        where.append((threading.current_thread().name, {t for t, _ in prepared}))
+        real(con, prepared)
+
+    monkeypatch.setattr(index, "_append", spy)
+    s.rebuild_index()
+    batches = [name for name, tables in where if "journal" in tables]
+    assert batches and set(batches) == {"index-append"}
+    assert [tables for name, tables in where if name != "index-append"] == [{"refs"}]
+    where.clear()
+    with s.transaction("add") as tx:
+        tx.payload["path"] = "x"
+    assert where and {name for name, _ in where} == {threading.current_thread().name}
