@@ -38,7 +38,12 @@ def log(n: int = 20, *, kind: str | None = None, losses: bool = False, store: St
         recs = list(lookup.records(s, kind, limit=n))[::-1] if n > 0 else []
         warnings = take_warnings(s)
     else:
-        recs = Journal(root).tail(n)
+        stopped: list[str] = []
+        recs = Journal(root).tail(n, stopped)
+        # lenient, so that a damaged journal's last records can still be seen; but never as if
+        # they were all of it (the records before the damage are not shown)
+        warnings = tuple(f"{m}: only the {len(recs)} record(s) after it are shown; run `ledger verify`"
+                         for m in stopped)
     traces = {}
     wanted = [r for r in recs if r["kind"] in RECEIPT_RECORDS and isinstance(r["payload"].get("receipt"), str)]
     if losses and wanted:

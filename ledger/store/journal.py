@@ -246,14 +246,15 @@ class Journal:
             raise JournalCorrupt(f"journal chain is broken at {s.problem}")
         return s.records
 
-    def backwards(self, strict: bool = True):
+    def backwards(self, strict: bool = True, stopped: list | None = None):
         """Records newest first, read from the end of the file in growing blocks: a search
         for the latest record of some kind costs what it reads, not the journal's length.
 
         Each record is checked against its own id, and against its neighbour (seq one less,
         `prev` its id): at damage it walks over a strict reader raises JournalCorrupt, a
-        lenient one (`log`) just stops. The chain as a whole is `verify`'s job. A torn last
-        line is skipped, as on open."""
+        lenient one (`log`) just stops — and appends what it would have raised to `stopped`,
+        if given, so that what it showed is not taken for the whole journal. The chain as a
+        whole is `verify`'s job. A torn last line is skipped, as on open."""
         try:
             f = self.open()
         except FileNotFoundError:
@@ -278,24 +279,29 @@ class Journal:
                         if newest:
                             newest = False
                             continue  # a torn tail
-                        if not strict:
-                            return
                         where = f"before record {newer['seq']}" if newer else "at its end"
-                        raise JournalCorrupt(f"the journal is damaged {where}: {e}", "run `ledger verify`") from None
+                        message = f"the journal is damaged {where}: {e}"
+                        if not strict:
+                            if stopped is not None:
+                                stopped.append(message)
+                            return
+                        raise JournalCorrupt(message, "run `ledger verify`") from None
                     newest = False
                     if newer is not None and (rec["seq"] != newer["seq"] - 1 or newer["prev"] != rec["id"]):
+                        message = f"journal chain is broken before record {newer['seq']}"
                         if not strict:
+                            if stopped is not None:
+                                stopped.append(message)
                             return
-                        raise JournalCorrupt(f"journal chain is broken before record {newer['seq']}",
-                                             "run `ledger verify`")
+                        raise JournalCorrupt(message, "run `ledger verify`")
                     newer = rec
                     yield rec
 
-    def tail(self, n: int) -> list[dict]:
+    def tail(self, n: int, stopped: list | None = None) -> list[dict]:
         """The last n whole records, oldest first (fast on a huge journal); fewer where damage
-        stops the walk."""
+        stops the walk (said in `stopped`, if given: backwards)."""
         out = []
-        for rec in self.backwards(strict=False):
+        for rec in self.backwards(strict=False, stopped=stopped):
             if len(out) == n:
                 break
             out.append(rec)

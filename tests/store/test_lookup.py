@@ -372,3 +372,34 @@ def test_log_of_a_kind_without_an_index_walks_and_says_so(tmp_path):
     res = api.log(2, kind="judge", store=s.root)
     assert list(res.records) == walked
     assert any("missing or unreadable" in w and "ledger index rebuild" in w for w in res.warnings), res.warnings
+
+
+def test_plain_log_of_a_journal_damaged_mid_way_says_it_shows_only_what_follows(tmp_path):
+    # `ledger log` reads the journal's end leniently, so that a damaged journal's newest records
+    # can still be seen; it stopped at the damage and showed the records after it as if they were
+    # all of it, with no word (session 14's review). It now warns, naming the damage and
+    # `ledger verify`, and exits 0; an intact journal gives no warning.
+    from ledger import api
+    from tests.conftest import ledger_cmd
+
+    s, _ = _history(tmp_path)
+    total = s.state.seq
+    assert api.log(total + 5, store=s.root).warnings == ()
+    path = s.root / "journal"
+    lines = path.read_bytes().splitlines(keepends=True)
+    k = len(lines) - 4                   # the 4 newest records stay whole
+    lines[k - 1] = lines[k - 1].replace(b'"seq":', b'"seq" :', 1)   # not canonical: no id
+    path.write_bytes(b"".join(lines))
+    res = api.log(20, store=s.root)
+    assert [r["seq"] for r in res.records] == list(range(total - 3, total + 1))
+    assert len(res.warnings) == 1 and f"damaged before record {total - 3}" in res.warnings[0], res.warnings
+    assert "only the 4 record(s) after it are shown" in res.warnings[0] and "ledger verify" in res.warnings[0]
+    p = ledger_cmd("log", "-n", "20", cwd=tmp_path)
+    assert p.returncode == 0 and f"damaged before record {total - 3}" in p.stderr, (p.returncode, p.stderr)
+    # a chain broken by a record that hashes to its id but is not its successor's prev
+    lines = (s.root / "journal").read_bytes().splitlines(keepends=True)
+    del lines[k - 1]
+    path.write_bytes(b"".join(lines))
+    res = api.log(20, store=s.root)
+    assert len(res.records) == 4 and any(f"chain is broken before record {total - 3}" in w for w in res.warnings)
+    assert api.log(3, store=s.root).warnings == ()   # the 3 shown and the one before them are whole
