@@ -287,10 +287,6 @@ class Payload:
         return {}
 
 
-def _ts(s: str) -> str:
-    return s.rstrip("Z").replace("T", " ")
-
-
 def _json_obj(get_json, oid) -> dict:
     """The structured object `oid`, or {} when it is not a JSON object (verify names such a ref;
     a missing or corrupt object still raises its StoreCorrupt error)."""
@@ -923,7 +919,7 @@ def _generation_rows(rec: dict, get_json) -> dict[str, list[tuple]]:
         if m and target:
             g = _json_obj(get_json, target)
             rows.append((int(m.group(1)), target, g.get("parent"), g.get("base"), g.get("adapter"), g.get("receipt"),
-                         g.get("verdict"), rec["seq"], _ts(rec["time"])))
+                         g.get("verdict"), rec["seq"], schema.index_time(rec["time"])))
     return {"generations": rows} if rows else {}
 
 

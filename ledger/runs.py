@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.errors import BadInput, StoreCorrupt
+from ledger.store import schema
 
 RUN_PREFIX = "run:"
 
@@ -86,16 +87,12 @@ def _param(params: dict, key: str, kind=float):
     return None
 
 
-def _ts(s: str) -> str:
-    return s.rstrip("Z").replace("T", " ")
-
-
 def _final_loss(losses) -> float | None:
     return _num(losses[-1]) if isinstance(losses, list) and losses else None
 
 
 def _row(rec: dict, **c) -> tuple:
-    return (c["run"], rec["seq"], _ts(rec["time"]), c["trainer"], c.get("name"), c["status"], c.get("rung"),
+    return (c["run"], rec["seq"], schema.index_time(rec["time"]), c["trainer"], c.get("name"), c["status"], c.get("rung"),
             c.get("receipt"), c.get("adapter"), c.get("base"), c.get("lr"), c.get("r"), c.get("alpha"), c.get("steps"),
             c.get("batch"), c.get("seed"), c.get("final_loss"),
             json.dumps(c.get("metrics") or {}, sort_keys=True), json.dumps(c.get("params") or {}, sort_keys=True))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import queue
 import re
 import stat
 import sys
@@ -84,10 +85,6 @@ COLUMNS = {t: [c.strip().split(" ")[0] for c in cols.split(",") if c.strip() and
            for t, cols in SCHEMA.items()}
 
 
-def _ts(s: str) -> str:
-    return s.rstrip("Z").replace("T", " ")
-
-
 _UNKNOWN = object()
 
 
@@ -108,7 +105,7 @@ def rows_for(rec: dict, get_json, defer: bool = False, payload_text: str | None 
     p = rec["payload"]
     if payload_text is None:
         payload_text = canonical.dumps(p).decode()
-    row = (rec["seq"], rec["id"], rec["prev"], _ts(rec["time"]), rec["kind"], rec["actor"],
+    row = (rec["seq"], rec["id"], rec["prev"], schema.index_time(rec["time"]), rec["kind"], rec["actor"],
            rec["inputs"], rec["outputs"], payload_text)
     out: dict[str, list[tuple]] = {"journal": [row]}
     if rec["kind"] not in schema.dense_kinds():
@@ -368,8 +365,6 @@ class _Background:
     later batches are then dropped, never appended past a gap."""
 
     def __init__(self, con):
-        import queue
-
         self._con = con
         self._queue = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
@@ -401,8 +396,6 @@ class _Background:
     def abort(self) -> None:
         """The caller failed (or was interrupted): stop the append in flight and wait for the
         thread, so that nothing writes to the connection once the caller closes it."""
-        import queue
-
         self._con.interrupt()
         while True:
             try:
@@ -476,7 +469,7 @@ def _run_tables(run) -> dict:
     n = len(run)
     seq = pa.array(run.seq, pa.int64())
     time_starts, time_lengths = run.texts("time")
-    while True:   # rows_for's _ts: trailing Z's off, each T a space
+    while True:   # schema.index_time: trailing Z's off, each T a space
         z = (time_lengths > 0) & (data[time_starts + np.maximum(time_lengths - 1, 0)] == ord("Z"))
         if not z.any():
             break

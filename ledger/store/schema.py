@@ -105,6 +105,13 @@ POSITIVE = "positive"    # 1 to 18 digits without a leading zero (>= 1)
 TOKEN_PATTERNS = {HEX_ID: rb"b3:[0-9a-f]{64}", COUNT: rb"(?:0|[1-9][0-9]{0,17})", POSITIVE: rb"[1-9][0-9]{0,17}"}
 
 
+def index_time(s: str) -> str:
+    """A record's `time` (journal.now's form) as the text DuckDB casts to an index TIMESTAMP:
+    the trailing Z off, the T a space. One home: the journal rows, the generations and the runs
+    tables all hold a record's time so (store/index.py's runs of lines do it in bulk, the same)."""
+    return s.rstrip("Z").replace("T", " ")
+
+
 def shape_pattern(tokens: tuple) -> re.Pattern:
     """The bytes pattern of a kind's usual payload member (KindHooks.line_shape) from its tokens."""
     return re.compile(b"".join(re.escape(t) if type(t) is bytes else
