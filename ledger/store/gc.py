@@ -20,6 +20,7 @@ import fcntl
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 
 import numpy as np  # the listing's keys and masks (reach.py)
@@ -27,6 +28,7 @@ import numpy as np  # the listing's keys and masks (reach.py)
 from ledger.errors import JournalCorrupt
 from ledger.store import chunks, fsio, gcstate, reach, retention, schema
 from ledger.store import scan as scanner
+from ledger.store.ids import PREFIX
 from ledger.store.state import Fold, State
 
 COLLECT_EVERY = 5_000  # records walked between collections of the young generation (the walk runs without the collector)
@@ -148,19 +150,27 @@ def _walk(store) -> reach.Walk:
 
     def each_run(run):   # a run of proved lines (docs/store-format.md, "Lines proved in bulk")
         f.add_rows(run, 0, len(run))
-        for inputs, every, named in reach.run_ids(run):
+        rows = list(reach.run_ids(run))
+        if warmer.on:   # the objects are coming from the disk: the run's read ahead
+            warmer.ahead([oid[len(PREFIX):] for _, every, _ in rows for oid in every])
+        began, opened = time.perf_counter(), w.opened
+        for inputs, every, named in rows:
             w.add_ids(inputs, every, named)
+        warmer.took(w.opened - opened, time.perf_counter() - began)
         before, n[0] = n[0], n[0] + len(run)
         if n[0] // COLLECT_EVERY != before // COLLECT_EVERY:
             scanner.collect_young()
 
     bulk = {k: each_run for k in schema.fielded_kinds()}
+    warmer = fsio.Warmer(store.objects.dir)   # reads ahead while the objects come from the disk
     try:
         with scanner.without_collector():  # a walk over every record (store/scan.py says why)
             scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each, lines=True,
                                       bulk=bulk)
     except JournalCorrupt as e:
         raise JournalCorrupt(f"{e.message}; gc refuses to judge reachability", e.hint) from None
+    finally:
+        warmer.close()
     if scan.broken_at is not None:
         raise JournalCorrupt(f"journal chain is broken at {scan.problem}; gc refuses to judge reachability",
                              "run `ledger verify`")

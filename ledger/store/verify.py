@@ -592,6 +592,7 @@ class _Objects:
         self.sizes: dict[str, int | None] = {}
         self.count = self.bytes = 0
         self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
+        self.warmer = fsio.Warmer(self.dir)        # reads ahead while the objects come from the disk
         # read_data: id -> (chunk-list digest, seq of the record) that the records writing a chunked
         # object recorded (C12); ("", seq) where two records disagree. Only ids stored as chunks
         # are kept, so it grows with the chunked objects (>= 16 MiB each), not with records.
@@ -662,12 +663,16 @@ class _Objects:
         fresh = {n for n, _ in todo}
         while todo:
             children: set[str] = set()
+            if self.warmer.on:   # the objects are coming from the disk: the next ones read ahead
+                self.warmer.ahead([oid[len(PREFIX):] for oid, _ in todo])
+            began, opened = time.perf_counter(), len(done)
             for oid, k in todo:
                 if k in done:
                     continue
                 done.add(k)
                 sizes[oid] = size = self._examine(oid, children)
                 self._remember(oid, size)
+            self.warmer.took(len(done) - opened, time.perf_counter() - began)
             nxt = [(c, _key(c)) for c in children]
             nxt = [(c, k) for c, k in nxt if k not in done]
             if nxt:
@@ -758,7 +763,8 @@ class _Objects:
         return fd
 
     def close(self) -> None:
-        """Close the fan-out directories' descriptors."""
+        """Stop the warm-ups, then close the fan-out directories' descriptors (theirs too)."""
+        self.warmer.close()
         for fd in self.subdirs.values():
             if fd is not None:
                 os.close(fd)
