@@ -697,12 +697,12 @@ def _write(con, records, state, get_json, store_id: str | None = None, eager: in
             for rec in records:
                 add(rec)
         flush(True)
+        if appender is not None:
+            appender.close()   # inside: a Ctrl-C while it waits must stop the thread too
     except BaseException:
         if appender is not None:
             appender.abort()
         raise
-    if appender is not None:
-        appender.close()
     if callable(state):
         state = state()
     # Only the refs that changed are rewritten: a year's store has thousands of gen-N refs and a
