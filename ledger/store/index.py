@@ -362,22 +362,31 @@ class _Background:
     One thread, batches in order, at most one waiting (memory stays about two batches). The
     connection is the thread's until `close` or `abort` returns: the caller touches it only
     after. An error on the thread is raised in the caller, at its next `put` or at `close`;
-    later batches are then dropped, never appended past a gap."""
+    later batches are then dropped, never appended past a gap.
+
+    The thread is waited for on an Event it sets as its last act, never with Thread.join: in
+    CPython 3.11 a join interrupted by a Ctrl-C marks the thread stopped while it still runs, so
+    every later join returns at once (helper-45) and the caller closed a connection the thread
+    was appending through (ResourceInUseException: exit 1, the new file left in tmp/)."""
 
     def __init__(self, con):
         self._con = con
         self._queue = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="index-append", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (prepared := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    _append(self._con, prepared)
-                except BaseException as e:  # noqa: BLE001 - handed to the caller, who raises it
-                    self._error = e
+        try:
+            while (prepared := self._queue.get()) is not None:
+                if self._error is None:
+                    try:
+                        _append(self._con, prepared)
+                    except BaseException as e:  # noqa: BLE001 - handed to the caller, who raises it
+                        self._error = e
+        finally:
+            self._done.set()
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -390,20 +399,32 @@ class _Background:
     def close(self) -> None:
         """Wait for every batch put; raise the thread's error, if one."""
         self._queue.put(None)
-        self._thread.join()
+        self._done.wait()
         self._raise()
 
     def abort(self) -> None:
         """The caller failed (or was interrupted): stop the append in flight and wait for the
-        thread, so that nothing writes to the connection once the caller closes it."""
-        self._con.interrupt()
+        thread, so that nothing writes to the connection once the caller closes it. DuckDB
+        forgets an interrupt that comes between two queries, so it is repeated until the thread
+        ends; a Ctrl-C pressed meanwhile is raised once the thread has ended, never swallowed."""
         while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        self._queue.put(None)
-        self._thread.join()
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:   # a close() of the caller's had put it already
+            pass
+        interrupted = False
+        while not self._done.is_set():
+            try:
+                self._con.interrupt()
+                self._done.wait(0.05)
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 def _arrow_schema(pa, table: str):
@@ -753,7 +774,10 @@ def rebuild(root: Path, records, state, get_json, tmp_dir: Path, store_id: str |
             _write(con, records, state, get_json, store_id, eager=REBUILD_EAGER, background=True)
         con.execute("CHECKPOINT")
     except BaseException as e:
-        con.close()
+        try:
+            con.close()
+        except Exception as c:  # noqa: BLE001 - `e` is the failure raised; this one is said with it
+            e.add_note(f"closing the new index failed too: {c}")
         for p in (new, Path(str(new) + ".wal")):
             p.unlink(missing_ok=True)
         if isinstance(e, sys.modules["duckdb"].OutOfMemoryException):   # imported by _connect

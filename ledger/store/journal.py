@@ -254,7 +254,8 @@ class Journal:
         `prev` its id): at damage it walks over a strict reader raises JournalCorrupt, a
         lenient one (`log`) just stops — and appends what it would have raised to `stopped`,
         if given, so that what it showed is not taken for the whole journal. The chain as a
-        whole is `verify`'s job. A torn last line is skipped, as on open."""
+        whole is `verify`'s job. A torn tail is skipped, as on open: bytes after the last
+        newline, or else a last line that does not parse."""
         try:
             f = self.open()
         except FileNotFoundError:
@@ -262,6 +263,7 @@ class Journal:
         with f:
             pos = f.seek(0, os.SEEK_END)
             block, rest, newer, newest = 1 << 16, b"", None, True
+            at_end = True   # the next piece is what follows the file's last newline
             while pos > 0:
                 step = min(block, pos)
                 pos -= step
@@ -271,10 +273,16 @@ class Journal:
                 # the first piece may be the end of a line that starts in the next block back
                 rest = lines.pop(0) if pos > 0 else b""
                 for line in reversed(lines):
-                    if not line:
+                    if at_end:
+                        # nothing (the last line ended), or a line without its newline: a torn
+                        # append, as a scan and every writer take it, never a record (even one
+                        # that parses); it is the one torn tail there can be
+                        at_end = False
+                        if line.strip():   # (blanks there are not a record either, as to a scan)
+                            newest = False
                         continue
                     try:
-                        rec = parse_line(line)
+                        rec = parse_line(line)   # an empty line inside the file is damage, as to a scan
                     except BadInput as e:
                         if newest:
                             newest = False

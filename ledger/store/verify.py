@@ -860,8 +860,10 @@ class _Objects:
     # --- after the journal -----------------------------------------------------------------------
     def finish(self) -> None:
         """The last batch; then the missing ids, sorted (a pruned one is not missing, rule P3)."""
-        self.flush()
-        self.close()
+        try:
+            self.flush()
+        finally:
+            self.close()   # the warmer's threads and every directory, however the batch ends
         if self.missing:
             pruned = self.store.pruned()
             for oid in sorted(self.missing):
@@ -1097,108 +1099,107 @@ def _verify(store, read_data: bool, progress, indexed, full: bool, mark: tuple, 
                               bulk=checks.bulk())
             else:
                 scan = j.scan(keep=False, each=checks.add, lines=True, bulk=checks.bulk())
-    except BaseException:
-        checks.objects.close()   # (finish closes them on the way that goes on)
-        raise
-    rep.stats["records"] = scan.last_seq
-    rep.stats["checked"] = checks.checked
-    if scan.broken_at is not None:
-        rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": scan.last_id,
-                           "message": f"journal chain broken at {scan.problem}"})
-    elif scan.torn and store.tail_committed(scan) is not None:
-        rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
-                           "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its "
-                                      "bytes in the journal are damaged"})
-    elif scan.torn:
-        rep.warnings.append({"what": "journal-tail", "seq": scan.last_seq,
-                             "message": f"damaged journal tail of {len(scan.torn)} bytes after record "
-                                        f"{scan.last_seq} (ignored; the next write moves it aside)"})
-    st = checks.finish()
+        rep.stats["records"] = scan.last_seq
+        rep.stats["checked"] = checks.checked
+        if scan.broken_at is not None:
+            rep.errors.append({"what": "journal", "seq": scan.broken_at, "after": scan.last_id,
+                               "message": f"journal chain broken at {scan.problem}"})
+        elif scan.torn and store.tail_committed(scan) is not None:
+            rep.errors.append({"what": "journal", "seq": scan.last_seq + 1,
+                               "message": f"record {scan.last_seq + 1} was committed (the index holds it) but its "
+                                          "bytes in the journal are damaged"})
+        elif scan.torn:
+            rep.warnings.append({"what": "journal-tail", "seq": scan.last_seq,
+                                 "message": f"damaged journal tail of {len(scan.torn)} bytes after record "
+                                            f"{scan.last_seq} (ignored; the next write moves it aside)"})
+        st = checks.finish()
 
-    if cache:
-        cseq = cache["seq"]
-        if cseq > st.seq and scan.broken_at is None:
-            rep.errors.append({"what": "journal", "seq": st.seq + 1,
-                               "message": f"journal ends at record {st.seq} but refs.json saw record {cseq}: "
-                                          "records were removed"})
-        elif cseq in checks.watch and checks.watch[cseq] != cache["head"]:
-            rep.errors.append({"what": "journal", "seq": cseq,
-                               "message": f"record {cseq} differs from the one committed earlier: "
-                                          "history was rewritten"})
-        elif cseq in checks.state_at and (cache["refs"], cache.get("counters") or {}) != \
-                (checks.state_at[cseq].refs, checks.state_at[cseq].counters):
-            # Not a stale cache (its head is the journal's record): a state no fold gives. A
-            # writer that refs.json vouches for starts from it and carries it forward, and
-            # readers resolve refs through it, so this is an error, and the file is set aside
-            # (a cache, rule 8: the next writer re-checks the chain and writes the fold's).
-            # Incremental, the fold compared with starts from the watermark's state, which a
-            # forger could have written instead: only a full fold says which one lies.
-            rep.errors.append({"what": "refs-cache", "seq": cseq,
-                               "message": f"refs.json's refs or counters at record {cseq} are not the "
-                                          f"journal's fold there (forged or damaged); {_set_aside_refs(store)}"
-                               if w is None else
-                               f"refs.json's refs or counters at record {cseq} are not the fold from the "
-                               "last verify's watermark (one of them is forged or damaged): run "
-                               "`ledger verify --full`, which sets a false refs.json aside"})
+        if cache:
+            cseq = cache["seq"]
+            if cseq > st.seq and scan.broken_at is None:
+                rep.errors.append({"what": "journal", "seq": st.seq + 1,
+                                   "message": f"journal ends at record {st.seq} but refs.json saw record {cseq}: "
+                                              "records were removed"})
+            elif cseq in checks.watch and checks.watch[cseq] != cache["head"]:
+                rep.errors.append({"what": "journal", "seq": cseq,
+                                   "message": f"record {cseq} differs from the one committed earlier: "
+                                              "history was rewritten"})
+            elif cseq in checks.state_at and (cache["refs"], cache.get("counters") or {}) != \
+                    (checks.state_at[cseq].refs, checks.state_at[cseq].counters):
+                # Not a stale cache (its head is the journal's record): a state no fold gives. A
+                # writer that refs.json vouches for starts from it and carries it forward, and
+                # readers resolve refs through it, so this is an error, and the file is set aside
+                # (a cache, rule 8: the next writer re-checks the chain and writes the fold's).
+                # Incremental, the fold compared with starts from the watermark's state, which a
+                # forger could have written instead: only a full fold says which one lies.
+                rep.errors.append({"what": "refs-cache", "seq": cseq,
+                                   "message": f"refs.json's refs or counters at record {cseq} are not the "
+                                              f"journal's fold there (forged or damaged); {_set_aside_refs(store)}"
+                                   if w is None else
+                                   f"refs.json's refs or counters at record {cseq} are not the fold from the "
+                                   "last verify's watermark (one of them is forged or damaged): run "
+                                   "`ledger verify --full`, which sets a false refs.json aside"})
 
-    # The objects the checked records reach were checked as they streamed by (_Objects); the
-    # missing ones are reported now that every prune record is known, then a full verify lists
-    # objects/ for what no record reaches.
-    checks.objects.finish()
-    if w:
-        rep.stats["objects"], rep.stats["bytes"] = checks.objects.count, checks.objects.bytes
-    else:
-        checks.objects.listing(progress)
-    # (a long scan learns the meta on its way, polling every 1024 records, and notes the record at
-    # its seq as it passes; only a record it passed before that is looked up afterwards)
-    meta = checks.take_meta() if checks.meta_future is not None else checks.meta
-    if meta:
-        _note_record_at(store, checks, st, meta["seq"], w["seq"] if w else 0)
+        # The objects the checked records reach were checked as they streamed by (_Objects); the
+        # missing ones are reported now that every prune record is known, then a full verify lists
+        # objects/ for what no record reaches.
+        checks.objects.finish()
+        if w:
+            rep.stats["objects"], rep.stats["bytes"] = checks.objects.count, checks.objects.bytes
+        else:
+            checks.objects.listing(progress)
+        # (a long scan learns the meta on its way, polling every 1024 records, and notes the record at
+        # its seq as it passes; only a record it passed before that is looked up afterwards)
+        meta = checks.take_meta() if checks.meta_future is not None else checks.meta
+        if meta:
+            _note_record_at(store, checks, st, meta["seq"], w["seq"] if w else 0)
 
-    seq = meta["seq"] if meta else None
-    if meta is None:
-        rep.warnings.append({"what": "index",
-                             "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
-    elif meta["store"] not in (None, store.store_id):
-        rep.errors.append({"what": "index",
-                           "message": f"the index belongs to another store ({meta['store']}); its answers "
-                                      "are not this journal's (`ledger index rebuild`)"})
-    elif seq in checks.watch and checks.watch[seq] != meta["head"]:
-        rep.errors.append({"what": "index", "seq": seq,
-                           "message": f"the index ends at a record {seq} that is not this journal's "
-                                      "(copied from elsewhere?): `ledger index rebuild`"})
-    elif seq != st.seq and not (seq > st.seq and scan.torn):
-        rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at "
-                                                         f"{st.seq} (`ledger index rebuild`)"})
+        seq = meta["seq"] if meta else None
+        if meta is None:
+            rep.warnings.append({"what": "index",
+                                 "message": "the DuckDB index is missing or unreadable (`ledger index rebuild`)"})
+        elif meta["store"] not in (None, store.store_id):
+            rep.errors.append({"what": "index",
+                               "message": f"the index belongs to another store ({meta['store']}); its answers "
+                                          "are not this journal's (`ledger index rebuild`)"})
+        elif seq in checks.watch and checks.watch[seq] != meta["head"]:
+            rep.errors.append({"what": "index", "seq": seq,
+                               "message": f"the index ends at a record {seq} that is not this journal's "
+                                          "(copied from elsewhere?): `ledger index rebuild`"})
+        elif seq != st.seq and not (seq > st.seq and scan.torn):
+            rep.warnings.append({"what": "index", "message": f"the index reflects record {seq}, the journal is at "
+                                                             f"{st.seq} (`ledger index rebuild`)"})
 
-    rows_checked = vouched is not None and vouched["checks"] == "rows"
-    if w is None and meta and meta["store"] in (None, store.store_id) and not rows_checked \
-            and not any(e["what"] == "index" for e in rep.errors):
-        # A lookup checks each row it reads (rule 21); a row deleted from the index (a lookup,
-        # the gate's budget count among them, would miss its record) shows only in the counts.
-        n, rows = meta["seq"], index.journal_row_counts(store.root)
-        rows_checked = rows is not None
-        if rows is not None and rows != (n, n, min(1, n), n):
-            rep.errors.append({"what": "index", "seq": n,
-                               "message": f"the index's journal table holds {rows[0]} rows ({rows[1]} distinct) for "
-                                          f"records 1..{n}: rows were deleted or added (`ledger index rebuild`)"})
-        sparse = index.sparse_rows_problem(store.root)  # the copy lookups read (rule 21)
-        if sparse is not None:
-            rep.errors.append({"what": "index", "seq": n, "message": sparse})
+        rows_checked = vouched is not None and vouched["checks"] == "rows"
+        if w is None and meta and meta["store"] in (None, store.store_id) and not rows_checked \
+                and not any(e["what"] == "index" for e in rep.errors):
+            # A lookup checks each row it reads (rule 21); a row deleted from the index (a lookup,
+            # the gate's budget count among them, would miss its record) shows only in the counts.
+            n, rows = meta["seq"], index.journal_row_counts(store.root)
+            rows_checked = rows is not None
+            if rows is not None and rows != (n, n, min(1, n), n):
+                rep.errors.append({"what": "index", "seq": n,
+                                   "message": f"the index's journal table holds {rows[0]} rows ({rows[1]} distinct) for "
+                                              f"records 1..{n}: rows were deleted or added (`ledger index rebuild`)"})
+            sparse = index.sparse_rows_problem(store.root)  # the copy lookups read (rule 21)
+            if sparse is not None:
+                rep.errors.append({"what": "index", "seq": n, "message": sparse})
 
-    if not store.tmp.is_dir():
-        rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})
-    tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
-    if tmp:
-        rep.info.append({"what": "tmp", "count": len(tmp),
-                         "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes "
-                                    "(`ledger gc --prune`)"})
-    info = store.lock.read()
-    if info:
-        rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})
-    if rep.ok and scan.broken_at is None and scan.last_seq:
-        _write_watermark(store, st, scan.end, rep, _index_entry(store, seen, vouched, meta, rows_checked))
-    return rep
+        if not store.tmp.is_dir():
+            rep.warnings.append({"what": "tmp", "message": "the tmp/ directory is missing (the next write recreates it)"})
+        tmp = [p.name for p in store.tmp.iterdir()] if store.tmp.is_dir() else []
+        if tmp:
+            rep.info.append({"what": "tmp", "count": len(tmp),
+                             "message": f"{len(tmp)} leftover temporary file(s) from interrupted writes "
+                                        "(`ledger gc --prune`)"})
+        info = store.lock.read()
+        if info:
+            rep.info.append({"what": "lock", "message": f"lock held by {info.describe()} ({info.status()})"})
+        if rep.ok and scan.broken_at is None and scan.last_seq:
+            _write_watermark(store, st, scan.end, rep, _index_entry(store, seen, vouched, meta, rows_checked))
+        return rep
+    finally:
+        checks.objects.close()   # the warmer's threads and the directories, however verify ends (idempotent)
 
 
 def _index_entry(store, seen: _IndexSeen, vouched: dict | None, meta: dict | None, rows: bool) -> dict | None:

@@ -156,3 +156,46 @@ def test_the_rebuild_appends_on_a_second_thread_and_a_sync_in_its_own(tmp_path, 
     with s.transaction("add") as tx:
         tx.payload["path"] = "x"
     assert where and {name for name, _ in where} == {threading.current_thread().name}
+
+
+def test_a_ctrl_c_while_the_rebuild_waits_for_its_last_append_waits_for_the_thread(tmp_path, monkeypatch):
+    # A real SIGINT while the caller waits for the thread's last append (a long one: a big batch,
+    # a checkpoint). With Thread.join, CPython 3.11 marked the running thread stopped, every
+    # later join returned at once, and the rebuild closed the connection under the thread
+    # (helper-45): DuckDB's "connection is busy" (exit 1) and the new file left in tmp/. The
+    # caller now waits for the thread's own end, then raises the Ctrl-C.
+    import os
+    import signal
+    import threading
+    import time
+
+    import pytest
+
+    s = _populate(tmp_path, 40)
+    before = _index_files(s)
+    monkeypatch.setattr(index, "BATCH_RECORDS", 3)
+    real, closing, log = index._append, [False], []
+
+    def slow(con, prepared):
+        if threading.current_thread().name == "index-append" and closing[0]:
+            time.sleep(1.0)
+            real(con, prepared)
+            log.append("appended")
+        else:
+            real(con, prepared)
+
+    real_close = index._Background.close
+
+    def close(self):
+        closing[0] = True
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        real_close(self)
+
+    monkeypatch.setattr(index, "_append", slow)
+    monkeypatch.setattr(index._Background, "close", close)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        s.rebuild_index()
+    assert time.monotonic() - began >= 1.0 and log   # the append in flight ended before the caller went on
+    assert not _append_threads()
+    assert _index_files(s) == before

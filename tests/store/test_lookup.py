@@ -403,3 +403,32 @@ def test_plain_log_of_a_journal_damaged_mid_way_says_it_shows_only_what_follows(
     res = api.log(20, store=s.root)
     assert len(res.records) == 4 and any(f"chain is broken before record {total - 3}" in w for w in res.warnings)
     assert api.log(3, store=s.root).warnings == ()   # the 3 shown and the one before them are whole
+
+
+@pytest.mark.parametrize("tail", ["no-newline", "blank-line", "torn-then-blanks"])
+def test_plain_log_reads_the_journals_end_as_a_scan_does(tmp_path, tail):
+    # helper-45: a last record without its newline is a torn append to a scan and to every writer,
+    # but `backwards` parsed it and `ledger log` showed it as committed; an empty line inside the
+    # last n was skipped where a scan stops at it. Blanks after a torn tail are part of the tail.
+    from ledger import api
+
+    s, _ = _history(tmp_path)
+    total = s.state.seq
+    path = s.root / "journal"
+    data = path.read_bytes()
+    if tail == "no-newline":
+        path.write_bytes(data[:-1])
+        res = api.log(3, store=s.root)
+        assert [r["seq"] for r in res.records] == [total - 3, total - 2, total - 1] and res.warnings == ()
+        assert api.last_record(store=s.root)["seq"] == total - 1
+    elif tail == "blank-line":
+        lines = data.splitlines(keepends=True)
+        lines.insert(len(lines) - 2, b"\n")
+        path.write_bytes(b"".join(lines))
+        res = api.log(20, store=s.root)
+        assert [r["seq"] for r in res.records] == [total - 1, total]
+        assert len(res.warnings) == 1 and f"damaged before record {total - 1}" in res.warnings[0], res.warnings
+    else:
+        path.write_bytes(data + b'{"torn\n  ')
+        res = api.log(3, store=s.root)
+        assert [r["seq"] for r in res.records] == [total - 2, total - 1, total] and res.warnings == ()
