@@ -326,6 +326,9 @@ class Gc(Payload):
     work_folders_removed: list = need(STRS)
     packs_removed: int = opt(COUNT)        # packs of chunks no object uses any more (ledger/store/chunks.py)
     pack_bytes_removed: int = opt(COUNT)
+    objects_packed: int = opt(COUNT)         # small loose objects moved into packs (ledger/store/packing.py)
+    object_packs_written: int = opt(COUNT)
+    object_packs_replaced: int = opt(COUNT)  # packs rewritten without removed objects, or merged
 
 
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")

@@ -227,7 +227,12 @@ def gc(*, prune: bool = False, policy: str | None = None, store: StoreLike = Non
     from ledger.store import gc as gcmod  # ~70 ms (gc's reachability imports numpy): not on every command's path
 
     pol = retention.policy(policy)
-    p = gcmod.prune(s, pol) if prune else gcmod.plan(s, pol)
+    if prune:
+        from ledger.image import protocol  # ~60 ms: only a prune asks whether an image serves (packing)
+
+        p = gcmod.prune(s, pol, packing_refused=lambda: protocol.keeper_serving(s.root))
+    else:
+        p = gcmod.plan(s, pol)
     return Collected(result=p, pruned=prune, warnings=take_warnings(s))
 
 

@@ -142,6 +142,11 @@ def gc(
                     f"(policy {p.policy}" + (f", prune record {p.record})" if p.record else ")"))
         if p.packs:
             c.print(f"{verb} {len(p.packs)} unused pack(s) of chunks, {human_bytes(p.pack_bytes)}")
+        if p.packing.objects or p.packing.replaced:
+            c.print(f"packed {p.packing.objects} small object(s) into {p.packing.written} pack(s)"
+                    + (f", replacing {p.packing.replaced}" if p.packing.replaced else ""))
+        if p.packing.skipped:
+            c.print(f"[yellow]packed nothing: {p.packing.skipped}[/]")
         c.print(f"{verb} {len(p.unreachable)} unreachable object(s), {human_bytes(p.bytes)}; "
                 f"{len(p.tmp_files)} temporary file(s); kept {p.reachable} reachable"
                 + ("" if prune else "  [dim](dry run: pass --prune)[/]"))

@@ -36,6 +36,8 @@ from ledger.sandbox import SandboxPolicy, seccomp
 from ledger.sandbox import run as sandbox_run
 from ledger.store import trees
 
+STORE_LOCK_WAIT = 30.0   # seconds a spawn waits for the store lock to take its objects' paths (a gc --prune holds it)
+
 
 def serving_objects(store, g: generations.Generation) -> set[str]:
     """The object ids the image reads to serve generation `g`."""
@@ -92,8 +94,16 @@ def policy(store, gens, buffer_dir: Path, *, gpu: bool = False):
     if missing:
         raise MissingObject(missing[0], f"object {missing[0]} that a generation serves from is missing "
                                         f"({len(missing)} missing in all)")
-    # a chunked object is its index and the packs holding its chunks (ledger/store/chunks.py)
-    paths = list(dict.fromkeys(p for o in sorted(objects) for p in store.objects.files(o)))
+    # a chunked object is its index and the packs holding its chunks (ledger/store/chunks.py); a
+    # packed one (ledger/store/packed.py) is first given a file of its own: a pack holds other
+    # objects (verdicts, turns) the image must not read. Under the store lock: gc --prune packs
+    # loose files only while no keeper holds keeper.lock, and this keeper holds it, so the paths
+    # taken here stay while it serves (docs/store-format.md P5).
+    with store.locked(wait=STORE_LOCK_WAIT):
+        for o in sorted(objects):
+            if store.objects.packed_only(o):
+                store.objects.loosen(o)
+        paths = list(dict.fromkeys(p for o in sorted(objects) for p in store.objects.files(o)))
     read = [str(store.journal.path), *map(str, paths)]
     wasm = store.root / "cache" / "wasm"
     if wasm.is_dir():

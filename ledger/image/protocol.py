@@ -41,7 +41,9 @@ while the connection that asked for it stays open; closing it resumes the image 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import os
 import re
 import socket
 import time
@@ -66,6 +68,22 @@ SUN_PATH_MAX = 107
 
 def run_dir(store_root) -> Path:
     return Path(store_root) / RUN_DIR
+
+
+def keeper_serving(store_root) -> str | None:
+    """Why a store's loose object files must stay where they are now: a keeper holds
+    run/keeper.lock (it serves, granting its image those files by path), else None."""
+    try:
+        fd = os.open(run_dir(store_root) / "keeper.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None   # no keeper ever ran, or its folder is gone: none serves
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except OSError:
+        return "an image is serving this store (its keeper holds run/keeper.lock): loose files stay"
+    finally:
+        os.close(fd)   # drops a lock we took
 
 
 def image_socket(store_root) -> Path:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np  # the listing's keys and masks (reach.py)
 
 from ledger.errors import JournalCorrupt
-from ledger.store import chunks, fsio, gcstate, reach, retention, schema
+from ledger.store import chunks, fsio, gcstate, packing, reach, retention, schema
 from ledger.store import scan as scanner
 from ledger.store.ids import PREFIX
 from ledger.store.state import Fold, State
@@ -47,6 +47,7 @@ class GcPlan:
     retained: tuple = ()          # (id, size, role, of): superseded training state the policy removes
     packs: tuple = ()             # (pack path, size): packs no remaining chunked object uses
     record: int | None = None     # seq of the `prune` record (pruned, and the policy removed something)
+    packing: packing.Packed = packing.Packed()   # what the packing step did (pruned only)
 
     @property
     def bytes(self) -> int:
@@ -67,7 +68,9 @@ class GcPlan:
                 "work_folders_live": list(self.work_live),
                 "policy": self.policy, "superseded": [list(x) for x in self.retained],
                 "superseded_bytes": self.retained_bytes, "packs": [p for p, _ in self.packs],
-                "pack_bytes": self.pack_bytes, "prune_record": self.record}
+                "pack_bytes": self.pack_bytes, "prune_record": self.record,
+                "objects_packed": self.packing.objects, "packs_written": self.packing.written,
+                "packs_replaced": self.packing.replaced, "packing_skipped": self.packing.skipped}
 
 
 def _folder_is_live(path) -> bool:
@@ -206,6 +209,8 @@ def plan(store, policy: retention.Policy | None = None) -> GcPlan:
                 except Exception:  # noqa: BLE001 - a damaged index is removed all the same
                     pass
             unreachable.append((oid, size))
+    listed = {o for o, _ in unreachable}
+    unreachable.extend(e for e in packing.dead_entries(store, reachable) if e[0] not in listed)
     retained = retention.select(store, pol, w).remove
     going = {o for o, _ in unreachable} | {o for o, *_ in retained}
     files, dead, live = _scan_tmp(store)
@@ -241,10 +246,12 @@ def _remove_object_file(p) -> None:
         os.unlink(p)
 
 
-def prune(store, policy: retention.Policy | None = None) -> GcPlan:
+def prune(store, policy: retention.Policy | None = None, packing_refused=None) -> GcPlan:
     """Remove what plan() finds, under the lock. Superseded training state is recorded first
     (one `prune` record naming the policy and every object it removes: rule P1), then
-    removed; what no record reaches is removed, then recorded as one `gc` record."""
+    removed; what no record reaches is removed; then small loose objects are packed and packs
+    rid of what went (store/packing.py; `packing_refused()`, asked under the lock: None, or why
+    loose files must stay now); all of it recorded as one `gc` record."""
     with store.locked():
         p = plan(store, policy)
         seq = None
@@ -254,7 +261,8 @@ def prune(store, policy: retention.Policy | None = None) -> GcPlan:
             seq = tx.record["seq"]
         try:
             for oid, *_ in p.retained:
-                store.objects.remove(oid)
+                if not store.objects.packed_only(oid):   # a packed one goes with its pack's rewrite
+                    store.objects.remove(oid)
             for oid, _ in p.unreachable:
                 for path in (store.objects.path(oid), store.objects.index_path(oid), store.objects.zpath(oid)):
                     if os.path.lexists(path):
@@ -266,13 +274,18 @@ def prune(store, policy: retention.Policy | None = None) -> GcPlan:
             removed = tuple(name for name in p.work_dead if _remove_dead_folder(store.tmp / name))
         except OSError as e:
             raise fsio.io_error(e, "removing unreachable files") from e
+        going = {o for o, _ in p.unreachable} | {o for o, *_ in p.retained}
+        pk = packing.run(store, going, refused=packing_refused() if packing_refused else None)
         live = p.work_live + tuple(n for n in p.work_dead if n not in removed)
         done = GcPlan(p.unreachable, p.tmp_files, removed, live, p.reachable, pruned=True, policy=p.policy,
-                      retained=p.retained, packs=p.packs, record=seq)
-        if p.unreachable or p.tmp_files or removed or p.packs:
+                      retained=p.retained, packs=p.packs, record=seq, packing=pk)
+        if p.unreachable or p.tmp_files or removed or p.packs or pk.written or pk.replaced:
             with store.transaction_held("gc") as tx:
                 tx.payload.update({"objects_removed": len(p.unreachable), "bytes_removed": done.bytes,
                                    "tmp_files_removed": len(p.tmp_files), "work_folders_removed": list(removed)})
                 if p.packs:
                     tx.payload.update({"packs_removed": len(p.packs), "pack_bytes_removed": done.pack_bytes})
+                if pk.written or pk.replaced:
+                    tx.payload.update({"objects_packed": pk.objects, "object_packs_written": pk.written,
+                                       "object_packs_replaced": pk.replaced})
         return done

@@ -24,7 +24,7 @@ from pathlib import Path
 import blake3
 
 from ledger.errors import AmbiguousRef, BadInput, CorruptObject, MissingObject, UnknownRef
-from ledger.store import canonical, chunks, compress, faults, fsio, statcache
+from ledger.store import canonical, chunks, compress, faults, fsio, packed, statcache
 from ledger.store.ids import PREFIX, PREFIX_RE, hash_bytes, hex_of, is_id
 
 CHUNK = 16 << 20  # 16 MiB: large enough for multi-threaded hashing, small enough for the 200 MiB budget
@@ -160,6 +160,7 @@ class ObjectStore:
         self.dir = root / "objects"
         self.tmp = root / "tmp"
         self.packs = chunks.PackStore(root)
+        self.packed = packed.Packs(root)   # small objects moved into packs by gc (store/packed.py)
         self.repaired: list[str] = []  # ids whose damaged copy a write replaced (the caller reports them)
         self.chunked_min = chunks.THRESHOLD  # objects this large are stored as chunks (tests lower it)
         # id -> hex BLAKE3 of the chunk list of a chunked object whose index this process wrote,
@@ -186,8 +187,8 @@ class ObjectStore:
 
     def has(self, oid: str) -> bool:
         """A regular file is stored under this id, whole, as a chunk index or compressed (not a
-        link, directory or FIFO)."""
-        return statcache.has_object(self.path(oid))
+        link, directory or FIFO), or packed (store/packed.py)."""
+        return statcache.has_object(self.path(oid)) or self._packed(oid) is not None
 
     def chunked(self, oid: str) -> bool:
         """The object is stored as chunks (its index is here, and no whole copy is)."""
@@ -250,7 +251,14 @@ class ObjectStore:
                 return None
             data = self._read_compressed(oid)
             return data if data[:1] == b"{" else None
-        fd, st = self.open(oid)
+        try:
+            fd, st = self.open(oid)
+        except MissingObject:
+            hit = self._packed_or_missing(oid)
+            if self._packed_size(oid, hit) > limit:
+                return None
+            data = self._packed_data(oid, hit)
+            return data if data[:1] == b"{" else None
         try:
             if st.st_size > limit or os.pread(fd, 1, 0) != b"{":
                 return None
@@ -274,7 +282,7 @@ class ObjectStore:
         try:
             st = os.lstat(self.path(oid))
         except FileNotFoundError:
-            raise MissingObject(oid) from None
+            return self._packed_size(oid, self._packed_or_missing(oid))
         except NotADirectoryError:
             raise self._fanout_damaged(oid) from None
         if not stat.S_ISREG(st.st_mode):
@@ -305,6 +313,97 @@ class ObjectStore:
         """Open an object's file for reading, safely (see fsio.open_regular); typed errors."""
         with self._read_errors(oid):
             return fsio.open_regular(self.path(oid))
+
+    # --- packed objects (ledger/store/packed.py) -------------------------------------------
+    # Every form of its own file (whole, `.c`, `.z`) is looked for first: a loose copy is
+    # preferred, as a whole copy is over a chunk index (P2). Only a miss asks the packs.
+    def _packed(self, oid: str) -> tuple[packed.Pack, packed.Loc] | None:
+        if not is_id(oid):
+            raise BadInput(f"not an object id: {oid!r}", "ids look like b3:<64 hex>")
+        return self.packed.find(bytes.fromhex(hex_of(oid)))
+
+    def _where(self, hit) -> str:
+        pack, loc = hit
+        return f"{pack.path} at byte {loc.offset}"
+
+    def _packed_stored(self, oid: str, hit) -> bytes:
+        """The stored bytes of a packed entry, its place checked first (CorruptObject)."""
+        pack, loc = hit
+        why = pack.problem(loc)
+        if why is None:
+            try:
+                return pack.read(loc)
+            except ValueError as e:
+                why = str(e)
+            except OSError as e:
+                raise fsio.io_error(e, f"reading object {oid} from {pack.path}") from e
+        raise CorruptObject(oid, f"object {oid} is damaged: {pack.path} holds {why}",
+                            "restore the object (`ledger pull`, or `ledger add` of the original); "
+                            "then `ledger verify --read-data`")
+
+    def _packed_data(self, oid: str, hit) -> bytes:
+        """The verified content of a packed object: decompressed (bounded) if stored so, rehashed."""
+        raw = self._packed_stored(oid, hit)
+        data = compress.decode(raw, oid, self._where(hit)) if hit[1].form == packed.COMPRESSED else raw
+        if hash_bytes(data) != oid:
+            raise CorruptObject(oid, f"object {oid} is damaged: its bytes in {self._where(hit)} do not hash to it",
+                                "restore the object (`ledger pull`, or `ledger add` of the original)")
+        return data
+
+    def _packed_size(self, oid: str, hit) -> int:
+        """A packed object's size: its stored length, or what its compressed header declares."""
+        pack, loc = hit
+        if loc.form == packed.WHOLE:
+            why = pack.problem(loc)
+            if why:
+                raise CorruptObject(oid, f"object {oid} is damaged: {pack.path} holds {why}")
+            return loc.length
+        return compress.declared_size(self._packed_stored(oid, hit)[:compress.HEADER.size], oid, self._where(hit))
+
+    def _packed_or_missing(self, oid: str):
+        """The packed entry of an object with no file of its own; MissingObject if none."""
+        hit = self._packed(oid)
+        if hit is None:
+            raise MissingObject(oid)
+        return hit
+
+    def packed_only(self, oid: str) -> bool:
+        """The object is held only in a pack (no file of its own, whole, chunked or compressed)."""
+        return not statcache.has_object(self.path(oid)) and self._packed(oid) is not None
+
+    def loosen(self, oid: str) -> Path:
+        """Give a packed object a file of its own again (lock holder only) and return it: what a
+        sandbox is granted is one object's file, never a pack, which holds other objects (P5).
+        The content is verified first; the file is written as any object is (tmp, fsync,
+        rename, fsync). An object with a file of its own is returned as it is."""
+        for p in (self.path(oid), self.zpath(oid)):
+            if self._lexists(p):
+                return p
+        hit = self._packed_or_missing(oid)
+        data = self._packed_data(oid, hit)
+        compressed = hit[1].form == packed.COMPRESSED
+        stored = self._packed_stored(oid, hit) if compressed else data
+        dest = self.zpath(oid) if compressed else self.path(oid)
+        tmp = fsio.tmp_path(self.tmp)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fsio.write_all(fd, stored, "writing an object")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            new_dir = not dest.parent.is_dir()
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(tmp, dest)
+            fsio.fsync_dir(dest.parent)
+            if new_dir:
+                fsio.fsync_dir(self.dir)
+        except OSError as e:
+            raise fsio.io_error(e, f"writing object {oid} out of its pack") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dest
 
     # --- chunked objects (ledger/store/chunks.py) ------------------------------------------
     def _index(self, oid: str) -> tuple[int, list]:
@@ -367,6 +466,10 @@ class ObjectStore:
                     os.close(fd)
         elif self.compressed(oid):
             data = self._read_compressed(oid)
+            h.update(data)
+            yield memoryview(data)
+        elif self.packed_only(oid):
+            data = self._packed_data(oid, self._packed_or_missing(oid))
             h.update(data)
             yield memoryview(data)
         else:
@@ -483,6 +586,9 @@ class ObjectStore:
         index and packs (what a sandbox must be granted to read it)."""
         if self.compressed(oid):
             return [self.zpath(oid)]   # read through the store (a child opens a Store to read it)
+        if self.packed_only(oid):
+            raise MissingObject(oid, f"object {oid} is packed: only a file of its own can be granted",
+                                "the caller gives it one first (ObjectStore.loosen, under the lock)")
         if not self.chunked(oid):
             return [self.path(oid)]
         return [self.index_path(oid)] + sorted(self.packs.path(p) for p in self.packs_of(oid))
@@ -502,7 +608,13 @@ class ObjectStore:
                 return False
         try:
             fd, st = self.open(oid)
-        except (MissingObject, CorruptObject):
+        except MissingObject:
+            try:
+                hit = self._packed(oid)
+                return hit is not None and self._packed_data(oid, hit) is not None
+            except (CorruptObject, fsio.StorageIOError):
+                return False
+        except CorruptObject:
             return False
         try:
             return hash_fd(fd, st.st_size) == oid
@@ -528,8 +640,14 @@ class ObjectStore:
         if not PREFIX_RE.match(p):
             raise UnknownRef(f"unknown name or id: {prefix!r}")
         sub = self.dir / p[:2]
-        matches = sorted({PREFIX + p[:2] + _strip(f.name) for f in sub.iterdir()
-                          if f.name.startswith(p[2:])}) if sub.is_dir() else []
+        found = {PREFIX + p[:2] + _strip(f.name) for f in sub.iterdir()
+                 if f.name.startswith(p[2:])} if sub.is_dir() else set()
+        for pack in self.packed.all():
+            try:
+                found |= {PREFIX + h for h in pack.prefixed(p.lower())}
+            except OSError:
+                continue   # an unreadable pack hides its objects (verify names it)
+        matches = sorted(found)
         if not matches:
             raise UnknownRef(f"no object matches {prefix!r}")
         if len(matches) > 1:
@@ -549,7 +667,14 @@ class ObjectStore:
             if max_size is not None and size > max_size:
                 raise BadInput(f"object {oid} is {size} bytes, more than the {max_size} expected here")
             return self._read_compressed(oid)
-        fd, st = self.open(oid)
+        try:
+            fd, st = self.open(oid)
+        except MissingObject:
+            hit = self._packed_or_missing(oid)
+            size = self._packed_size(oid, hit)
+            if max_size is not None and size > max_size:
+                raise BadInput(f"object {oid} is {size} bytes, more than the {max_size} expected here") from None
+            return self._packed_data(oid, hit)
         try:
             if max_size is not None and st.st_size > max_size:
                 raise BadInput(f"object {oid} is {st.st_size} bytes, more than the {max_size} expected here")
@@ -580,7 +705,11 @@ class ObjectStore:
             for _ in self.stream(oid):  # names the damaged chunk, if one is
                 pass
             return
-        fd, st = self.open(oid)
+        try:
+            fd, st = self.open(oid)
+        except MissingObject:
+            self._packed_data(oid, self._packed_or_missing(oid))
+            return
         try:
             ok = hash_fd(fd, st.st_size) == oid
         finally:
@@ -592,10 +721,10 @@ class ObjectStore:
         """Stream an object to `dest`, verifying while copying; dest appears only if it is good."""
         dest = Path(dest)
         tmp = dest.with_name(f".{dest.name}.ledger-tmp-{os.getpid()}")
-        if self.compressed(oid) or self.chunked(oid):
+        if self.compressed(oid) or self.chunked(oid) or self.packed_only(oid):
             # a compressed object is read and verified before anything is written; a chunked one
             # streams, every chunk verified, then the whole (the generator raises before the end)
-            pieces = [self._read_compressed(oid)] if self.compressed(oid) else self.stream(oid)
+            pieces = [self._read_compressed(oid)] if self.compressed(oid) else self.stream(oid)  # packed: one piece
             try:
                 with open(tmp, "wb") as fo:
                     for data in pieces:

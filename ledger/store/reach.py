@@ -210,7 +210,13 @@ def classify(store, oid: str) -> Node:
                 return Node(resolved=False)
             return Node() if data is None else _node(data)
         # stored as chunks (ledger/store/chunks.py: 16 MiB and up) is data, as Store.closure says
-        return Node() if store.objects.chunked(oid) else Node(resolved=False)
+        if store.objects.chunked(oid):
+            return Node()
+        try:   # packed (ledger/store/packed.py): read from its pack and rehashed
+            data = store.objects.structure(oid, STRUCTURED_MAX)
+        except (MissingObject, CorruptObject, fsio.StorageIOError):
+            return Node(resolved=False)
+        return Node() if data is None else _node(data)
     except (fsio.NotRegular, OSError):   # a link, FIFO or directory in its place; a damaged fan-out
         return Node(resolved=False)
     try:
