@@ -56,6 +56,53 @@ def table_keys(pack: packed.Pack) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 
+_PART = (1 << 20) // packed.ENTRY.size   # entries of a table read at once (1 MiB)
+_TABLE = np.dtype([("key", ">u8"), ("rest", "V24"), ("off", ">u8"), ("len", ">u4"), ("form", "u1"), ("pad", "V3")])
+
+
+@dataclass(frozen=True)
+class Part:
+    """A piece of a pack's entry table, as arrays (numpy compares "S32" values as bytes padded
+    with zeros, which for values of one length is comparing the bytes; an element read back is
+    stripped of its trailing zeros, so a digest is taken from `raw`, never from `digests`)."""
+    raw: bytes
+    digests: np.ndarray   # "S32", for order only
+    keys: np.ndarray      # uint64: a digest's first 8 bytes (reach.key)
+    off: np.ndarray
+    len: np.ndarray
+    form: np.ndarray
+
+    def digest(self, i: int) -> bytes:
+        return self.raw[i * packed.ENTRY.size:i * packed.ENTRY.size + 32]
+
+
+def table_parts(pack: packed.Pack):
+    """A pack's entry table a Part at a time (ValueError / OSError: it cannot be read)."""
+    for at in range(0, pack.count, _PART):
+        k = min(_PART, pack.count - at)
+        raw = fsio.read_bounded_at(pack.fd, k * packed.ENTRY.size, pack.table + at * packed.ENTRY.size)
+        if len(raw) != k * packed.ENTRY.size:
+            raise ValueError("its entry table shrank while it was read")
+        t = np.frombuffer(raw, dtype=_TABLE)
+        yield Part(raw, np.ndarray((k,), dtype="S32", buffer=raw, strides=(packed.ENTRY.size,)),
+                   t["key"].astype(np.uint64), t["off"].astype(np.uint64), t["len"].astype(np.uint64), t["form"])
+
+
+def unsound(pack: packed.Pack, part: Part, before: bytes | None) -> str | None:
+    """What is wrong with a piece of a pack's table, if anything: entries not strictly sorted by
+    digest (`before`: the previous piece's last digest; a binary search could miss an entry), or
+    an entry outside the pack's bytes, of an unknown form or larger than a packed object can be."""
+    d = part.digests
+    if (len(d) > 1 and not (d[1:] > d[:-1]).all()) or (before is not None and len(d) and not part.digest(0) > before):
+        return "its entries are not sorted by digest"
+    bad = ((part.off < len(packed.MAGIC)) | (part.off + part.len > pack.data_end) | (part.len > packed.MAX_STORED)
+           | (part.form > packed.COMPRESSED))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        return f"its entry for b3:{part.digest(i).hex()} lies outside its bytes, is of an unknown form or is too large"
+    return None
+
+
 def _holds_any(pack: packed.Pack, keys: np.ndarray) -> bool:
     try:
         return bool(reach.member(keys, table_keys(pack)).any())

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from ledger.errors import BadInput, CorruptObject, LedgerError, MissingObject, StoreCorrupt
-from ledger.store import canonical, chunks, compress, fsio, index, schema
+from ledger.store import canonical, chunks, compress, fsio, index, packed, schema
 from ledger.store.fsio import StorageIOError
 from ledger.store.ids import PREFIX, find_ids, hash_bytes, is_id
 from ledger.store.journal import now
@@ -567,6 +567,68 @@ _SMALL = 1 << 16              # objects up to this size are read in one call (th
 STRUCTURED_MAX = 256 << 20    # as Store.closure: a larger object is data, never followed
 
 
+class _PackedReads:
+    """The journal pass's lookups and reads of packed objects (store/packed.py): each pack's entry
+    keys in memory (8 bytes an entry, its table read once), an entry confirmed by its whole digest
+    with one pread, and its bytes through a window of _WINDOW bytes that moves forward with the
+    reads: a pack holds objects in the order they were written, the order the journal names
+    them, so the pass reads each pack front to back instead of opening a file per object."""
+
+    def __init__(self, packs):
+        self.packs = packs
+        self.keys: dict = {}       # pack name -> sorted uint64 keys (None: its table cannot be read)
+        self.windows: dict = {}    # pack name -> (offset, bytes)
+        present = packs.all()
+        if present:
+            from ledger.store import packing  # imports numpy: only a store with packs pays for it
+
+            for p in present:
+                try:
+                    self.keys[p.name] = packing.table_keys(p)
+                except (OSError, ValueError):
+                    self.keys[p.name] = None   # the listing names the pack
+        self._np = _np() if present else None
+
+    def find(self, oid: str):
+        """(pack, Loc) of a packed object, or None (not packed, as far as the packs opened say)."""
+        if not self.keys:
+            return None
+        hexid = oid[len(PREFIX):]
+        k = self._np.uint64(int(hexid[:16], 16))
+        digest = bytes.fromhex(hexid)
+        for name, keys in self.keys.items():
+            pack = self.packs.open.get(name)
+            if keys is None or pack is None:
+                continue
+            i = int(keys.searchsorted(k))
+            while i < len(keys) and keys[i] == k:
+                raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
+                if len(raw) != packed.ENTRY.size:
+                    break
+                d, off, n, form = packed.ENTRY.unpack(raw)
+                if d == digest:
+                    return pack, packed.Loc(name, off, n, form)
+                i += 1
+        return None
+
+    def read(self, pack, loc) -> bytes:
+        """The stored bytes of an entry whose place pack.problem() passed (ValueError: cut short)."""
+        w = self.windows.get(pack.name)
+        if w is None or not (w[0] <= loc.offset and loc.offset + loc.length <= w[0] + len(w[1])):
+            n = max(loc.length, min(_WINDOW, pack.data_end - loc.offset))
+            w = self.windows[pack.name] = (loc.offset, fsio.read_bounded_at(pack.fd, n, loc.offset))
+            if len(w[1]) < loc.length:
+                raise ValueError(f"it ends before byte {loc.offset + loc.length}")
+        at = loc.offset - w[0]
+        return w[1][at:at + loc.length]
+
+    def close(self) -> None:
+        self.windows = {}
+
+
+_WINDOW = 1 << 20   # bytes of a pack read at once by the journal pass
+
+
 class _Objects:
     """The objects the checked records reach, checked as the journal streams by, in memory that
     does not grow with records or objects beyond 8 bytes an id (rule 20).
@@ -593,6 +655,7 @@ class _Objects:
         self.count = self.bytes = 0
         self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
         self.warmer = fsio.Warmer(self.dir)        # reads ahead while the objects come from the disk
+        self.packed: _PackedReads | None = None     # opened at the first object with no file of its own
         # read_data: id -> (chunk-list digest, seq of the record) that the records writing a chunked
         # object recorded (C12); ("", seq) where two records disagree. Only ids stored as chunks
         # are kept, so it grows with the chunked objects (>= 16 MiB each), not with records.
@@ -765,6 +828,8 @@ class _Objects:
     def close(self) -> None:
         """Stop the warm-ups, then close the fan-out directories' descriptors (theirs too)."""
         self.warmer.close()
+        if self.packed is not None:
+            self.packed.close()
         for fd in self.subdirs.values():
             if fd is not None:
                 os.close(fd)
@@ -775,6 +840,11 @@ class _Objects:
         header's size; the ids inside read through the store, which decompresses and rehashes), or
         missing (reported at the end unless a retention policy pruned it)."""
         ob = self.store.objects
+        if self.packed is None:
+            self.packed = _PackedReads(ob.packed)
+        hit = self.packed.find(oid)
+        if hit is not None:
+            return self._examine_packed(oid, hit, children)
         if ob.chunked(oid):
             try:
                 size = ob.size(oid)
@@ -797,6 +867,40 @@ class _Objects:
                 self._children(data, children)
         self.count += 1
         self.bytes += size
+        return size
+
+    def _examine_packed(self, oid: str, hit, children: set) -> int | None:
+        """A packed object (store/packed.py): its entry's place checked, its size the stored
+        length (a compressed one's header's), and a structured one read for the ids inside it
+        (a compressed one decompressed and rehashed, as its own `.z` file would be)."""
+        pack, loc = hit
+        why = pack.problem(loc)
+        try:
+            raw = None if why else self.packed.read(pack, loc)
+        except ValueError as e:
+            why = str(e)
+        except OSError as e:
+            self._error(oid, "unreadable", fsio.io_error(e, f"reading object {oid} from {pack.path}").message)
+            return None
+        if why:
+            self._error(oid, "corrupt", f"object {oid} is damaged: {pack.path} holds {why}")
+            return None
+        try:
+            if loc.form == packed.COMPRESSED:
+                where = f"{pack.path} at byte {loc.offset}"
+                size = compress.declared_size(raw, oid, where)
+                data = compress.decode(raw, oid, where)
+                if hash_bytes(data) != oid:
+                    raise CorruptObject(oid, f"object {oid} is damaged: its bytes in {where} do not hash to it")
+            else:
+                size, data = loc.length, raw
+        except CorruptObject as e:
+            self._error(oid, "corrupt", e.message)
+            return None
+        self.count += 1
+        self.bytes += size
+        if data[:1] == b"{":
+            self._children(data, children)
         return size
 
     @staticmethod
@@ -897,6 +1001,7 @@ class _Objects:
             for group, reached in zip(groups, reached_all):
                 total_ids, dangling = self._judge(group, bool(reached), progress, total_ids, dangling, first_dangling)
         total_ids += plain_ids
+        total_ids, dangling = self._list_packs(progress, total_ids, dangling, first_dangling)
         self.rep.errors.extend(self.errors)
         self.errors = []
         rep.stats["objects"] = total_ids
@@ -913,6 +1018,91 @@ class _Objects:
         if dangling:
             rep.info.append({"what": "dangling", "count": dangling, "ids": first_dangling,
                              "message": f"{dangling} object(s) no record reaches (`ledger gc` removes them)"})
+
+    def _list_packs(self, progress, total_ids: int, dangling: int, first_dangling: list) -> tuple[int, int]:
+        """A full verify's pass over packed/ (store/packed.py): every file there is a pack (foreign
+        names are errors), whose header, footer and entry table add up (sorted, each entry's bytes
+        inside the pack, of a known form and size); an entry with no file of its own in objects/ is
+        an object like a listed one (counted, dangling if no record reaches it), one with a file
+        too is a second copy, whose size must be the first's. With read_data every entry is
+        rehashed (decompressed first, bounded, if compressed)."""
+        packs = self.store.objects.packed
+        packs.refresh()
+        try:
+            names = sorted(os.listdir(packs.dir))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        for n in names:
+            if not packed.NAME_RE.match(n):
+                self.errors.append({"what": "foreign-file", "id": None,
+                                    "message": f"unexpected file in packed/: {packs.dir / n}"})
+        for n, why in sorted(packs.bad.items()):
+            self.errors.append({"what": "corrupt", "id": None,
+                                "message": f"pack {packs.dir / n} holds nothing readable: {why}"})
+        present = packs.all()
+        if not present:
+            return total_ids, dangling
+        from ledger.store import packing, reach  # numpy: only a store with packs pays for it
+
+        np = _np()
+        loose = np.unique(np.concatenate([d.keys for d in reach.listing(self.store)] or [np.zeros(0, np.uint64)]))
+        for pack in present:
+            before = None
+            try:
+                for part in packing.table_parts(pack):
+                    bad = packing.unsound(pack, part, before)
+                    if bad:
+                        self.errors.append({"what": "corrupt", "id": None,
+                                            "message": f"pack {pack.path}: {bad}; its objects read as missing "
+                                                       "or damaged (restore them, then `ledger gc --prune` rewrites it)"})
+                        break
+                    before = part.digest(len(part.keys) - 1)
+                    second = reach.member(loose, part.keys)
+                    oids = [PREFIX + part.digest(j).hex() for j in range(len(part.keys))]
+                    reached = self.seen.contains([_key(o) for o in oids])
+                    for j, oid in enumerate(oids):
+                        loc = packed.Loc(pack.name, int(part.off[j]), int(part.len[j]), int(part.form[j]))
+                        total_ids, dangling = self._judge_packed(oid, pack, loc, bool(second[j]), bool(reached[j]),
+                                                                 progress, total_ids, dangling, first_dangling)
+            except (OSError, ValueError) as e:
+                self.errors.append({"what": "unreadable", "id": None, "message": f"pack {pack.path}: {e}"})
+        return total_ids, dangling
+
+    def _judge_packed(self, oid: str, pack, loc, second: bool, reached: bool, progress, total_ids: int,
+                      dangling: int, first_dangling: list) -> tuple[int, int]:
+        """One entry of a pack (see _list_packs); returns the counts grown."""
+        ob = self.store.objects
+        hit = (pack, loc)
+        size = None
+        if second or not reached:
+            try:
+                size = ob._packed_size(oid, hit)
+            except CorruptObject as e:
+                self._error(oid, "corrupt", e.message)
+        if second:
+            whole = self._size(oid)
+            if size is not None and whole is not None and whole != size:
+                self._error(oid, "corrupt", f"object {oid} has {size} bytes in {pack.path}, "
+                                            f"{whole} in the copy its records reach")
+        else:
+            total_ids += 1
+            if not reached:
+                dangling += 1
+                if len(first_dangling) < 50:
+                    first_dangling.append(oid)
+                if size is not None:
+                    self.count += 1
+                    self.bytes += size
+        if self.read_data and oid not in self.reported:
+            try:
+                ob._packed_data(oid, hit)
+            except CorruptObject as e:
+                self.rep.errors.append({"what": "corrupt", "id": oid, "message": e.message})
+            except StorageIOError as e:
+                self.rep.errors.append({"what": "unreadable", "id": oid, "message": e.message})
+            if progress:
+                progress(size if size is not None else loc.length)
+        return total_ids, dangling
 
     def _judge(self, group: list, reached: bool, progress, total_ids: int, dangling: int,
                first_dangling: list) -> tuple[int, int]:

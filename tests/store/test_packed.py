@@ -1,0 +1,379 @@
+"""Packed objects (ledger/store/packed.py, packing.py; docs/store-format.md, "Packed objects", P1–P8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import CorruptObject, MissingObject
+from ledger.store import Store, canonical, gc, packed, packing
+from ledger.store.ids import hash_bytes
+from ledger.store.verify import verify
+
+N = 300   # above packed.MIN_LOOSE
+
+
+def _objects(s: Store, n: int = N, tag: str = "") -> list[str]:
+    """n small objects, a third structured and compressed, named by one record."""
+    ids = []
+    with s.transaction("t") as tx:
+        for i in range(n):
+            if i % 3 == 0:
+                oid, _ = s.objects.put_bytes(canonical.dumps({"kind": "turns", "i": i, "t": tag, "pad": "abc" * 300}),
+                                             compressed=True)
+            else:
+                oid, _ = s.objects.put_bytes(f"blob {tag} {i} ".encode() * 30)
+            ids.append(oid)
+        tx.payload["objects_named"] = ids
+    return ids
+
+
+def _loose_files(s: Store) -> list[Path]:
+    return [p for p in s.objects.dir.rglob("*") if p.is_file()]
+
+
+def _packs(s: Store) -> list[Path]:
+    d = s.root / packed.DIR
+    return sorted(d.iterdir()) if d.is_dir() else []
+
+
+def _packed_store(tmp_path, n: int = N):
+    s = Store.init(tmp_path)
+    ids = _objects(s, n)
+    contents = {o: s.objects.get_bytes(o) for o in ids}
+    p = gc.prune(Store.open(tmp_path))
+    assert p.packing.objects == n and p.packing.written == 1
+    return Store.open(tmp_path), ids, contents
+
+
+def _flip(path: Path, at: int) -> None:
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x55]))
+
+
+# --- P1: every reader reads a packed object as it read the loose one ------------------------------
+
+def test_every_reader_gives_a_packed_objects_bytes_verified(tmp_path):
+    s, ids, contents = _packed_store(tmp_path)
+    assert _loose_files(s) == [] and len(_packs(s)) == 1
+    for oid in ids:
+        data = contents[oid]
+        assert s.objects.has(oid) and s.objects.packed_only(oid) and s.objects.intact(oid)
+        assert s.objects.get_bytes(oid) == data
+        assert s.objects.size(oid) == len(data)
+        assert b"".join(bytes(b) for b in s.objects.stream(oid)) == data
+        assert s.objects.structure(oid) == (data if data[:1] == b"{" else None)
+        assert s.objects.check_data(oid) == (True, "whole")
+        s.objects.verify_file(oid)
+    out = tmp_path / "out.bin"
+    s.objects.export_file(ids[1], out)
+    assert out.read_bytes() == contents[ids[1]]
+    assert s.objects.resolve_prefix(ids[4][:12]) == ids[4]
+
+
+def test_a_damaged_packed_object_is_corrupt_naming_its_pack_never_other_bytes(tmp_path):
+    s, ids, contents = _packed_store(tmp_path)
+    pack = _packs(s)[0]
+    hit = s.objects._packed(ids[1])
+    _flip(pack, hit[1].offset + 5)
+    s = Store.open(tmp_path)
+    with pytest.raises(CorruptObject, match=str(pack)):
+        s.objects.get_bytes(ids[1])
+    assert not s.objects.intact(ids[1])
+    assert s.objects.get_bytes(ids[2]) == contents[ids[2]]   # the others are untouched
+    rep = verify(s, read_data=True)
+    assert [e["id"] for e in rep.errors if e["what"] == "corrupt"] == [ids[1]]
+
+
+def test_an_entry_placed_outside_its_pack_is_corrupt_before_anything_is_read(tmp_path):
+    s, ids, _ = _packed_store(tmp_path)
+    pack = _packs(s)[0]
+    p = s.objects.packed.all()[0]
+    i = next(j for j in range(p.count) if p.digest_at(j) == bytes.fromhex(ids[1][3:]))
+    at = p.table + i * packed.ENTRY.size + 32
+    os.chmod(pack, 0o644)
+    with open(pack, "r+b") as f:
+        f.seek(at)
+        f.write((10 << 40).to_bytes(8, "big"))   # offset far past the file's end
+    s = Store.open(tmp_path)
+    with pytest.raises(CorruptObject, match="outside its bytes"):
+        s.objects.get_bytes(ids[1])
+    rep = verify(s)
+    assert any("outside its bytes" in e["message"] for e in rep.errors)
+
+
+@pytest.mark.parametrize("damage", ["footer", "header", "count", "unsorted"])
+def test_a_pack_that_does_not_add_up_hides_nothing_from_verify(tmp_path, damage):
+    s, ids, _ = _packed_store(tmp_path)
+    pack = _packs(s)[0]
+    size = pack.stat().st_size
+    p = s.objects.packed.all()[0]
+    os.chmod(pack, 0o644)
+    with open(pack, "r+b") as f:
+        if damage == "footer":
+            f.seek(size - 1)
+            f.write(b"\x07")
+        elif damage == "header":
+            f.seek(0)
+            f.write(b"X")
+        elif damage == "count":
+            f.seek(size - packed.FOOT.size)
+            f.write((packed.MAX_ENTRIES + 1).to_bytes(8, "big"))
+        else:   # swap the first two entries of the table
+            f.seek(p.table)
+            a, b = f.read(packed.ENTRY.size), f.read(packed.ENTRY.size)
+            f.seek(p.table)
+            f.write(b + a)
+    s = Store.open(tmp_path)
+    rep = verify(s)
+    assert not rep.ok
+    if damage == "unsorted":
+        assert any("not sorted" in e["message"] for e in rep.errors)
+    else:
+        assert any(e["what"] == "corrupt" and "holds nothing readable" in e["message"] for e in rep.errors)
+        assert {e["id"] for e in rep.errors if e["what"] == "missing"} == set(ids)
+        with pytest.raises(MissingObject):
+            s.objects.get_bytes(ids[0])
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "dir"])
+def test_a_pack_that_is_not_a_regular_file_is_never_followed_or_waited_on(tmp_path, kind):
+    s, ids, contents = _packed_store(tmp_path)
+    real = _packs(s)[0]
+    elsewhere = tmp_path / "elsewhere.pack"
+    os.rename(real, elsewhere)
+    if kind == "symlink":
+        real.symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(real)
+    else:
+        real.mkdir()
+    s = Store.open(tmp_path)
+    assert not s.objects.has(ids[0])
+    rep = verify(s)   # returns (a FIFO is never opened for reading without O_NONBLOCK)
+    assert any("holds nothing readable" in e["message"] for e in rep.errors)
+
+
+def test_foreign_files_in_packed_are_named_by_verify(tmp_path):
+    s, _, _ = _packed_store(tmp_path)
+    (s.root / packed.DIR / "notes.txt").write_text("hi")
+    rep = verify(Store.open(tmp_path))
+    assert any(e["what"] == "foreign-file" and "notes.txt" in e["message"] for e in rep.errors)
+
+
+def test_a_compressed_entry_that_inflates_past_its_header_is_corrupt_bounded(tmp_path):
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    gc.prune(Store.open(tmp_path))
+    s = Store.open(tmp_path)
+    oid = ids[0]   # compressed
+    pack, loc = s.objects._packed(oid)
+    assert loc.form == packed.COMPRESSED
+    _flip(pack.path, loc.offset + 20)   # the declared size
+    s = Store.open(tmp_path)
+    with pytest.raises(CorruptObject):
+        s.objects.get_bytes(oid)
+
+
+# --- P2: a file of its own is preferred; a damaged packed copy is repaired by a put --------------
+
+def test_a_loose_copy_is_read_first_and_a_put_repairs_a_damaged_packed_one(tmp_path):
+    s, ids, contents = _packed_store(tmp_path)
+    oid = ids[1]
+    _flip(_packs(s)[0], s.objects._packed(oid)[1].offset)
+    s = Store.open(tmp_path)
+    assert not s.objects.intact(oid)
+    assert s.objects.put_bytes(contents[oid]) == (oid, True)   # written loose
+    assert s.objects.path(oid).is_file() and s.objects.get_bytes(oid) == contents[oid]
+    rep = verify(Store.open(tmp_path), read_data=True)
+    # the pack's copy is still damaged: a second copy, named
+    assert [e["id"] for e in rep.errors] == [oid]
+
+
+# --- P3: gc --prune packs, in the order the objects were written --------------------------------
+
+def test_gc_packs_only_once_enough_small_objects_are_loose_and_records_it(tmp_path):
+    s = Store.init(tmp_path)
+    _objects(s, packed.MIN_LOOSE - 10)
+    p = gc.prune(Store.open(tmp_path))
+    assert p.packing.objects == 0 and _packs(s) == []
+    _objects(s, 20, tag="more")
+    p = gc.prune(Store.open(tmp_path))
+    assert p.packing.objects == packed.MIN_LOOSE + 10
+    last = json.loads(s.journal.path.read_bytes().splitlines()[-1])
+    assert last["kind"] == "gc" and last["payload"]["objects_packed"] == packed.MIN_LOOSE + 10
+    assert last["payload"]["object_packs_written"] == 1
+    assert verify(Store.open(tmp_path), full=True).ok
+
+
+def test_large_chunked_and_damaged_objects_stay_loose(tmp_path):
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    with s.transaction("t") as tx:
+        big, _ = s.objects.put_bytes(os.urandom(packed.MAX_STORED + 1))
+        tx.payload["big"] = big
+    bad = ids[1]
+    path = s.objects.path(bad)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"not its bytes")
+    gc.prune(Store.open(tmp_path))
+    s = Store.open(tmp_path)
+    assert s.objects.path(big).is_file() and s.objects.path(bad).is_file()
+    assert s.objects._packed(big) is None and s.objects._packed(bad) is None
+    assert all(s.objects.packed_only(o) for o in ids if o != bad)
+
+
+def test_packs_hold_objects_in_the_order_they_were_written(tmp_path):
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    for i, oid in enumerate(ids):   # mtimes in the order written, whatever the clock's grain
+        for p in (s.objects.path(oid), s.objects.zpath(oid)):
+            if p.exists():
+                os.utime(p, ns=(10**18 + i, 10**18 + i), follow_symlinks=False)
+    gc.prune(Store.open(tmp_path))
+    s = Store.open(tmp_path)
+    offsets = [s.objects._packed(o)[1].offset for o in ids]
+    assert offsets == sorted(offsets)
+
+
+def _gc_in_child(root: Path, env: dict) -> subprocess.CompletedProcess:
+    code = "import sys; from ledger.store import Store, gc; gc.prune(Store.open(sys.argv[1]))"
+    return subprocess.run([sys.executable, "-c", code, str(root)], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_crash_at_every_point_of_packing_leaves_every_object_readable(tmp_path):
+    base = tmp_path / "base"
+    s = Store.init(base)
+    ids = _objects(s)
+    contents = {o: s.objects.get_bytes(o) for o in ids}
+    trace = tmp_path / "trace"
+    probe = tmp_path / "probe"
+    subprocess.run(["cp", "-a", str(base), str(probe)], check=True)
+    assert _gc_in_child(probe, {"LEDGER_FAULT_TRACE": str(trace)}).returncode == 0
+    points = [line.split() for line in trace.read_text().splitlines()]
+    ours = [int(n) for n, name in points if name.startswith("packed.")]
+    assert len(ours) >= 3
+    for n in ours:
+        work = tmp_path / f"w{n}"
+        subprocess.run(["cp", "-a", str(base), str(work)], check=True)
+        r = _gc_in_child(work, {"LEDGER_FAULT_AT": str(n)})
+        assert r.returncode == -9, (n, r.stderr)
+        s2 = Store.open(work)
+        for oid in ids:
+            assert s2.objects.get_bytes(oid) == contents[oid], (n, oid)
+        assert verify(s2, read_data=True).ok, n
+        # a second gc finishes the job: every object in one place or the other, readable
+        gc.prune(Store.open(work))
+        s3 = Store.open(work)
+        assert all(s3.objects.get_bytes(o) == contents[o] for o in ids)
+        assert not [p for p in (work / ".ledger" / "tmp").iterdir() if p.is_file()]
+
+
+# --- P4: what gc removes goes from its pack too; many packs are merged ---------------------------
+
+def test_an_unreachable_packed_object_is_listed_and_its_pack_rewritten_without_it(tmp_path):
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    junk = [s.objects.put_bytes(f"junk {i}".encode() * 10)[0] for i in range(3)]
+    # pack the junk too: a crash's leftovers packed by an older gc are the same thing
+    w = packed.Writer(s.root)
+    for o in junk:
+        w.add(bytes.fromhex(o[3:]), s.objects.get_bytes(o), packed.WHOLE)
+    w.finish()
+    for o in junk:
+        s.objects.remove(o)
+    s = Store.open(tmp_path)
+    assert all(s.objects.packed_only(o) for o in junk)
+    plan = gc.plan(s)
+    assert {o for o, _ in plan.unreachable} == set(junk)
+    p = gc.prune(Store.open(tmp_path))
+    assert p.packing.replaced == 1
+    s = Store.open(tmp_path)
+    assert not any(s.objects.has(o) for o in junk)
+    assert all(s.objects.has(o) for o in ids)
+    assert gc.plan(s).unreachable == ()
+    assert verify(s, read_data=True).ok
+
+
+def test_more_than_max_packs_are_merged_into_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(packed, "MIN_LOOSE", 5)
+    monkeypatch.setattr(packed, "MAX_PACKS", 3)
+    s = Store.init(tmp_path)
+    every = []
+    for r in range(4):
+        every += _objects(s, 10, tag=f"r{r}")
+        p = gc.prune(Store.open(tmp_path))
+    assert p.packing.replaced == 3 and len(_packs(s)) == 1
+    s = Store.open(tmp_path)
+    assert all(s.objects.packed_only(o) and s.objects.intact(o) for o in every)
+
+
+def test_a_damaged_entry_stops_a_rewrite_before_any_pack_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(packed, "MIN_LOOSE", 5)
+    monkeypatch.setattr(packed, "MAX_PACKS", 1)
+    s = Store.init(tmp_path)
+    first = _objects(s, 10, tag="a")
+    gc.prune(Store.open(tmp_path))
+    pack = _packs(s)[0]
+    _flip(pack, Store.open(tmp_path).objects._packed(first[1])[1].offset)
+    _objects(s, 10, tag="b")
+    with pytest.raises(CorruptObject, match=first[1]):
+        gc.prune(Store.open(tmp_path))
+    assert _packs(s) == [pack]
+    assert not [p for p in (s.root / "tmp").iterdir() if p.is_file()]
+
+
+# --- P7: a reader finds what a gc packed after the reader looked ---------------------------------
+
+def test_a_reader_that_listed_the_packs_before_a_gc_finds_what_it_packed(tmp_path):
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    reader = Store.open(tmp_path)
+    assert not reader.objects.has(hash_bytes(b"absent"))   # a miss lists the packs: none yet
+    assert reader.objects.packed.listed == frozenset()
+    gc.prune(Store.open(tmp_path))
+    assert reader.objects.get_bytes(ids[1]) == Store.open(tmp_path).objects.get_bytes(ids[1])
+
+
+# --- verify counts a packed store as it counted the loose one -----------------------------------
+
+def test_verify_full_counts_a_packed_store_as_the_loose_one_and_names_dangling_ones(tmp_path):
+    s = Store.init(tmp_path)
+    _objects(s)
+    before = verify(Store.open(tmp_path), full=True)
+    gc.prune(Store.open(tmp_path))
+    after = verify(Store.open(tmp_path), full=True)
+    assert after.ok and after.stats["objects"] == before.stats["objects"]
+    assert after.stats["bytes"] == before.stats["bytes"]
+    s = Store.open(tmp_path)
+    w = packed.Writer(s.root)
+    junk = b"nobody names this"
+    w.add(bytes.fromhex(hash_bytes(junk)[3:]), junk, packed.WHOLE)
+    w.finish()
+    rep = verify(Store.open(tmp_path), full=True)
+    assert rep.ok and rep.stats["objects"] == before.stats["objects"] + 1
+    assert [i for i in rep.info if i["what"] == "dangling"][0]["ids"] == [hash_bytes(junk)]
+
+
+def test_table_parts_read_every_entry_and_unsound_names_unsorted_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr(packing, "_PART", 7)   # pieces smaller than the table: the order across them is checked
+    s, ids, _ = _packed_store(tmp_path)
+    p = s.objects.packed.all()[0]
+    got, before = [], None
+    for part in packing.table_parts(p):
+        assert packing.unsound(p, part, before) is None
+        before = part.digest(len(part.keys) - 1)
+        got += [part.digest(j) for j in range(len(part.keys))]
+    assert got == sorted(bytes.fromhex(o[3:]) for o in ids)
+    parts = list(packing.table_parts(p))
+    assert packing.unsound(p, parts[1], parts[2].digest(0)) == "its entries are not sorted by digest"
