@@ -3,9 +3,10 @@
 One `import` transaction, under the store lock:
   1. check the offer's signatures against the trust policy — before any object moves;
   2. fetch each object that is missing here, or held but damaged (not a regular file, or not
-     hashing to its id), into tmp/, verifying its announced size and its hash on arrival
-     (a chunked object on a remote: its chunk list, then only the chunks not held here, each
-     verified, reassembled into tmp/ and hashed whole — chunked.py);
+     hashing to its id; a packed copy whose bytes in its pack do not: store/packed.py), into
+     tmp/, verifying its announced size and its hash on arrival (a chunked object on a remote:
+     its chunk list, then only the chunks not held here, each verified, reassembled into tmp/
+     and hashed whole — chunked.py);
   3. check the journal segment (ids recompute, prev links, record signatures), that the
      closure is complete, and that every id the offer calls *absent* is named by one of its
      objects (an invented absent id is refused: it would otherwise be a reference nobody can
@@ -75,7 +76,10 @@ def check_namespace(ns: str) -> str:
 
 
 def held_state(store, oid: str) -> str:
-    """"intact", "missing" or "damaged" (present but a special file, a link, or wrong bytes)."""
+    """"intact", "missing" or "damaged" (present but a special file, a link, or wrong bytes).
+    A packed object (store/packed.py) has no file of its own: it is intact if its bytes in its
+    pack hash to its id (ObjectStore.intact), damaged if a pack holds an entry for it that does
+    not — then a verified copy replaces it with a file of its own, which reads prefer."""
     if store.objects.intact(oid):
         return "intact"
     for p in (store.object_path(oid), store.objects.index_path(oid), store.objects.zpath(oid)):
@@ -84,7 +88,7 @@ def held_state(store, oid: str) -> str:
             return "damaged"
         except FileNotFoundError:
             pass
-    return "missing"
+    return "damaged" if store.objects.packed_only(oid) else "missing"
 
 
 class Arrivals:
@@ -121,9 +125,44 @@ class Arrivals:
             if tmp is not None and tmp.exists():
                 tmp.unlink()
 
-    def path(self, oid: str) -> Path:
-        """Where an object's verified bytes are now: tmp/ if it just arrived, else the store."""
-        return self.pending.get(oid) or self.store.object_path(oid)
+    def _peek(self, oid: str, cap: int, structure: bool) -> bytes | None:
+        """At most `cap` bytes of an arrival in tmp/ (hashed as it arrived); None if it is not
+        structure (`structure`: it does not start with `{`)."""
+        tmp = self.pending[oid]
+        try:
+            fd, st = fsio.open_regular(tmp)
+        except fsio.NotRegular as e:   # our own file in tmp/, replaced under us
+            raise StoreCorrupt(f"{tmp}, where {oid} arrived, is now a {e.kind}",
+                               "something else is writing to the store's tmp/; retry") from None
+        except OSError as e:
+            raise fsio.io_error(e, f"reading {oid} as it arrived") from e
+        try:
+            if structure and os.pread(fd, 1, 0) != b"{":
+                return None
+            return fsio.read_bounded(fd, min(cap, st.st_size))
+        except OSError as e:
+            raise fsio.io_error(e, f"reading {oid} as it arrived") from e
+        finally:
+            os.close(fd)
+
+    def structure(self, oid: str, cap: int) -> bytes | None:
+        """The bytes of `oid` if it is structure to look for ids in (starts with `{`), else None:
+        an arrival's from tmp/ (at most `cap` bytes: its announced size), or, if it was held
+        intact already, through the store's reader, whatever form it has there (whole,
+        compressed, packed: a packed object has no file of its own; at most JSON_SCAN_LIMIT).
+        A chunked object is data, never structure (as Store.closure)."""
+        if oid in self.pending:
+            return self._peek(oid, cap, structure=True)
+        if self.store.objects.chunked(oid):
+            return None
+        return self.store.objects.structure(oid, JSON_SCAN_LIMIT)
+
+    def read(self, oid: str, cap: int) -> bytes:
+        """The verified bytes of `oid`, at most `cap`: an arrival's from tmp/, or a held object's
+        through the store's reader, whatever form it has there (BadInput if it is larger)."""
+        if oid in self.pending:
+            return self._peek(oid, cap, structure=False)
+        return self.store.objects.get_bytes(oid, max_size=cap)
 
     def flush(self, point: str) -> None:
         """Install everything pending: new objects in one durable batch, then the repairs."""
@@ -170,20 +209,9 @@ def check_closed(store, man: mf.Manifest, arrivals: Arrivals, what: str) -> None
     for oid, size in listed.items():
         if size > JSON_SCAN_LIMIT or size == 0:
             continue
-        if oid not in arrivals.pending and store.objects.chunked(oid):
-            continue  # stored as chunks: a large blob, never structure (as Store.closure)
-        if oid not in arrivals.pending and store.objects.compressed(oid):
-            data = store.objects.structure(oid)  # held compressed (store/compress.py): read verified
-            if data is None:
-                continue
-        else:
-            fd, st = fsio.open_regular(arrivals.path(oid))
-            try:
-                if os.pread(fd, 1, 0) != b"{":
-                    continue
-                data = fsio.read_bounded(fd, min(size, st.st_size))
-            finally:
-                os.close(fd)
+        data = arrivals.structure(oid, size)   # just arrived, or held here in whatever form
+        if data is None:
+            continue
         try:
             obj = canonical.loads(data)
         except BadInput:
@@ -243,11 +271,12 @@ def admit(store, source: Source, offer: Offer, *, namespace: str, names=None, pr
                     arrivals.flush("pull.batch")
             nseg = 0
             if man.segment:
-                fd, _ = fsio.open_regular(arrivals.path(man.segment))
+                # just arrived, or held here already (perhaps packed: no file of its own)
                 try:
-                    data = fsio.read_bounded(fd, min(sizes[man.segment], mf.MAX_SEGMENT + 1))
-                finally:
-                    os.close(fd)
+                    data = arrivals.read(man.segment, min(sizes[man.segment], mf.MAX_SEGMENT + 1))
+                except BadInput:   # held, and larger than announced: not this manifest's segment
+                    raise StoreCorrupt(f"{offer.what}: its journal segment is not the size its manifest "
+                                       "lists") from None
                 nseg = len(mf.verify_segment(keys.trusted_keys(store), data).records)
             check_closed(store, man, arrivals, offer.what)
             arrivals.flush("import.objects-installed")

@@ -11,7 +11,6 @@ damaged is fetched again and replaced (admit.py); ids held on neither side are r
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from ledger.sharing.admit import JSON_SCAN_LIMIT, Arrivals, ImportResult, admit,
 from ledger.sharing.bundle import BundleSource
 from ledger.sharing.pool import JOBS, NullProgress, Progress, run_all
 from ledger.sharing.sources import NotHeld, RemoteSource, Source, loose_limit
-from ledger.store import canonical, fsio
+from ledger.store import canonical
 from ledger.store.ids import find_ids, is_id
 
 
@@ -155,25 +154,18 @@ def fetch_closure(store, source, ids, namespace: str | None = None, progress: Pr
 
 
 def children(store, oid: str) -> set[str]:
-    """The ids a held structured object names (empty for blobs and for large objects)."""
-    if store.objects.compressed(oid):  # held compressed (store/compress.py): read verified
-        try:
-            data = store.objects.structure(oid, JSON_SCAN_LIMIT)
-        except (MissingObject, CorruptObject, fsio.StorageIOError):
-            return set()
-        if data is None:
-            return set()
-    else:
-        try:
-            fd, st = fsio.open_regular(store.object_path(oid))
-        except (FileNotFoundError, fsio.NotRegular):
-            return set()
-        try:
-            if st.st_size > JSON_SCAN_LIMIT or os.pread(fd, 1, 0) != b"{":
-                return set()
-            data = fsio.read_bounded(fd, st.st_size)
-        finally:
-            os.close(fd)
+    """The ids a held structured object names (empty for blobs, for large objects, and for one
+    missing or damaged here). Read through the store, whatever form it has here: whole,
+    compressed (store/compress.py: decompressed, rehashed) or packed (store/packed.py: no file
+    of its own; read from its pack, rehashed)."""
+    if store.objects.chunked(oid):
+        return set()   # stored as chunks: a large blob, never structure (as Store.closure)
+    try:
+        data = store.objects.structure(oid, JSON_SCAN_LIMIT)
+    except (MissingObject, CorruptObject):
+        return set()
+    if data is None:
+        return set()
     try:
         return find_ids(canonical.loads(data))
     except BadInput:

@@ -8,7 +8,9 @@ Read-only on the local store (no lock):
      (invariant below) — nothing moves; otherwise ask which objects are missing;
   3. upload the missing objects in batches (each hashed as sent, staged, and the batch made
      durable and visible together: durable.py); a chunked object as the chunks the remote
-     lacks and then its chunk list (chunked.py);
+     lacks and then its chunk list (chunked.py); a compressed or packed object, or one small
+     enough that `gc --prune` may pack it meanwhile (store/packed.py: it then has no file of
+     its own), read verified through the store into a work folder first;
   4. upload the manifest object, then 5. the ref files that name it.
 Remote invariant (MUST): a manifest object is written only after every object it lists,
 and a ref only after its manifest. A crash anywhere leaves complete objects and possibly
@@ -26,8 +28,8 @@ from ledger.sharing import manifest as mf
 from ledger.sharing import remote as rm
 from ledger.sharing.pool import JOBS, NullProgress, Progress, batches, run_all
 from ledger.sharing.sources import REF_LIMIT, read_manifest
-from ledger.store import canonical, faults
-from ledger.store.ids import hash_bytes, is_id
+from ledger.store import canonical, faults, fsio, packed
+from ledger.store.ids import PREFIX, hash_bytes, is_id
 from ledger.store.journal import default_actor, now
 
 
@@ -127,19 +129,33 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
                 counted[0] += n
             progress.advance(nbytes=n)
 
+        staging = _Staging(store)
+        reading = threading.Lock()
+
         def send(oid):
             if oid == man.segment:
                 _put_blob(backend, oid, seg)
                 on_bytes(len(seg))
-            elif store.objects.compressed(oid):
-                # held compressed (store/compress.py): a remote holds the object's own bytes
-                data = store.objects.get_bytes(oid)
-                _put_blob(backend, oid, data)
-                on_bytes(len(data))
             else:
-                # Stream from the store's file (the backend hashes what it sends and refuses a
-                # mismatch, so a corrupt local object can never be published under its id).
-                backend.put_object(oid, store.object_path(oid), on_bytes)
+                with reading:
+                    # The form is judged and a copy read under one lock (the store's readers of
+                    # packs, store/packed.py, are not shared between threads); uploads run in parallel.
+                    whole = _large_whole(store, oid, sizes[oid])
+                    data = None if whole else _held_bytes(store, oid, sizes[oid])
+                if data is None:
+                    # Stream from the store's file (the backend hashes what it sends and refuses
+                    # a mismatch, so a corrupt local object can never be published under its id).
+                    backend.put_object(oid, store.object_path(oid), on_bytes)
+                else:
+                    # Compressed (store/compress.py: a remote holds the object's own bytes),
+                    # packed (store/packed.py: no file of its own), or small enough that `gc
+                    # --prune` may pack it while this push runs: read verified through the
+                    # store, whatever form it has, and uploaded from a file of our own.
+                    path = staging.write(oid, data)
+                    try:
+                        backend.put_object(oid, path, on_bytes)
+                    finally:
+                        staging.done(oid)
             faults.point("push.object")
             progress.advance(objects=1)
             return oid
@@ -153,6 +169,7 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
                 chunked.push_objects(store, backend, big, on_bytes, jobs)
                 progress.advance(objects=len(big))
         finally:
+            staging.close()
             progress.finish()
         sent_objects, sent_bytes = len(todo) + len(big), counted[0]
         _put_blob(backend, man.id, man.canonical())
@@ -172,6 +189,57 @@ def push(store, backend: rm.Backend, names, key_name: str | None = None, progres
     return PushResult(remote=backend.url, refs=dict(sel.refs), manifest=man.id, objects_total=len(sizes),
                       bytes_total=man.total_bytes, objects_sent=sent_objects, bytes_sent=sent_bytes,
                       up_to_date=up_to_date, signed_by=pub.name if pub else None, absent=man.absent)
+
+
+def _large_whole(store, oid: str, size: int) -> bool:
+    """The object is a whole file of its own too large ever to be packed (packed.MAX_STORED: a
+    whole object's stored size is its size), so its file stays while a push reads it. A
+    compressed or packed one of that size is not (its stored bytes may be small)."""
+    return size > packed.MAX_STORED and not store.objects.compressed(oid) and not store.objects.packed_only(oid)
+
+
+def _held_bytes(store, oid: str, size: int) -> bytes:
+    """The verified bytes of an object this store holds (whole, compressed or packed), read no
+    further than the `size` its manifest lists."""
+    try:
+        data = store.objects.get_bytes(oid, max_size=size)
+    except BadInput:   # larger than it was a moment ago: only damage can make it so
+        raise CorruptObject(oid, f"object {oid} in this store is no longer the {size} bytes its manifest lists",
+                            "`ledger verify --read-data`; `ledger repair --from REMOTE|BUNDLE` replaces it") from None
+    if len(data) != size:
+        raise CorruptObject(oid, f"object {oid} in this store is no longer the {size} bytes its manifest lists")
+    return data
+
+
+class _Staging:
+    """Verified copies of objects, each in a file of its own in a work folder (flocked: a gc
+    meanwhile leaves it alone) for the backend to upload from (it hashes what it sends), each
+    removed once staged. The folder is made at the first object and removed by close()."""
+
+    def __init__(self, store):
+        self.store = store
+        self.folder = None
+        self.lock = threading.Lock()
+
+    def write(self, oid: str, data: bytes):
+        with self.lock:
+            if self.folder is None:
+                self.folder = self.store.work_folder("push")
+        p = self.folder / oid[len(PREFIX):]
+        try:
+            with open(p, "xb") as f:
+                f.write(data)
+        except OSError as e:
+            raise fsio.io_error(e, f"staging object {oid} for upload") from e
+        return p
+
+    def done(self, oid: str) -> None:
+        (self.folder / oid[len(PREFIX):]).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.store.discard_work_folder(self.folder)
+            self.folder = None
 
 
 def _put_blob(backend, oid: str, data: bytes) -> None:

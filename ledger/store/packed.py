@@ -36,7 +36,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.store import faults, fsio
+from ledger.store import fsio
 
 DIR = "packed"
 SUFFIX = ".pack"
@@ -216,84 +216,3 @@ class Packs:
         for p in self.open.values():
             p.close()
         self.open, self.bad, self.listed = {}, {}, None
-
-
-class Writer:
-    """A new pack in tmp/: stored bytes appended in the order given, entries sorted at the end.
-    finish() makes it durable under packed/ before any caller removes a loose copy (P3)."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.tmp = fsio.tmp_path(root / "tmp")
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        self.at = 0
-        self.entries: list[tuple[bytes, int, int, int]] = []
-        self.seen: set[bytes] = set()
-        self._buf: list[bytes] = []
-        self._buffered = 0
-        self._write(MAGIC)
-
-    def _write(self, data: bytes) -> None:
-        self._buf.append(data)
-        self._buffered += len(data)
-        self.at += len(data)
-        if self._buffered >= 4 << 20:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._buf:
-            fsio.write_all(self.fd, b"".join(self._buf), "writing a pack of objects")
-            self._buf, self._buffered = [], 0
-
-    def add(self, digest: bytes, stored: bytes, form: int) -> bool:
-        """Append one object's stored bytes (already verified by the caller); False if this
-        pack holds it already."""
-        if digest in self.seen:
-            return False
-        self.seen.add(digest)
-        self.entries.append((digest, self.at, len(stored), form))
-        self._write(stored)
-        return True
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def finish(self) -> Path | None:
-        """Write the sorted entries and the footer, fsync, rename into packed/ and fsync the
-        directory. None (and nothing left behind) if no entry was added."""
-        try:
-            if not self.entries:
-                self.abort()
-                return None
-            self.entries.sort()
-            for d, off, n, form in self.entries:
-                self._write(ENTRY.pack(d, off, n, form))
-            self._write(FOOT.pack(len(self.entries), FOOT_MAGIC))
-            self._flush()
-            faults.point("packed.before-fsync")
-            os.fsync(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-            dest_dir = self.root / DIR
-            new_dir = not dest_dir.is_dir()
-            dest_dir.mkdir(exist_ok=True)
-            if new_dir:
-                fsio.fsync_dir(self.root)
-            dest = dest_dir / f"{os.urandom(16).hex()}{SUFFIX}"
-            os.chmod(self.tmp, 0o444)
-            os.rename(self.tmp, dest)
-            fsio.fsync_dir(dest_dir)
-            faults.point("packed.after-rename")
-            return dest
-        except BaseException:
-            self.abort()
-            raise
-
-    def abort(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass

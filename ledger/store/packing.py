@@ -10,7 +10,8 @@ each only when it is due:
     stays where it is (verify names it).
   * **drop**: a pack holding an object gc removes (unreachable, or pruned by the retention
     policy) is rewritten without it.
-  * **merge**: more than packed.MAX_PACKS packs are rewritten into as few as MAX_ENTRIES allows.
+  * **merge**: more than packed.MAX_PACKS small packs (under a quarter of MAX_ENTRIES entries:
+    those a later gc adds) are rewritten into one, oldest first.
 A rewrite copies each kept entry's stored bytes, verified as they are read, into the new pack;
 a damaged entry stops it (CorruptObject naming the object and the pack) before any pack is
 removed. The new pack is durable before an old one goes: a crash leaves an object in two places,
@@ -110,35 +111,166 @@ def _holds_any(pack: packed.Pack, keys: np.ndarray) -> bool:
         return False   # an unreadable table: left as it is (verify names the pack)
 
 
-def _loose_candidates(store, going: set[str]) -> list[tuple[int, str, int]]:
-    """(mtime_ns, hex, form) of every loose small object that stays, oldest first."""
-    out = []
+SLICE = packed.MAX_ENTRIES // 2   # loose objects judged at once: a pack of them stays above the merge's "small"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Loose small objects that stay, oldest first, as arrays (about 50 bytes an object: at a
+    million of them a list of tuples took ~500 MB, RESULTS session 16): their digests back to
+    back in `raw` (in listing order), `order` (which digest is i-th oldest), their forms, and
+    which were packed (filled by run)."""
+    raw: bytes
+    order: np.ndarray
+    form: np.ndarray
+    moved: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def digest(self, i: int) -> bytes:
+        at = 32 * int(self.order[i])
+        return self.raw[at:at + 32]
+
+
+def loose_slices(store, going: set[str]):
+    """The loose small objects that stay (module doc), as Candidates of at most about
+    packed.MAX_ENTRIES objects each (whole fan-out directories; so memory stays bounded however
+    many are loose), each in the order its files were written; an object held both whole and
+    compressed is taken whole (the copy reads prefer)."""
+    digests, mtimes, forms, count = [], [], [], 0
     for d in reach.listing(store):
         z = d.suffixed(compress.SUFFIX)
         c = d.suffixed(".c")
+        dig, mt, fm = bytearray(), [], []
         for i in np.flatnonzero(~c):
-            oid, path = d.id(int(i)), d.path(int(i))
+            i = int(i)
+            oid = d.id(i)
             if oid in going:
                 continue
             try:
-                st = os.lstat(path)
+                st = os.lstat(d.path(i))
             except FileNotFoundError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size > packed.MAX_STORED:
-                continue
-            if not z[i] and st.st_size == 0:
-                continue   # the empty object: nothing to gain
-            out.append((st.st_mtime_ns, oid[len(PREFIX):], packed.COMPRESSED if z[i] else packed.WHOLE))
-    out.sort()
-    # a whole copy and a compressed one of the same object: the whole one is what reads prefer
-    seen: set[str] = set()
-    kept = []
-    for item in sorted(out, key=lambda t: (t[1], t[2])):
-        if item[1] not in seen:
-            seen.add(item[1])
-            kept.append(item)
-    kept.sort()
-    return kept
+            if not stat.S_ISREG(st.st_mode) or st.st_size > packed.MAX_STORED or (not z[i] and st.st_size == 0):
+                continue   # not a plain file (verify names it), too large to gain, or the empty object
+            dig += bytes.fromhex(oid[len(PREFIX):])
+            mt.append(st.st_mtime_ns)
+            fm.append(packed.COMPRESSED if z[i] else packed.WHOLE)
+        if mt:
+            digests.append(bytes(dig))
+            mtimes.append(np.array(mt, dtype=np.int64))
+            forms.append(np.array(fm, dtype=np.uint8))
+            count += len(mt)
+        if count >= SLICE:
+            yield _ordered(digests, mtimes, forms)
+            digests, mtimes, forms, count = [], [], [], 0
+    if count:
+        yield _ordered(digests, mtimes, forms)
+
+
+def _ordered(digests: list, mtimes: list, forms: list) -> Candidates:
+    raw = b"".join(digests)
+    digests.clear()
+    mtime, form = np.concatenate(mtimes), np.concatenate(forms)
+    d = np.frombuffer(raw, dtype="S32")
+    by_id = np.lexsort((form, d))    # whole (0) before compressed (1) of one id
+    keep = np.ones(len(d), dtype=bool)
+    keep[by_id[1:][d[by_id[1:]] == d[by_id[:-1]]]] = False
+    del by_id, d
+    order = np.flatnonzero(keep)
+    order = order[np.argsort(mtime[order], kind="stable")]
+    return Candidates(raw, order, form[order], np.zeros(len(order), dtype=bool))
+
+
+class Writer:
+    """A new pack in tmp/: stored bytes appended in the order given (4 MiB writes), its entries
+    kept as packed.ENTRY records (48 bytes each) and sorted by digest at the end, a second entry
+    of one digest dropped. finish() makes it durable under packed/ before any caller removes a
+    loose copy (P3)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.tmp = fsio.tmp_path(root / "tmp")
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.at = 0
+        self.table = bytearray()
+        self._buf: list = []
+        self._buffered = 0
+        self._write(packed.MAGIC)
+
+    def _write(self, data) -> None:
+        self._buf.append(data)
+        self._buffered += len(data)
+        self.at += len(data)
+        if self._buffered >= 4 << 20:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            fsio.write_all(self.fd, b"".join(self._buf), "writing a pack of objects")
+            self._buf, self._buffered = [], 0
+
+    def add(self, digest: bytes, stored: bytes, form: int) -> None:
+        """Append one object's stored bytes (verified by the caller)."""
+        self.table += packed.ENTRY.pack(digest, self.at, len(stored), form)
+        self._write(stored)
+
+    def __len__(self) -> int:
+        return len(self.table) // packed.ENTRY.size
+
+    def finish(self):
+        """Write the sorted entries and the footer, fsync, rename into packed/ and fsync the
+        directory; the pack's path. None (and nothing left behind) if nothing was added."""
+        try:
+            if not self.table:
+                self.abort()
+                return None
+            rec = np.frombuffer(self.table, dtype=[("d", "S32"), ("rest", "V16")])
+            order = np.argsort(rec["d"], kind="stable")
+            d = rec["d"][order]
+            order = order[np.concatenate(([True], d[1:] != d[:-1]))]   # one entry a digest
+            del d
+            for at in range(0, len(order), 1 << 16):
+                self._write(rec[order[at:at + (1 << 16)]].tobytes())
+            self._write(packed.FOOT.pack(len(order), packed.FOOT_MAGIC))
+            self._flush()
+            faults.point("packed.before-fsync")
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            dest_dir = self.root / packed.DIR
+            new_dir = not dest_dir.is_dir()
+            dest_dir.mkdir(exist_ok=True)
+            if new_dir:
+                fsio.fsync_dir(self.root)
+            dest = dest_dir / f"{os.urandom(16).hex()}{packed.SUFFIX}"
+            os.chmod(self.tmp, 0o444)
+            os.rename(self.tmp, dest)
+            fsio.fsync_dir(dest_dir)
+            faults.point("packed.after-rename")
+            return dest
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+def _intact_in_pack(store, cand: Candidates, i: int) -> bool:
+    oid = PREFIX + cand.digest(i).hex()
+    hit = store.objects._packed(oid)
+    try:
+        return hit is not None and store.objects._packed_data(oid, hit) is not None
+    except (CorruptObject, fsio.StorageIOError):
+        return False
 
 
 def _stored_loose(store, hexid: str, form: int) -> bytes | None:
@@ -164,45 +296,29 @@ def _stored_packed(store, pack: packed.Pack, digest: bytes, loc: packed.Loc) -> 
     return store.objects._packed_stored(oid, hit)
 
 
-def run(store, going: set[str], *, refused: str | None = None) -> Packed:
-    """The packing step (module doc). `going`: ids gc removes. `refused`: None, or why loose
-    files must not move now (an image serves from this store's files): then only the rewrites
-    that drop removed objects run."""
-    packs = store.objects.packed
-    packs.refresh()
-    dead_hex = {o[len(PREFIX):] for o in going}
-    dead_keys = np.unique(np.array([reach.key(o) for o in going], dtype=np.uint64))
-    live = packs.all()
-    dropping = [p for p in live if _holds_any(p, dead_keys)] if len(dead_keys) else []
-    candidates = [] if refused else _loose_candidates(store, going)
-    pack_loose = len(candidates) >= packed.MIN_LOOSE
-    merging = not refused and len(live) + (1 if pack_loose else 0) > packed.MAX_PACKS
-    rewrite = live if merging else dropping
-    if not pack_loose and not rewrite:
-        return Packed(skipped=refused)
-    written, moved, loose_done = [], 0, []
-    writer = packed.Writer(store.root)
+def _by_offset(pack: packed.Pack):
+    """(digest, Loc) of a pack's entries in the order their bytes lie: the order they were
+    written, which a rewrite keeps."""
+    parts = list(table_parts(pack))
+    if not parts:
+        return
+    off = np.concatenate([p.off for p in parts])
+    for i in np.argsort(off, kind="stable"):
+        part, j = parts[int(i) // _PART], int(i) % _PART
+        yield part.digest(j), packed.Loc(pack.name, int(part.off[j]), int(part.len[j]), int(part.form[j]))
+
+
+def _write(store, items) -> list:
+    """New packs of (digest, stored bytes, form) items, MAX_ENTRIES at most each, made durable;
+    their paths. On any failure, none of them is left."""
+    written = []
+    writer = Writer(store.root)
     try:
-        def spill():
-            nonlocal writer
+        for digest, stored, form in items:
+            writer.add(digest, stored, form)
             if len(writer) >= packed.MAX_ENTRIES:
                 written.append(writer.finish())
-                writer = packed.Writer(store.root)
-        for pack in rewrite:   # kept entries first: they are the older objects
-            for digest, loc in pack.entries():
-                if digest.hex() in dead_hex:
-                    continue
-                if writer.add(digest, _stored_packed(store, pack, digest, loc), loc.form):
-                    spill()
-        if pack_loose:
-            for _, hexid, form in candidates:
-                raw = _stored_loose(store, hexid, form)
-                if raw is None:
-                    continue
-                if writer.add(bytes.fromhex(hexid), raw, form):
-                    moved += 1
-                    loose_done.append((hexid, form))
-                    spill()
+                writer = Writer(store.root)
         last = writer.finish()
         if last is not None:
             written.append(last)
@@ -214,17 +330,81 @@ def run(store, going: set[str], *, refused: str | None = None) -> Packed:
             except FileNotFoundError:
                 pass
         raise
-    faults.point("packed.before-removing")
-    try:
-        for pack in rewrite:
-            os.unlink(pack.path)
-        for hexid, form in loose_done:
-            oid = PREFIX + hexid
-            os.unlink(store.objects.zpath(oid) if form == packed.COMPRESSED else store.objects.path(oid))
-    except OSError as e:
-        raise fsio.io_error(e, "removing files a pack now holds") from e
+    return written
+
+
+def run(store, going: set[str], *, refused: str | None = None) -> Packed:
+    """The packing step (module doc). `going`: ids gc removes. `refused`: None, or why loose
+    files must not move now (an image serves from this store's files): then only the rewrites
+    that drop removed objects run."""
+    packs = store.objects.packed
     packs.refresh()
-    return Packed(objects=moved, written=len(written), replaced=len(rewrite), skipped=refused)
+    dead_hex = {o[len(PREFIX):] for o in going}
+    dead_keys = np.unique(np.array([reach.key(o) for o in going], dtype=np.uint64))
+    written = replaced = moved = 0
+    try:
+        for cand in ([] if refused else loose_slices(store, going)):
+            if len(cand) < packed.MIN_LOOSE:
+                continue
+            written += len(_write(store, _loose_items(store, cand)))
+            faults.point("packed.before-removing")
+            for i in np.flatnonzero(cand.moved):
+                oid = PREFIX + cand.digest(int(i)).hex()
+                os.unlink(store.objects.zpath(oid) if cand.form[i] == packed.COMPRESSED else store.objects.path(oid))
+            moved += int(cand.moved.sum())
+        packs.refresh()
+        live = packs.all()
+        rewrite = [p for p in live if _holds_any(p, dead_keys)] if len(dead_keys) else []
+        # merge the small packs (those later gcs add), oldest first so their objects keep their order
+        small = sorted((p for p in live if p.count < packed.MAX_ENTRIES // 4),
+                       key=lambda p: (os.stat(p.fd).st_mtime_ns, p.name))
+        if not refused and len(small) > packed.MAX_PACKS:
+            rewrite = small + [p for p in rewrite if p not in small]
+        if rewrite:
+            written += len(_write(store, ((d, _stored_packed(store, pack, d, loc), loc.form)
+                                          for pack in rewrite for d, loc in _by_offset(pack)
+                                          if d.hex() not in dead_hex)))
+            faults.point("packed.before-removing")
+            for pack in rewrite:
+                os.unlink(pack.path)
+                replaced += 1
+    except OSError as e:
+        raise fsio.io_error(e, "writing packs of objects, or removing the files a pack now holds") from e
+    finally:
+        packs.refresh()
+    return Packed(objects=moved, written=written, replaced=replaced, skipped=refused)
+
+
+def _in_packs(store, cand: Candidates) -> np.ndarray:
+    """Which candidates a pack holds already (a loose copy written for an image, or a repair): a
+    mask, by key first, then by the whole digest."""
+    keys = np.ndarray((len(cand.raw) // 32,), dtype=">u8", buffer=cand.raw, strides=(32,))[cand.order].astype(np.uint64)
+    maybe = np.zeros(len(cand), dtype=bool)
+    for pack in store.objects.packed.all():
+        try:
+            maybe |= reach.member(table_keys(pack), keys)
+        except (OSError, ValueError):
+            continue
+    held = np.zeros(len(cand), dtype=bool)
+    for i in np.flatnonzero(maybe):
+        held[i] = store.objects._packed(PREFIX + cand.digest(int(i)).hex()) is not None
+    return held
+
+
+def _loose_items(store, cand: Candidates):
+    """(digest, stored bytes, form) of each candidate whose bytes verify and that no pack holds
+    (marked moved). One a pack holds is marked moved without being written again if the pack's
+    copy is intact (its loose file is then removed with the others); if it is not, the loose
+    copy is what reads get, and it stays."""
+    held = _in_packs(store, cand)
+    for i in range(len(cand)):
+        if held[i]:
+            cand.moved[i] = store.objects.intact(PREFIX + cand.digest(i).hex()) and _intact_in_pack(store, cand, i)
+            continue
+        raw = _stored_loose(store, cand.digest(i).hex(), int(cand.form[i]))
+        if raw is not None:
+            cand.moved[i] = True
+            yield cand.digest(i), raw, int(cand.form[i])
 
 
 def dead_entries(store, reachable: np.ndarray) -> list[tuple[str, int]]:

@@ -232,7 +232,12 @@ def test_large_chunked_and_damaged_objects_stay_loose(tmp_path):
     assert all(s.objects.packed_only(o) for o in ids if o != bad)
 
 
-def test_packs_hold_objects_in_the_order_they_were_written(tmp_path):
+@pytest.mark.parametrize("slice_", [packing.SLICE, 64])
+def test_packs_hold_objects_in_the_order_they_were_written(tmp_path, monkeypatch, slice_):
+    """In slices of fan-out directories (bounded memory, however many are loose), each slice's
+    pack in the order its objects were written."""
+    monkeypatch.setattr(packing, "SLICE", slice_)
+    monkeypatch.setattr(packed, "MIN_LOOSE", 10)
     s = Store.init(tmp_path)
     ids = _objects(s)
     for i, oid in enumerate(ids):   # mtimes in the order written, whatever the clock's grain
@@ -241,8 +246,13 @@ def test_packs_hold_objects_in_the_order_they_were_written(tmp_path):
                 os.utime(p, ns=(10**18 + i, 10**18 + i), follow_symlinks=False)
     gc.prune(Store.open(tmp_path))
     s = Store.open(tmp_path)
-    offsets = [s.objects._packed(o)[1].offset for o in ids]
-    assert offsets == sorted(offsets)
+    assert all(s.objects.packed_only(o) for o in ids)
+    assert (len(_packs(s)) == 1) == (slice_ > N)
+    by_pack: dict = {}
+    for o in ids:
+        pack, loc = s.objects._packed(o)
+        by_pack.setdefault(pack.name, []).append(loc.offset)
+    assert all(offsets == sorted(offsets) for offsets in by_pack.values())
 
 
 def _gc_in_child(root: Path, env: dict) -> subprocess.CompletedProcess:
@@ -286,7 +296,7 @@ def test_an_unreachable_packed_object_is_listed_and_its_pack_rewritten_without_i
     ids = _objects(s)
     junk = [s.objects.put_bytes(f"junk {i}".encode() * 10)[0] for i in range(3)]
     # pack the junk too: a crash's leftovers packed by an older gc are the same thing
-    w = packed.Writer(s.root)
+    w = packing.Writer(s.root)
     for o in junk:
         w.add(bytes.fromhex(o[3:]), s.objects.get_bytes(o), packed.WHOLE)
     w.finish()
@@ -313,7 +323,7 @@ def test_more_than_max_packs_are_merged_into_one(tmp_path, monkeypatch):
     for r in range(4):
         every += _objects(s, 10, tag=f"r{r}")
         p = gc.prune(Store.open(tmp_path))
-    assert p.packing.replaced == 3 and len(_packs(s)) == 1
+    assert p.packing.replaced == 4 and p.packing.written == 2 and len(_packs(s)) == 1   # the new one merged too
     s = Store.open(tmp_path)
     assert all(s.objects.packed_only(o) and s.objects.intact(o) for o in every)
 
@@ -326,10 +336,12 @@ def test_a_damaged_entry_stops_a_rewrite_before_any_pack_is_removed(tmp_path, mo
     gc.prune(Store.open(tmp_path))
     pack = _packs(s)[0]
     _flip(pack, Store.open(tmp_path).objects._packed(first[1])[1].offset)
-    _objects(s, 10, tag="b")
+    second = _objects(s, 10, tag="b")
     with pytest.raises(CorruptObject, match=first[1]):
-        gc.prune(Store.open(tmp_path))
-    assert _packs(s) == [pack]
+        gc.prune(Store.open(tmp_path))   # packs the new ones, then the merge meets the damage
+    assert pack in _packs(s) and len(_packs(s)) == 2
+    s = Store.open(tmp_path)
+    assert all(s.objects.intact(o) for o in second + first[2:])
     assert not [p for p in (s.root / "tmp").iterdir() if p.is_file()]
 
 
@@ -356,7 +368,7 @@ def test_verify_full_counts_a_packed_store_as_the_loose_one_and_names_dangling_o
     assert after.ok and after.stats["objects"] == before.stats["objects"]
     assert after.stats["bytes"] == before.stats["bytes"]
     s = Store.open(tmp_path)
-    w = packed.Writer(s.root)
+    w = packing.Writer(s.root)
     junk = b"nobody names this"
     w.add(bytes.fromhex(hash_bytes(junk)[3:]), junk, packed.WHOLE)
     w.finish()
@@ -377,3 +389,20 @@ def test_table_parts_read_every_entry_and_unsound_names_unsorted_pieces(tmp_path
     assert got == sorted(bytes.fromhex(o[3:]) for o in ids)
     parts = list(packing.table_parts(p))
     assert packing.unsound(p, parts[1], parts[2].digest(0)) == "its entries are not sorted by digest"
+
+
+def test_a_loose_copy_of_a_packed_object_goes_only_if_the_packed_one_is_intact(tmp_path):
+    s, ids, contents = _packed_store(tmp_path)
+    pack = _packs(s)[0]
+    a, b = ids[1], ids[2]
+    for o in (a, b):   # loose copies again (as an image's spawn writes them)
+        Store.open(tmp_path).objects.loosen(o)
+    _flip(pack, Store.open(tmp_path).objects._packed(b)[1].offset)   # b's packed copy damaged
+    more = _objects(Store.open(tmp_path), N, tag="more")   # enough loose objects to pack again
+    gc.prune(Store.open(tmp_path))
+    s = Store.open(tmp_path)
+    assert not s.objects.path(a).exists()            # the pack's copy is intact: the loose one went
+    assert s.objects.path(b).is_file()               # the loose copy is the good one: kept
+    assert s.objects.get_bytes(b) == contents[b] and s.objects.get_bytes(a) == contents[a]
+    assert all(s.objects.packed_only(o) for o in more)
+    assert [len(list(packing.table_parts(p))) for p in s.objects.packed.all()] == [1, 1]
