@@ -588,6 +588,52 @@ class _PackedReads:
                 except (OSError, ValueError):
                     self.keys[p.name] = None   # the listing names the pack
         self._np = _np() if present else None
+        self.loose = None   # sorted keys (reach.key) of objects/'s files, once a long pass lists it
+
+    def take_loose(self, store) -> None:
+        from ledger.store import reach  # imports numpy: only a store with packs gets here
+
+        np = self._np
+        self.loose = np.unique(np.concatenate([d.keys for d in reach.listing(store)] or [np.zeros(0, np.uint64)]))
+
+    def resolve(self, oids: list[str]) -> dict:
+        """{id: (pack, Loc)} of those of `oids` that have no file in objects/ (as listed by
+        take_loose) and are in a pack: one searchsorted a pack for them all, each match confirmed
+        by its entry's whole digest (one pread)."""
+        from ledger.store import reach  # imports numpy: as take_loose
+
+        np = self._np
+        q = np.fromiter((int(o[len(PREFIX):len(PREFIX) + 16], 16) for o in oids), dtype=np.uint64, count=len(oids))
+        left = np.flatnonzero(~reach.member(self.loose, q))
+        out: dict = {}
+        for name, keys in self.keys.items():
+            pack = self.packs.open.get(name)
+            if keys is None or pack is None or not len(left) or not len(keys):
+                continue
+            left = left[np.argsort(q[left], kind="stable")]   # sorted needles: searchsorted narrows as it goes
+            pos = keys.searchsorted(q[left])
+            pos[pos == len(keys)] = 0
+            matched = keys[pos] == q[left]
+            for j, i in zip(left[matched].tolist(), pos[matched].tolist()):
+                hit = self._confirm(pack, keys, i, oids[j])
+                if hit is not None:
+                    out[oids[j]] = hit
+            left = np.array([j for j in left.tolist() if oids[j] not in out], dtype=np.int64)
+        return out
+
+    def _confirm(self, pack, keys, i: int, oid: str):
+        digest = bytes.fromhex(oid[len(PREFIX):])
+        while i < len(keys):   # entries of one key lie together (the table is sorted by digest)
+            raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
+            if len(raw) != packed.ENTRY.size:
+                return None
+            d, off, n, form = packed.ENTRY.unpack(raw)
+            if d == digest:
+                return pack, packed.Loc(pack.name, off, n, form)
+            if d[:8] != digest[:8]:
+                return None
+            i += 1
+        return None
 
     def find(self, oid: str):
         """(pack, Loc) of a packed object, or None (not packed, as far as the packs opened say)."""
@@ -627,6 +673,7 @@ class _PackedReads:
 
 
 _WINDOW = 1 << 20   # bytes of a pack read at once by the journal pass
+_LOOSE_AFTER = 10_000   # objects examined before a store with packs has objects/ listed once (_packed_batch)
 
 
 class _Objects:
@@ -656,6 +703,7 @@ class _Objects:
         self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
         self.warmer = fsio.Warmer(self.dir)        # reads ahead while the objects come from the disk
         self.packed: _PackedReads | None = None     # opened at the first object with no file of its own
+        self.examined = 0
         # read_data: id -> (chunk-list digest, seq of the record) that the records writing a chunked
         # object recorded (C12); ("", seq) where two records disagree. Only ids stored as chunks
         # are kept, so it grows with the chunked objects (>= 16 MiB each), not with records.
@@ -726,6 +774,15 @@ class _Objects:
         fresh = {n for n, _ in todo}
         while todo:
             children: set[str] = set()
+            packed_hits = self._packed_batch(todo)
+            if packed_hits:   # held in packs, with no file of their own: read from the packs' windows
+                for oid, k in todo:
+                    hit = packed_hits.get(oid)
+                    if hit is not None and k not in done:
+                        done.add(k)
+                        sizes[oid] = size = self._examine_packed(oid, hit, children)
+                        self._remember(oid, size)
+                todo = [t for t in todo if t[0] not in packed_hits]
             if self.warmer.on:   # the objects are coming from the disk: the next ones read ahead
                 self.warmer.ahead([oid[len(PREFIX):] for oid, _ in todo])
             began, opened = time.perf_counter(), len(done)
@@ -868,6 +925,21 @@ class _Objects:
         self.count += 1
         self.bytes += size
         return size
+
+    def _packed_batch(self, todo: list) -> dict:
+        """The packed objects of a batch with no file of their own, found in one lookup: once
+        enough objects were examined that a long pass is under way (LOOSE_AFTER), objects/ is
+        listed once (8 bytes a file) so that a packed object costs no failed open first."""
+        if self.packed is None:
+            self.packed = _PackedReads(self.store.objects.packed)
+        if not self.packed.keys:
+            return {}
+        self.examined += len(todo)
+        if self.packed.loose is None:
+            if self.examined < _LOOSE_AFTER:
+                return {}
+            self.packed.take_loose(self.store)
+        return self.packed.resolve([oid for oid, _ in todo])
 
     def _examine_packed(self, oid: str, hit, children: set) -> int | None:
         """A packed object (store/packed.py): its entry's place checked, its size the stored
