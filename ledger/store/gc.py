@@ -154,6 +154,9 @@ def _walk(store) -> reach.Walk:
     def each_run(run):   # a run of proved lines (docs/store-format.md, "Lines proved in bulk")
         f.add_rows(run, 0, len(run))
         rows = list(reach.run_ids(run))
+        if packs is not None:   # a run's packed objects found in one lookup, read from their packs in order
+            ids = [oid for _, every, _ in rows for oid in every if not w.reach.has(reach.key(oid))]
+            w.ready = {oid: packing.node(store, packs, oid, hit) for oid, hit in packs.batch(ids).items()}
         if warmer.on:   # the objects are coming from the disk: the run's read ahead
             warmer.ahead([oid[len(PREFIX):] for _, every, _ in rows for oid in every])
         began, opened = time.perf_counter(), w.opened
@@ -166,6 +169,7 @@ def _walk(store) -> reach.Walk:
 
     bulk = {k: each_run for k in schema.fielded_kinds()}
     warmer = fsio.Warmer(store.objects.dir)   # reads ahead while the objects come from the disk
+    packs = packing.Reader(store) if store.objects.packed.all() else None
     try:
         with scanner.without_collector():  # a walk over every record (store/scan.py says why)
             scan = store.journal.scan(offset, start.seq + 1, start.head, keep=False, each=each, lines=True,

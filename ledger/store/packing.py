@@ -421,3 +421,132 @@ def dead_entries(store, reachable: np.ndarray) -> list[tuple[str, int]]:
             d, _, n, _ = packed.ENTRY.unpack(raw)
             out.append((PREFIX + d.hex(), n))
     return out
+
+
+WINDOW = 1 << 20      # bytes of a pack read at once by a pass (Reader.read)
+LOOSE_AFTER = 10_000  # ids a pass asks for before objects/ is listed once (Reader.batch)
+
+
+def node(store, reader: "Reader", oid: str, hit):
+    """gc's Node (reach.py) of a packed object: its children from bytes that hash to its id (a
+    compressed one decompressed, bounded); unresolved if they do not (looked at again next time)."""
+    pack, loc = hit
+    try:
+        if pack.problem(loc):
+            return reach.Node(resolved=False)
+        raw = reader.read(pack, loc)
+        data = compress.decode(raw, oid, pack.path) if loc.form == packed.COMPRESSED else raw
+    except (OSError, ValueError, CorruptObject):
+        return reach.Node(resolved=False)
+    if hash_bytes(data) != oid:
+        return reach.Node(resolved=False)
+    return reach.node_of(data) if data[:1] == b"{" else reach.Node()
+
+
+class Reader:
+    """A pass's lookups and reads of packed objects (verify's journal pass, gc's walk): each pack's entry
+    keys in memory (8 bytes an entry, its table read once), an entry confirmed by its whole digest
+    with one pread, and its bytes through a window of _WINDOW bytes that moves forward with the
+    reads: a pack holds objects in the order they were written, the order the journal names
+    them, so the pass reads each pack front to back instead of opening a file per object."""
+
+    def __init__(self, store):
+        self.store = store
+        self.packs = store.objects.packed
+        self.keys: dict = {}       # pack name -> sorted uint64 keys (None: its table cannot be read)
+        self.windows: dict = {}    # pack name -> (offset, bytes)
+        for p in self.packs.all():
+            try:
+                self.keys[p.name] = table_keys(p)
+            except (OSError, ValueError):
+                self.keys[p.name] = None   # verify's listing names the pack
+        self.loose = None   # sorted keys (reach.key) of objects/'s files, once a long pass lists it
+        self.asked = 0
+
+    def take_loose(self) -> None:
+        """List objects/ once (8 bytes a file): resolve() then skips the ids that have a file."""
+        self.loose = np.unique(np.concatenate([d.keys for d in reach.listing(self.store)] or [np.zeros(0, np.uint64)]))
+
+    def batch(self, oids: list[str]) -> dict:
+        """resolve() once a long pass is under way (LOOSE_AFTER ids asked: objects/ is then
+        listed once); before that {} (each object is looked for the plain way, its file first)."""
+        if not self.keys:
+            return {}
+        self.asked += len(oids)
+        if self.loose is None:
+            if self.asked < LOOSE_AFTER:
+                return {}
+            self.take_loose()
+        return self.resolve(oids)
+
+    def resolve(self, oids: list[str]) -> dict:
+        """{id: (pack, Loc)} of those of `oids` that have no file in objects/ (as listed by
+        take_loose) and are in a pack: one searchsorted a pack for them all, each match confirmed
+        by its entry's whole digest (one pread)."""
+        q = np.fromiter((int(o[len(PREFIX):len(PREFIX) + 16], 16) for o in oids), dtype=np.uint64, count=len(oids))
+        left = np.flatnonzero(~reach.member(self.loose, q))
+        out: dict = {}
+        for name, keys in self.keys.items():
+            pack = self.packs.open.get(name)
+            if keys is None or pack is None or not len(left) or not len(keys):
+                continue
+            left = left[np.argsort(q[left], kind="stable")]   # sorted needles: searchsorted narrows as it goes
+            pos = keys.searchsorted(q[left])
+            pos[pos == len(keys)] = 0
+            matched = keys[pos] == q[left]
+            for j, i in zip(left[matched].tolist(), pos[matched].tolist()):
+                hit = self._confirm(pack, keys, i, oids[j])
+                if hit is not None:
+                    out[oids[j]] = hit
+            left = np.array([j for j in left.tolist() if oids[j] not in out], dtype=np.int64)
+        return out
+
+    def _confirm(self, pack, keys, i: int, oid: str):
+        digest = bytes.fromhex(oid[len(PREFIX):])
+        while i < len(keys):   # entries of one key lie together (the table is sorted by digest)
+            raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
+            if len(raw) != packed.ENTRY.size:
+                return None
+            d, off, n, form = packed.ENTRY.unpack(raw)
+            if d == digest:
+                return pack, packed.Loc(pack.name, off, n, form)
+            if d[:8] != digest[:8]:
+                return None
+            i += 1
+        return None
+
+    def find(self, oid: str):
+        """(pack, Loc) of a packed object, or None (not packed, as far as the packs opened say)."""
+        if not self.keys:
+            return None
+        hexid = oid[len(PREFIX):]
+        k = np.uint64(int(hexid[:16], 16))
+        digest = bytes.fromhex(hexid)
+        for name, keys in self.keys.items():
+            pack = self.packs.open.get(name)
+            if keys is None or pack is None:
+                continue
+            i = int(keys.searchsorted(k))
+            while i < len(keys) and keys[i] == k:
+                raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
+                if len(raw) != packed.ENTRY.size:
+                    break
+                d, off, n, form = packed.ENTRY.unpack(raw)
+                if d == digest:
+                    return pack, packed.Loc(name, off, n, form)
+                i += 1
+        return None
+
+    def read(self, pack, loc) -> bytes:
+        """The stored bytes of an entry whose place pack.problem() passed (ValueError: cut short)."""
+        w = self.windows.get(pack.name)
+        if w is None or not (w[0] <= loc.offset and loc.offset + loc.length <= w[0] + len(w[1])):
+            n = max(loc.length, min(WINDOW, pack.data_end - loc.offset))
+            w = self.windows[pack.name] = (loc.offset, fsio.read_bounded_at(pack.fd, n, loc.offset))
+            if len(w[1]) < loc.length:
+                raise ValueError(f"it ends before byte {loc.offset + loc.length}")
+        at = loc.offset - w[0]
+        return w[1][at:at + loc.length]
+
+    def close(self) -> None:
+        self.windows = {}

@@ -208,7 +208,7 @@ def classify(store, oid: str) -> Node:
                 data = store.objects.structure(oid, STRUCTURED_MAX)
             except (MissingObject, CorruptObject, fsio.StorageIOError):
                 return Node(resolved=False)
-            return Node() if data is None else _node(data)
+            return Node() if data is None else node_of(data)
         # stored as chunks (ledger/store/chunks.py: 16 MiB and up) is data, as Store.closure says
         if store.objects.chunked(oid):
             return Node()
@@ -216,7 +216,7 @@ def classify(store, oid: str) -> Node:
             data = store.objects.structure(oid, STRUCTURED_MAX)
         except (MissingObject, CorruptObject, fsio.StorageIOError):
             return Node(resolved=False)
-        return Node() if data is None else _node(data)
+        return Node() if data is None else node_of(data)
     except (fsio.NotRegular, OSError):   # a link, FIFO or directory in its place; a damaged fan-out
         return Node(resolved=False)
     try:
@@ -242,10 +242,10 @@ def classify(store, oid: str) -> Node:
             data = store.objects.get_bytes(oid, max_size=STRUCTURED_MAX)
         except Exception:  # noqa: BLE001 - changed under us: damage is verify's to name; look again next time
             return Node(resolved=False)
-    return _node(data)
+    return node_of(data)
 
 
-def _node(data: bytes) -> Node:
+def node_of(data: bytes) -> Node:
     """The Node of a structured object's verified bytes."""
     if PREFIX.encode() not in data and b"\\u" not in data:
         return Node()   # no id can be in it, literally or escaped: nothing to parse (most turn batches)
@@ -339,6 +339,7 @@ class Walk:
         self.unresolved: set[str] = set(unresolved)
         self.special: set[str] = set(special)      # checkpoints and receipts the policy keeps
         self.opened = 0                            # objects opened while growing the closures
+        self.ready: dict[str, Node] = {}           # Nodes of packed objects a batch read ahead (gc._walk)
         self.resolved = 0                          # unresolved objects that opened whole this time
 
     def _kept(self, k: int) -> bool:
@@ -398,7 +399,7 @@ class Walk:
         self._pending.clear()
 
     def _open(self, oid: str, memo: dict) -> Node:
-        node = classify(self.store, oid)
+        node = self.ready.pop(oid, None) or classify(self.store, oid)
         self.opened += 1
         memo[oid] = node
         if node.resolved:

@@ -567,113 +567,22 @@ _SMALL = 1 << 16              # objects up to this size are read in one call (th
 STRUCTURED_MAX = 256 << 20    # as Store.closure: a larger object is data, never followed
 
 
-class _PackedReads:
-    """The journal pass's lookups and reads of packed objects (store/packed.py): each pack's entry
-    keys in memory (8 bytes an entry, its table read once), an entry confirmed by its whole digest
-    with one pread, and its bytes through a window of _WINDOW bytes that moves forward with the
-    reads: a pack holds objects in the order they were written, the order the journal names
-    them, so the pass reads each pack front to back instead of opening a file per object."""
-
-    def __init__(self, packs):
-        self.packs = packs
-        self.keys: dict = {}       # pack name -> sorted uint64 keys (None: its table cannot be read)
-        self.windows: dict = {}    # pack name -> (offset, bytes)
-        present = packs.all()
-        if present:
-            from ledger.store import packing  # imports numpy: only a store with packs pays for it
-
-            for p in present:
-                try:
-                    self.keys[p.name] = packing.table_keys(p)
-                except (OSError, ValueError):
-                    self.keys[p.name] = None   # the listing names the pack
-        self._np = _np() if present else None
-        self.loose = None   # sorted keys (reach.key) of objects/'s files, once a long pass lists it
-
-    def take_loose(self, store) -> None:
-        from ledger.store import reach  # imports numpy: only a store with packs gets here
-
-        np = self._np
-        self.loose = np.unique(np.concatenate([d.keys for d in reach.listing(store)] or [np.zeros(0, np.uint64)]))
-
-    def resolve(self, oids: list[str]) -> dict:
-        """{id: (pack, Loc)} of those of `oids` that have no file in objects/ (as listed by
-        take_loose) and are in a pack: one searchsorted a pack for them all, each match confirmed
-        by its entry's whole digest (one pread)."""
-        from ledger.store import reach  # imports numpy: as take_loose
-
-        np = self._np
-        q = np.fromiter((int(o[len(PREFIX):len(PREFIX) + 16], 16) for o in oids), dtype=np.uint64, count=len(oids))
-        left = np.flatnonzero(~reach.member(self.loose, q))
-        out: dict = {}
-        for name, keys in self.keys.items():
-            pack = self.packs.open.get(name)
-            if keys is None or pack is None or not len(left) or not len(keys):
-                continue
-            left = left[np.argsort(q[left], kind="stable")]   # sorted needles: searchsorted narrows as it goes
-            pos = keys.searchsorted(q[left])
-            pos[pos == len(keys)] = 0
-            matched = keys[pos] == q[left]
-            for j, i in zip(left[matched].tolist(), pos[matched].tolist()):
-                hit = self._confirm(pack, keys, i, oids[j])
-                if hit is not None:
-                    out[oids[j]] = hit
-            left = np.array([j for j in left.tolist() if oids[j] not in out], dtype=np.int64)
-        return out
-
-    def _confirm(self, pack, keys, i: int, oid: str):
-        digest = bytes.fromhex(oid[len(PREFIX):])
-        while i < len(keys):   # entries of one key lie together (the table is sorted by digest)
-            raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
-            if len(raw) != packed.ENTRY.size:
-                return None
-            d, off, n, form = packed.ENTRY.unpack(raw)
-            if d == digest:
-                return pack, packed.Loc(pack.name, off, n, form)
-            if d[:8] != digest[:8]:
-                return None
-            i += 1
-        return None
+class _NoPacks:
+    """The reader of a store without packs: numpy and packing.py are never imported for it."""
+    keys: dict = {}
 
     def find(self, oid: str):
-        """(pack, Loc) of a packed object, or None (not packed, as far as the packs opened say)."""
-        if not self.keys:
-            return None
-        hexid = oid[len(PREFIX):]
-        k = self._np.uint64(int(hexid[:16], 16))
-        digest = bytes.fromhex(hexid)
-        for name, keys in self.keys.items():
-            pack = self.packs.open.get(name)
-            if keys is None or pack is None:
-                continue
-            i = int(keys.searchsorted(k))
-            while i < len(keys) and keys[i] == k:
-                raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + i * packed.ENTRY.size)
-                if len(raw) != packed.ENTRY.size:
-                    break
-                d, off, n, form = packed.ENTRY.unpack(raw)
-                if d == digest:
-                    return pack, packed.Loc(name, off, n, form)
-                i += 1
         return None
 
-    def read(self, pack, loc) -> bytes:
-        """The stored bytes of an entry whose place pack.problem() passed (ValueError: cut short)."""
-        w = self.windows.get(pack.name)
-        if w is None or not (w[0] <= loc.offset and loc.offset + loc.length <= w[0] + len(w[1])):
-            n = max(loc.length, min(_WINDOW, pack.data_end - loc.offset))
-            w = self.windows[pack.name] = (loc.offset, fsio.read_bounded_at(pack.fd, n, loc.offset))
-            if len(w[1]) < loc.length:
-                raise ValueError(f"it ends before byte {loc.offset + loc.length}")
-        at = loc.offset - w[0]
-        return w[1][at:at + loc.length]
-
     def close(self) -> None:
-        self.windows = {}
+        pass
 
 
-_WINDOW = 1 << 20   # bytes of a pack read at once by the journal pass
-_LOOSE_AFTER = 10_000   # objects examined before a store with packs has objects/ listed once (_packed_batch)
+def _reader(store):
+    if not store.objects.packed.all():
+        return _NoPacks()
+    from ledger.store import packing  # imports numpy: only a store with packs pays for it
+    return packing.Reader(store)
 
 
 class _Objects:
@@ -702,8 +611,7 @@ class _Objects:
         self.count = self.bytes = 0
         self.subdirs: dict[str, int | None] = {}   # fan-out name -> open directory (see _subdir)
         self.warmer = fsio.Warmer(self.dir)        # reads ahead while the objects come from the disk
-        self.packed: _PackedReads | None = None     # opened at the first object with no file of its own
-        self.examined = 0
+        self.packed: object = None     # opened at the first object with no file of its own
         # read_data: id -> (chunk-list digest, seq of the record) that the records writing a chunked
         # object recorded (C12); ("", seq) where two records disagree. Only ids stored as chunks
         # are kept, so it grows with the chunked objects (>= 16 MiB each), not with records.
@@ -898,7 +806,7 @@ class _Objects:
         missing (reported at the end unless a retention policy pruned it)."""
         ob = self.store.objects
         if self.packed is None:
-            self.packed = _PackedReads(ob.packed)
+            self.packed = _reader(self.store)
         hit = self.packed.find(oid)
         if hit is not None:
             return self._examine_packed(oid, hit, children)
@@ -927,19 +835,11 @@ class _Objects:
         return size
 
     def _packed_batch(self, todo: list) -> dict:
-        """The packed objects of a batch with no file of their own, found in one lookup: once
-        enough objects were examined that a long pass is under way (LOOSE_AFTER), objects/ is
-        listed once (8 bytes a file) so that a packed object costs no failed open first."""
+        """The packed objects of a batch with no file of their own, found in one lookup once a
+        long pass is under way (packing.Reader.batch): a packed object then costs no failed open."""
         if self.packed is None:
-            self.packed = _PackedReads(self.store.objects.packed)
-        if not self.packed.keys:
-            return {}
-        self.examined += len(todo)
-        if self.packed.loose is None:
-            if self.examined < _LOOSE_AFTER:
-                return {}
-            self.packed.take_loose(self.store)
-        return self.packed.resolve([oid for oid, _ in todo])
+            self.packed = _reader(self.store)
+        return self.packed.batch([oid for oid, _ in todo]) if self.packed.keys else {}
 
     def _examine_packed(self, oid: str, hit, children: set) -> int | None:
         """A packed object (store/packed.py): its entry's place checked, its size the stored

@@ -406,3 +406,86 @@ def test_a_loose_copy_of_a_packed_object_goes_only_if_the_packed_one_is_intact(t
     assert s.objects.get_bytes(b) == contents[b] and s.objects.get_bytes(a) == contents[a]
     assert all(s.objects.packed_only(o) for o in more)
     assert [len(list(packing.table_parts(p))) for p in s.objects.packed.all()] == [1, 1]
+
+
+def _forget_gc_state(s: Store) -> None:
+    from ledger.store import gcstate
+    for name in gcstate.STATE, gcstate.SEAL:
+        s.root.joinpath(*name).unlink(missing_ok=True)
+
+
+def test_the_batched_lookups_of_a_long_pass_answer_as_the_plain_ones(tmp_path, monkeypatch):
+    """verify's journal pass and gc's walk find a batch's packed objects in one lookup once a long
+    pass is under way (packing.Reader.batch); the answers are those of the object-by-object path:
+    a tree reached only through packed objects, a damaged compressed entry, a loose second copy,
+    a missing object."""
+    s = Store.init(tmp_path)
+    ids = _objects(s)
+    leaf = s.objects.put_bytes(b"leaf only a packed tree names" * 3)[0]
+    tree = s.objects.put_bytes(canonical.dumps({"kind": "tree", "child": leaf, "pad": "t" * 600}))[0]
+    with s.transaction("t") as tx:
+        tx.payload["tree"] = tree
+        tx.payload["gone"] = hash_bytes(b"never stored")
+    gc.prune(Store.open(tmp_path))
+    s = Store.open(tmp_path)
+    assert s.objects.packed_only(tree) and s.objects.packed_only(leaf)
+    Store.open(tmp_path).objects.loosen(ids[4])                        # a loose second copy
+    _flip(_packs(s)[0], Store.open(tmp_path).objects._packed(ids[3])[1].offset + 20)   # compressed: damaged
+
+    def answers():
+        _forget_gc_state(Store.open(tmp_path))
+        rep = verify(Store.open(tmp_path), full=True)
+        plan = gc.plan(Store.open(tmp_path))
+        return (sorted((e["what"], e["id"]) for e in rep.errors), rep.stats["objects"], rep.stats["bytes"],
+                plan.unreachable, plan.reachable)
+
+    monkeypatch.setattr(packing, "LOOSE_AFTER", 10**9)
+    plain = answers()
+    monkeypatch.setattr(packing, "LOOSE_AFTER", 0)
+    calls = []
+    real = packing.Reader.resolve
+    monkeypatch.setattr(packing.Reader, "resolve", lambda self, oids: calls.append(len(oids)) or real(self, oids))
+    assert answers() == plain
+    assert sum(calls) > N   # the batched path ran, for verify and for gc
+    assert ("corrupt", ids[3]) in plain[0] and ("missing", hash_bytes(b"never stored")) in plain[0]
+    assert plain[3] == ()   # the leaf is reached through the packed tree
+
+
+def test_gcs_walk_of_turn_batch_runs_reaches_through_packed_objects(tmp_path, monkeypatch):
+    """gc's walk takes runs of turn-batch lines (each_run) and finds a run's packed objects in one
+    lookup: what they name is reached exactly as the object-by-object path reaches it."""
+    from ledger.store import blockcheck, journal
+    from tests.store.test_blockcheck import _block
+
+    monkeypatch.setattr(blockcheck, "MIN_LINES", 256)
+    monkeypatch.setattr(packing, "LOOSE_AFTER", 0)
+    s = Store.init(tmp_path)
+    recs = [journal.make_record(1, None, "init", [], [], "root@vm", {"format": 2})]
+    leaves, first = [], 1
+    for seq in range(2, 1200):
+        leaf = None
+        if seq % 5 == 0:   # a batch whose turn names another object (an attachment)
+            leaf = s.objects.put_bytes(f"attachment {seq}".encode() * 4)[0]
+            leaves.append(leaf)
+        batch = canonical.dumps({"kind": "turns", "first": first,
+                                 "turns": [{"id": f"t{first}", "situation": f"see {leaf}" if leaf else "x"}]})
+        oid = s.objects.put_bytes(batch)[0]
+        payload = {"count": 1, "counters": {"turns": 1}, "first": first, "objects": [[oid, len(batch), "turns"]],
+                   "turns": oid}
+        recs.append(journal.make_record(seq, recs[-1]["id"], "record", [], [oid], "image", payload))
+        first += 1
+    s.journal.path.write_bytes(_block([canonical.dumps(r) for r in recs]))
+    for cache in ("refs.json", "index.duckdb", "index.duckdb.wal"):
+        (s.root / cache).unlink(missing_ok=True)
+    junk = s.objects.put_bytes(b"no record reaches this" * 3)[0]
+    monkeypatch.setattr(packed, "MIN_LOOSE", 10)
+    gc.prune(Store(s.root))
+    s = Store(s.root)
+    assert all(s.objects.packed_only(o) for o in leaves)
+    calls = []
+    real = packing.Reader.resolve
+    monkeypatch.setattr(packing.Reader, "resolve", lambda self, oids: calls.append(len(oids)) or real(self, oids))
+    _forget_gc_state(s)
+    plan = gc.plan(Store(s.root))
+    assert calls and plan.unreachable == () and not s.objects.has(junk)
+    assert plan.reachable == len(recs) - 1 + len(leaves)
