@@ -211,11 +211,15 @@ class ObjectStore:
         """The verified bytes of a compressed object: the file read bounded (Z4), decompressed
         no further than its header declares, rehashed against the id."""
         p = self.zpath(oid)
-        with self._read_errors(oid):
-            try:
-                raw = fsio.read_small(p, compress.file_limit())
-            except ValueError:
-                raise CorruptObject(oid, f"object {oid} is damaged: {p} is larger than a compressed object can be") from None
+        try:
+            with self._read_errors(oid):
+                try:
+                    raw = fsio.read_small(p, compress.file_limit())
+                except ValueError:
+                    raise CorruptObject(oid, f"object {oid} is damaged: {p} is larger than a compressed object can be") from None
+        except MissingObject:
+            # packed by a gc since compressed() saw the file: the pack is durable before a file goes
+            return self._packed_data(oid, self._packed_or_missing(oid))
         data = compress.decode(raw, oid, p)
         if hash_bytes(data) != oid:
             raise CorruptObject(oid)
@@ -227,7 +231,7 @@ class ObjectStore:
         try:
             fd, _ = fsio.open_regular(p)
         except FileNotFoundError:
-            raise MissingObject(oid) from None
+            return self._packed_size(oid, self._packed_or_missing(oid))   # packed meanwhile (as above)
         except fsio.NotRegular as e:
             raise self._not_regular(oid, e.kind) from None
         except OSError as e:

@@ -33,6 +33,7 @@ import bisect
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +163,8 @@ class Packs:
         self.open: dict[str, Pack] = {}
         self.bad: dict[str, str] = {}      # pack name -> why it holds nothing (verify names it)
         self.listed: frozenset | None = None
+        self.gone: list[Pack] = []
+        self._lock = threading.RLock()   # find() and all() see the packs of one refresh()
 
     def names(self) -> list[str]:
         """The pack file names present (others in packed/ are not packs: verify names them)."""
@@ -169,14 +172,23 @@ class Packs:
             return sorted(n for n in os.listdir(self.dir) if NAME_RE.match(n))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise fsio.io_error(e, f"listing {self.dir}") from e
 
     def refresh(self) -> bool:
         """Open the packs that appeared, forget those gone; whether anything changed."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         names = frozenset(self.names())
         if names == self.listed:
             return False
         for gone in set(self.open) - names:
-            self.open.pop(gone).close()
+            # a rewritten pack: no longer asked, but its descriptor is closed only by close(), so
+            # a read another thread is making from it (an unlinked file stays readable) never
+            # meets a closed or reused descriptor
+            self.gone.append(self.open.pop(gone))
         for gone in set(self.bad) - names:
             del self.bad[gone]
         for n in sorted(names - set(self.open) - set(self.bad)):
@@ -193,26 +205,29 @@ class Packs:
 
     def find(self, digest: bytes) -> tuple[Pack, Loc] | None:
         """The pack and entry holding `digest`, looking at the directory again on a miss."""
-        if self.listed is None:
-            self.refresh()
-        for again in (False, True):
-            if again and not self.refresh():
-                return None
-            for pack in self.open.values():
-                try:
-                    loc = pack.find(digest)
-                except OSError:
-                    continue   # an unreadable table hides its entries; verify reports the pack
-                if loc is not None:
-                    return pack, loc
-        return None
+        with self._lock:
+            if self.listed is None:
+                self._refresh()
+            for again in (False, True):
+                if again and not self._refresh():
+                    return None
+                for pack in self.open.values():
+                    try:
+                        loc = pack.find(digest)
+                    except OSError:
+                        continue   # an unreadable table hides its entries; verify reports the pack
+                    if loc is not None:
+                        return pack, loc
+            return None
 
     def all(self) -> list[Pack]:
-        if self.listed is None:
-            self.refresh()
-        return [self.open[n] for n in sorted(self.open)]
+        with self._lock:
+            if self.listed is None:
+                self._refresh()
+            return [self.open[n] for n in sorted(self.open)]
 
     def close(self) -> None:
-        for p in self.open.values():
-            p.close()
-        self.open, self.bad, self.listed = {}, {}, None
+        with self._lock:
+            for p in [*self.open.values(), *self.gone]:
+                p.close()
+            self.open, self.bad, self.listed, self.gone = {}, {}, None, []

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -124,6 +124,7 @@ class Candidates:
     order: np.ndarray
     form: np.ndarray
     moved: np.ndarray
+    damaged_packed: list = field(default_factory=list)   # (pack, digest): a pack's damaged copy of a good loose one
 
     def __len__(self) -> int:
         return len(self.order)
@@ -342,11 +343,14 @@ def run(store, going: set[str], *, refused: str | None = None) -> Packed:
     dead_hex = {o[len(PREFIX):] for o in going}
     dead_keys = np.unique(np.array([reach.key(o) for o in going], dtype=np.uint64))
     written = replaced = moved = 0
+    damaged: dict[str, set] = {}   # pack name -> digests of damaged copies whose loose copy is good
     try:
         for cand in ([] if refused else loose_slices(store, going)):
             if len(cand) < packed.MIN_LOOSE:
                 continue
             written += len(_write(store, _loose_items(store, cand)))
+            for name, digest in cand.damaged_packed:
+                damaged.setdefault(name, set()).add(digest)
             faults.point("packed.before-removing")
             for i in np.flatnonzero(cand.moved):
                 oid = PREFIX + cand.digest(int(i)).hex()
@@ -354,7 +358,7 @@ def run(store, going: set[str], *, refused: str | None = None) -> Packed:
             moved += int(cand.moved.sum())
         packs.refresh()
         live = packs.all()
-        rewrite = [p for p in live if _holds_any(p, dead_keys)] if len(dead_keys) else []
+        rewrite = [p for p in live if p.name in damaged or (len(dead_keys) and _holds_any(p, dead_keys))]
         # merge the small packs (those later gcs add), oldest first so their objects keep their order
         small = sorted((p for p in live if p.count < packed.MAX_ENTRIES // 4),
                        key=lambda p: (os.stat(p.fd).st_mtime_ns, p.name))
@@ -363,7 +367,7 @@ def run(store, going: set[str], *, refused: str | None = None) -> Packed:
         if rewrite:
             written += len(_write(store, ((d, _stored_packed(store, pack, d, loc), loc.form)
                                           for pack in rewrite for d, loc in _by_offset(pack)
-                                          if d.hex() not in dead_hex)))
+                                          if d.hex() not in dead_hex and d not in damaged.get(pack.name, ()))))
             faults.point("packed.before-removing")
             for pack in rewrite:
                 os.unlink(pack.path)
@@ -395,11 +399,17 @@ def _loose_items(store, cand: Candidates):
     """(digest, stored bytes, form) of each candidate whose bytes verify and that no pack holds
     (marked moved). One a pack holds is marked moved without being written again if the pack's
     copy is intact (its loose file is then removed with the others); if it is not, the loose
-    copy is what reads get, and it stays."""
+    copy (what reads get) stays, and the pack is rewritten without its damaged copy (P4)."""
     held = _in_packs(store, cand)
     for i in range(len(cand)):
         if held[i]:
-            cand.moved[i] = store.objects.intact(PREFIX + cand.digest(i).hex()) and _intact_in_pack(store, cand, i)
+            oid = PREFIX + cand.digest(i).hex()
+            if store.objects.intact(oid):   # the loose copy, which reads prefer
+                hit = store.objects._packed(oid)
+                if _intact_in_pack(store, cand, i):
+                    cand.moved[i] = True
+                elif hit is not None:
+                    cand.damaged_packed.append((hit[0].name, cand.digest(i)))
             continue
         raw = _stored_loose(store, cand.digest(i).hex(), int(cand.form[i]))
         if raw is not None:
