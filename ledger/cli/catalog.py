@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'show': ('ledger.cli.store_cmds', 'Describe an object: structured objects rendered by kind, blobs by size.'),
     'log': ('ledger.cli.store_cmds', 'The journal, newest records last.'),
     'verify': ('ledger.cli.store_cmds', 'Check the journal chain, the caches and the objects (exit 4 on faults): the records after the last clean verify, or all of them with --full.'),
-    'gc': ('ledger.cli.store_cmds', 'List (or with --prune delete) objects that no journal record reaches, and the superseded checkpoints and optimizer states the retention policy removes (recorded as a `prune` record).'),
+    'gc': ('ledger.cli.store_cmds', 'List (or with --prune delete) objects that no journal record reaches, and the superseded checkpoints and optimizer states the retention policy removes (recorded as a `prune` record); --prune also moves small objects into packs (docs/store-format.md, "Packed objects").'),
     'repack': ('ledger.cli.store_cmds', "Rewrite packs of chunks that are mostly dead after gc: live chunks move to one new pack, the objects' indexes follow, the old packs go (ids and content never change)."),
     'query': ('ledger.cli.store_cmds', 'Run read-only SQL against the DuckDB index.'),
     'unlock': ('ledger.cli.store_cmds', 'Clear the store lock if (and only if) its holder is dead.'),

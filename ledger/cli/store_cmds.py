@@ -126,7 +126,8 @@ def gc(
     json_: JsonOpt = False,
 ):
     """List (or with --prune delete) objects that no journal record reaches, and the superseded
-    checkpoints and optimizer states the retention policy removes (recorded as a `prune` record)."""
+    checkpoints and optimizer states the retention policy removes (recorded as a `prune` record);
+    --prune also moves small objects into packs (docs/store-format.md, "Packed objects")."""
     res = api.gc(prune=prune, policy=policy, store=common.store_dir())
     p = res.result
 
