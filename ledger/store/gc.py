@@ -47,7 +47,7 @@ class GcPlan:
     retained: tuple = ()          # (id, size, role, of): superseded training state the policy removes
     packs: tuple = ()             # (pack path, size): packs no remaining chunked object uses
     record: int | None = None     # seq of the `prune` record (pruned, and the policy removed something)
-    packing: packing.Packed = packing.Packed()   # what the packing step did (pruned only)
+    packing: packing.PackResult = packing.PackResult()   # what the packing step did (pruned only)
 
     @property
     def bytes(self) -> int:

@@ -345,14 +345,19 @@ class ObjectStore:
                             "restore the object (`ledger pull`, or `ledger add` of the original); "
                             "then `ledger verify --read-data`")
 
-    def _packed_data(self, oid: str, hit) -> bytes:
-        """The verified content of a packed object: decompressed (bounded) if stored so, rehashed."""
+    def _packed_verified(self, oid: str, hit) -> tuple[bytes, bytes]:
+        """(stored bytes, content) of a packed object, the content decompressed (bounded) if
+        stored so and rehashed against the id (CorruptObject)."""
         raw = self._packed_stored(oid, hit)
         data = compress.decode(raw, oid, self._where(hit)) if hit[1].form == packed.COMPRESSED else raw
         if hash_bytes(data) != oid:
             raise CorruptObject(oid, f"object {oid} is damaged: its bytes in {self._where(hit)} do not hash to it",
                                 "restore the object (`ledger pull`, or `ledger add` of the original)")
-        return data
+        return raw, data
+
+    def _packed_data(self, oid: str, hit) -> bytes:
+        """The verified content of a packed object."""
+        return self._packed_verified(oid, hit)[1]
 
     def _packed_size(self, oid: str, hit) -> int:
         """A packed object's size: its stored length, or what its compressed header declares."""
@@ -384,9 +389,8 @@ class ObjectStore:
             if self._lexists(p):
                 return p
         hit = self._packed_or_missing(oid)
-        data = self._packed_data(oid, hit)
+        stored = self._packed_verified(oid, hit)[0]
         compressed = hit[1].form == packed.COMPRESSED
-        stored = self._packed_stored(oid, hit) if compressed else data
         dest = self.zpath(oid) if compressed else self.path(oid)
         tmp = fsio.tmp_path(self.tmp)
         try:

@@ -32,29 +32,12 @@ from ledger.store.ids import PREFIX, hash_bytes
 
 
 @dataclass(frozen=True)
-class Packed:
+class PackResult:
     """What the packing step did."""
     objects: int = 0          # loose objects moved into packs
     written: int = 0          # packs written
     replaced: int = 0         # packs removed after their live entries were rewritten
     skipped: str | None = None  # why it did not run (said to the user)
-
-
-_ENTRY = np.dtype([("key", ">u8"), ("rest", "V24"), ("off", ">u8"), ("len", ">u4"), ("form", "u1"), ("pad", "V3")])
-
-
-def table_keys(pack: packed.Pack) -> np.ndarray:
-    """The 64-bit keys (reach.key: a digest's first 8 bytes) of a pack's entries, in table
-    order, read a piece at a time (ValueError / OSError on a table that cannot be read)."""
-    parts = []
-    step = (1 << 20) // packed.ENTRY.size
-    for at in range(0, pack.count, step):
-        k = min(step, pack.count - at)
-        raw = fsio.read_bounded_at(pack.fd, k * packed.ENTRY.size, pack.table + at * packed.ENTRY.size)
-        if len(raw) != k * packed.ENTRY.size:
-            raise ValueError("its entry table shrank while it was read")
-        parts.append(np.frombuffer(raw, dtype=_ENTRY)["key"].astype(np.uint64))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 
 _PART = (1 << 20) // packed.ENTRY.size   # entries of a table read at once (1 MiB)
@@ -102,6 +85,13 @@ def unsound(pack: packed.Pack, part: Part, before: bytes | None) -> str | None:
         i = int(np.flatnonzero(bad)[0])
         return f"its entry for b3:{part.digest(i).hex()} lies outside its bytes, is of an unknown form or is too large"
     return None
+
+
+def table_keys(pack: packed.Pack) -> np.ndarray:
+    """The 64-bit keys (reach.key: a digest's first 8 bytes) of a pack's entries, in table
+    order (ValueError / OSError on a table that cannot be read)."""
+    keys = [part.keys for part in table_parts(pack)]
+    return np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
 
 
 def _holds_any(pack: packed.Pack, keys: np.ndarray) -> bool:
@@ -291,10 +281,7 @@ def _stored_loose(store, hexid: str, form: int) -> bytes | None:
 
 def _stored_packed(store, pack: packed.Pack, digest: bytes, loc: packed.Loc) -> bytes:
     """A packed entry's stored bytes, verified; CorruptObject stops the rewrite."""
-    oid = PREFIX + digest.hex()
-    hit = (pack, loc)
-    store.objects._packed_data(oid, hit)
-    return store.objects._packed_stored(oid, hit)
+    return store.objects._packed_verified(PREFIX + digest.hex(), (pack, loc))[0]
 
 
 def _by_offset(pack: packed.Pack):
@@ -334,7 +321,7 @@ def _write(store, items) -> list:
     return written
 
 
-def run(store, going: set[str], *, refused: str | None = None) -> Packed:
+def run(store, going: set[str], *, refused: str | None = None) -> PackResult:
     """The packing step (module doc). `going`: ids gc removes. `refused`: None, or why loose
     files must not move now (an image serves from this store's files): then only the rewrites
     that drop removed objects run."""
@@ -376,7 +363,7 @@ def run(store, going: set[str], *, refused: str | None = None) -> Packed:
         raise fsio.io_error(e, "writing packs of objects, or removing the files a pack now holds") from e
     finally:
         packs.refresh()
-    return Packed(objects=moved, written=written, replaced=replaced, skipped=refused)
+    return PackResult(objects=moved, written=written, replaced=replaced, skipped=refused)
 
 
 def _in_packs(store, cand: Candidates) -> np.ndarray:
