@@ -644,6 +644,8 @@ def main(argv=None) -> int:
                                                "commands wrote included; at 10M records a copy costs minutes)")
     ap.add_argument("--forget-states", action="store_true", help="before measuring, remove gc's and report's saved "
                                                                   "states from the working copies (with --keep)")
+    ap.add_argument("--pack", action="store_true", help="before measuring, run `gc --prune` (untimed) on each working "
+                                                       "copy, so its small objects are packed (docs/store-format.md P3)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--code", type=Path, help="time the ledger of this source tree (e.g. `git archive` of an "
                                                "older commit) on the same stores; they are built by this one")
@@ -670,6 +672,14 @@ def main(argv=None) -> int:
         if a.forget_states:
             for label, p in stores.items():
                 print(f"{label}: removed saved states {forget_states(p) or 'none'}")
+        if a.pack:
+            for label, p in stores.items():
+                t = time.perf_counter()
+                _, _, rc, tail = run_measured(LEDGER + ["--store", str(p), "gc", "--prune"], tmp)
+                if rc != 0:
+                    raise SystemExit(f"untimed `ledger gc --prune` on the {label} store exited {rc}:\n{tail}")
+                print(f"{label}: gc --prune in {time.perf_counter() - t:.1f} s; packs: "
+                      f"{sorted(x.name for x in (p / '.ledger' / 'packed').glob('*.pack'))}")
         if a.walks:
             for label, p in stores.items():
                 # the 150 turns a timed `run` follows (COMMANDS["run"]): the working copy exported
