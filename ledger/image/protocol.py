@@ -46,6 +46,7 @@ import json
 import os
 import re
 import socket
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -73,11 +74,16 @@ def run_dir(store_root) -> Path:
 def keeper_serving(store_root) -> str | None:
     """Why a store's loose object files must stay where they are now: a keeper holds
     run/keeper.lock (it serves, granting its image those files by path), else None."""
+    path = run_dir(store_root) / "keeper.lock"
     try:
-        fd = os.open(run_dir(store_root) / "keeper.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None   # no keeper ever ran, or its folder is gone: none serves
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO never waits
+    except FileNotFoundError:
+        return None   # no keeper ever ran: none serves
+    except OSError as e:
+        return f"run/keeper.lock cannot be opened ({e.strerror}): loose files stay"
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "run/keeper.lock is not a regular file (planted?): loose files stay"
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return None
     except OSError:

@@ -347,7 +347,22 @@ class ObjectStore:
 
     def _packed_verified(self, oid: str, hit) -> tuple[bytes, bytes]:
         """(stored bytes, content) of a packed object, the content decompressed (bounded) if
-        stored so and rehashed against the id (CorruptObject)."""
+        stored so and rehashed against the id. Where `hit` is damaged, another pack's copy that
+        verifies is taken (a crash mid-rewrite leaves two; verify names the damaged one);
+        CorruptObject (the first copy's) if none does."""
+        try:
+            return self._one_copy(oid, hit)
+        except CorruptObject as first:
+            for other in self.packed.find_all(bytes.fromhex(hex_of(oid))):
+                if other[0] is hit[0] and other[1] == hit[1]:
+                    continue
+                try:
+                    return self._one_copy(oid, other)
+                except CorruptObject:
+                    continue
+            raise first
+
+    def _one_copy(self, oid: str, hit) -> tuple[bytes, bytes]:
         raw = self._packed_stored(oid, hit)
         data = compress.decode(raw, oid, self._where(hit)) if hit[1].form == packed.COMPRESSED else raw
         if hash_bytes(data) != oid:
@@ -386,8 +401,11 @@ class ObjectStore:
         The content is verified first; the file is written as any object is (tmp, fsync,
         rename, fsync). An object with a file of its own is returned as it is."""
         for p in (self.path(oid), self.zpath(oid)):
-            if self._lexists(p):
+            kind = self._kind_at(p)
+            if kind == "file":
                 return p
+            if kind is not None:   # a link in its place could make a grant reach any file (a pack)
+                raise self._not_regular(oid, kind)
         hit = self._packed_or_missing(oid)
         stored = self._packed_verified(oid, hit)[0]
         compressed = hit[1].form == packed.COMPRESSED
@@ -476,30 +494,38 @@ class ObjectStore:
             data = self._read_compressed(oid)
             h.update(data)
             yield memoryview(data)
-        elif self.packed_only(oid):
-            data = self._packed_data(oid, self._packed_or_missing(oid))
-            h.update(data)
-            yield memoryview(data)
         else:
-            fd, st = self.open(oid)
             try:
-                buf = bytearray(min(block, st.st_size) or 1)
-                done = 0
-                while done < st.st_size:
-                    try:
-                        n = os.preadv(fd, [memoryview(buf)[:min(block, st.st_size - done)]], done)
-                    except OSError as e:
-                        raise fsio.io_error(e, f"reading object {oid}") from e
-                    if n == 0:
-                        break
-                    view = memoryview(buf)[:n]
-                    h.update(view)
-                    yield view
-                    done += n
-            finally:
-                os.close(fd)
+                fd, st = self.open(oid)
+            except MissingObject:   # packed (by a gc, maybe just now: its pack is durable first)
+                data = self._packed_data(oid, self._packed_or_missing(oid))
+                h.update(data)
+                yield memoryview(data)
+                fd = None
+            if fd is not None:
+                yield from self._stream_file(oid, fd, st, block, h)
         if PREFIX + h.hexdigest() != oid:
             raise CorruptObject(oid)
+
+    @staticmethod
+    def _stream_file(oid: str, fd: int, st, block: int, h):
+        """A whole object's file in blocks, each fed to `h` (closes fd)."""
+        try:
+            buf = bytearray(min(block, st.st_size) or 1)
+            done = 0
+            while done < st.st_size:
+                try:
+                    n = os.preadv(fd, [memoryview(buf)[:min(block, st.st_size - done)]], done)
+                except OSError as e:
+                    raise fsio.io_error(e, f"reading object {oid}") from e
+                if n == 0:
+                    break
+                view = memoryview(buf)[:n]
+                h.update(view)
+                yield view
+                done += n
+        finally:
+            os.close(fd)
 
     def check_data(self, oid: str, listed: str | None = None) -> tuple[bool, str]:
         """Rehash a stored object: (intact, how). `listed` is the chunk-list digest the journal
@@ -592,6 +618,10 @@ class ObjectStore:
     def files(self, oid: str) -> list[Path]:
         """Every file that holds the object's bytes: the object file, or a chunked object's
         index and packs (what a sandbox must be granted to read it)."""
+        for p in (self.path(oid), self.zpath(oid), self.index_path(oid)):
+            kind = self._kind_at(p)
+            if kind not in (None, "file"):   # granted by path: a link there would grant what it names
+                raise self._not_regular(oid, kind)
         if self.compressed(oid):
             return [self.zpath(oid)]   # read through the store (a child opens a Store to read it)
         if self.packed_only(oid):
@@ -733,19 +763,14 @@ class ObjectStore:
             # a compressed object is read and verified before anything is written; a chunked one
             # streams, every chunk verified, then the whole (the generator raises before the end)
             pieces = [self._read_compressed(oid)] if self.compressed(oid) else self.stream(oid)  # packed: one piece
-            try:
-                with open(tmp, "wb") as fo:
-                    for data in pieces:
-                        fo.write(data)
-                    fo.flush()
-                    os.fsync(fo.fileno())
-                os.replace(tmp, dest)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            self._export_pieces(tmp, dest, pieces)
             return
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        fd, st = self.open(oid)
+        try:
+            fd, st = self.open(oid)
+        except MissingObject:   # packed by a gc since packed_only() looked: read from its pack
+            self._export_pieces(tmp, dest, [self._packed_data(oid, self._packed_or_missing(oid))])
+            return
         try:
             with open(tmp, "wb") as fo:
                 buf = bytearray(CHUNK)
@@ -765,6 +790,20 @@ class ObjectStore:
             os.replace(tmp, dest)
         finally:
             os.close(fd)
+            if tmp.exists():
+                tmp.unlink()
+
+    @staticmethod
+    def _export_pieces(tmp: Path, dest: Path, pieces) -> None:
+        """Write verified pieces to tmp, fsync, rename to dest (a piece raising leaves no dest)."""
+        try:
+            with open(tmp, "wb") as fo:
+                for data in pieces:
+                    fo.write(data)
+                fo.flush()
+                os.fsync(fo.fileno())
+            os.replace(tmp, dest)
+        finally:
             if tmp.exists():
                 tmp.unlink()
 
@@ -830,6 +869,15 @@ class ObjectStore:
         if len(data) >= self.chunked_min:
             return oid, self._put_chunked(_reader(data), len(data), lambda _: None, oid)[0]
         return self._write_new(data, oid, compressed=compressed and not self._lexists(self.path(oid)))
+
+    @staticmethod
+    def _kind_at(p: Path) -> str | None:
+        """"file" for a regular file at p, the kind of anything else there, None if nothing is."""
+        try:
+            mode = os.lstat(p).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return "file" if stat.S_ISREG(mode) else fsio.file_kind(mode)
 
     @staticmethod
     def _lexists(p: Path) -> bool:

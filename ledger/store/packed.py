@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger.errors import StoreCorrupt
 from ledger.store import fsio
 
 DIR = "packed"
@@ -50,7 +51,9 @@ MAX_STORED = 64 << 10      # larger objects stay files of their own: packing the
 MAX_ENTRIES = 1 << 20      # per pack: its entry table (48 MiB) is read in pieces, never whole
 MIN_LOOSE = 256            # gc --prune packs once at least this many small objects are loose
 MAX_PACKS = 8              # more than this many packs are merged into one by gc --prune
-NAME_RE = re.compile(r"^[0-9a-f]{32}\.pack$")
+MAX_FILES = 256           # packs a store may hold (256M objects); more is damage, never opened (descriptors)
+GONE_KEPT = 16            # descriptors of rewritten packs kept open for reads under way (Packs.gone)
+NAME_RE = re.compile(r"[0-9a-f]{32}\.pack")   # fullmatch only
 _TABLE_READ = 1 << 20      # entry bytes read at once by a scan of the whole table
 
 
@@ -99,22 +102,32 @@ class Pack:
 
     def find(self, digest: bytes) -> Loc | None:
         """The entry for `digest` (binary search over the sorted table), or None."""
+        return next(self.find_all(digest), None)
+
+    def find_all(self, digest: bytes):
+        """Every entry for `digest` (a planted table may repeat one), from the first in order."""
         i = bisect.bisect_left(range(self.count), digest, key=self.digest_at)
-        if i == self.count:
-            return None
-        d, off, n, form = ENTRY.unpack(os.pread(self.fd, ENTRY.size, self.table + i * ENTRY.size))
-        return Loc(self.name, off, n, form) if d == digest else None
+        while i < self.count:
+            raw = os.pread(self.fd, ENTRY.size, self.table + i * ENTRY.size)
+            if len(raw) != ENTRY.size:
+                return   # cut short under us: what is left of it holds nothing
+            d, off, n, form = ENTRY.unpack(raw)
+            if d != digest:
+                return
+            yield Loc(self.name, off, n, form)
+            i += 1
 
     def prefixed(self, prefix: str, most: int = 2) -> list[str]:
         """Hex digests in this pack starting with the hex `prefix` (at most `most`)."""
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
         i = bisect.bisect_left(range(self.count), lo, key=self.digest_at)
-        out = []
+        out: list[str] = []
         while i < self.count and len(out) < most:
             h = self.digest_at(i).hex()
             if not h.startswith(prefix):
                 break
-            out.append(h)
+            if h not in out:   # a planted table may repeat a digest: distinct ids only
+                out.append(h)
             i += 1
         return out
 
@@ -169,11 +182,15 @@ class Packs:
     def names(self) -> list[str]:
         """The pack file names present (others in packed/ are not packs: verify names them)."""
         try:
-            return sorted(n for n in os.listdir(self.dir) if NAME_RE.match(n))
+            names = sorted(n for n in os.listdir(self.dir) if NAME_RE.fullmatch(n))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:
             raise fsio.io_error(e, f"listing {self.dir}") from e
+        if len(names) > MAX_FILES:
+            raise StoreCorrupt(f"{self.dir} holds {len(names)} packs, more than the {MAX_FILES} a store makes "
+                               "(planted?)", f"move {self.dir} aside; then `ledger verify` names what is missing")
+        return names
 
     def refresh(self) -> bool:
         """Open the packs that appeared, forget those gone; whether anything changed."""
@@ -189,6 +206,8 @@ class Packs:
             # a read another thread is making from it (an unlinked file stays readable) never
             # meets a closed or reused descriptor
             self.gone.append(self.open.pop(gone))
+        while len(self.gone) > GONE_KEPT:
+            self.gone.pop(0).close()
         for gone in set(self.bad) - names:
             del self.bad[gone]
         for n in sorted(names - set(self.open) - set(self.bad)):
@@ -204,21 +223,27 @@ class Packs:
         return True
 
     def find(self, digest: bytes) -> tuple[Pack, Loc] | None:
-        """The pack and entry holding `digest`, looking at the directory again on a miss."""
+        """The first pack and entry holding `digest`, looking at the directory again on a miss."""
+        return next(iter(self.find_all(digest)), None)
+
+    def find_all(self, digest: bytes) -> list[tuple[Pack, Loc]]:
+        """Every (pack, entry) holding `digest`, in pack order (a crash mid-rewrite leaves two
+        copies: a reader takes the first that verifies), looking at the directory again on a miss."""
         with self._lock:
             if self.listed is None:
                 self._refresh()
             for again in (False, True):
                 if again and not self._refresh():
-                    return None
+                    return []
+                hits = []
                 for pack in self.open.values():
                     try:
-                        loc = pack.find(digest)
+                        hits += [(pack, loc) for loc in pack.find_all(digest)]
                     except OSError:
                         continue   # an unreadable table hides its entries; verify reports the pack
-                    if loc is not None:
-                        return pack, loc
-            return None
+                if hits:
+                    return hits
+            return []
 
     def all(self) -> list[Pack]:
         with self._lock:

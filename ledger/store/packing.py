@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ledger.errors import CorruptObject
-from ledger.store import compress, faults, fsio, packed, reach
+from ledger.errors import CorruptObject, StoreCorrupt
+from ledger.store import compress, faults, fsio, packed, reach, statcache
 from ledger.store.ids import PREFIX, hash_bytes
 
 
@@ -72,19 +72,58 @@ def table_parts(pack: packed.Pack):
                    t["key"].astype(np.uint64), t["off"].astype(np.uint64), t["len"].astype(np.uint64), t["form"])
 
 
-def unsound(pack: packed.Pack, part: Part, before: bytes | None) -> str | None:
-    """What is wrong with a piece of a pack's table, if anything: entries not strictly sorted by
-    digest (`before`: the previous piece's last digest; a binary search could miss an entry), or
-    an entry outside the pack's bytes, of an unknown form or larger than a packed object can be."""
+def unsorted(part: Part, before: bytes | None) -> bool:
+    """The piece's digests are not strictly ascending (`before`: the previous piece's last): a
+    binary search could miss an entry, or find a planted second one first."""
     d = part.digests
-    if (len(d) > 1 and not (d[1:] > d[:-1]).all()) or (before is not None and len(d) and not part.digest(0) > before):
+    return bool((len(d) > 1 and not (d[1:] > d[:-1]).all()) or (before is not None and len(d) and not part.digest(0) > before))
+
+
+def misplaced(pack: packed.Pack, part: Part) -> np.ndarray:
+    """A mask: entries whose bytes lie outside the pack's, of an unknown form or too large."""
+    return ((part.off < len(packed.MAGIC)) | (part.len > packed.MAX_STORED) | (part.off > pack.data_end)
+            | (part.off + part.len > pack.data_end) | (part.form > packed.COMPRESSED))
+
+
+def unsound(pack: packed.Pack, part: Part, before: bytes | None) -> str | None:
+    """What is wrong with a piece of a pack's table, if anything (unsorted, or an entry misplaced)."""
+    if unsorted(part, before):
         return "its entries are not sorted by digest"
-    bad = ((part.off < len(packed.MAGIC)) | (part.off + part.len > pack.data_end) | (part.len > packed.MAX_STORED)
-           | (part.form > packed.COMPRESSED))
+    bad = misplaced(pack, part)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         return f"its entry for b3:{part.digest(i).hex()} lies outside its bytes, is of an unknown form or is too large"
     return None
+
+
+def sound(pack: packed.Pack) -> bool:
+    """The pack's table is sorted, every entry in its place and none overlapping another: what gc
+    may remove entries from or rewrite. A pack that is not holds what it holds until verify's
+    report is acted on (a planted table declaring a million entries is never listed or copied)."""
+    try:
+        parts, before = list(table_parts(pack)), None
+        for part in parts:
+            if unsound(pack, part, before):
+                return False
+            before = part.digest(len(part.keys) - 1)
+        return overlap(parts, [misplaced(pack, p) for p in parts]) is None
+    except (OSError, ValueError):
+        return False
+
+
+def overlap(parts: list, masks: list | None = None) -> int | None:
+    """The offset of an entry whose bytes overlap the next one's, if any (a writer never makes
+    one: a planted table repeating one compressed frame would cost its decompression each time);
+    `masks`: entries left out (misplaced ones)."""
+    if not parts:
+        return None
+    keep = np.concatenate([~m for m in masks]) if masks is not None else slice(None)
+    off = np.concatenate([p.off for p in parts])[keep]
+    n = np.concatenate([p.len for p in parts])[keep]
+    order = np.argsort(off, kind="stable")
+    off, n = off[order], n[order]
+    bad = np.flatnonzero(off[:-1] + n[:-1] > off[1:])
+    return int(off[bad[0]]) if len(bad) else None
 
 
 def table_keys(pack: packed.Pack) -> np.ndarray:
@@ -99,6 +138,10 @@ def _holds_any(pack: packed.Pack, keys: np.ndarray) -> bool:
         return bool(reach.member(keys, table_keys(pack)).any())
     except (OSError, ValueError):
         return False   # an unreadable table: left as it is (verify names the pack)
+
+
+def _sound_packs(store) -> list:
+    return [p for p in store.objects.packed.all() if sound(p)]
 
 
 SLICE = packed.MAX_ENTRIES // 2   # loose objects judged at once: a pack of them stays above the merge's "small"
@@ -279,9 +322,30 @@ def _stored_loose(store, hexid: str, form: int) -> bytes | None:
     return raw if hash_bytes(data) == oid else None
 
 
-def _stored_packed(store, pack: packed.Pack, digest: bytes, loc: packed.Loc) -> bytes:
-    """A packed entry's stored bytes, verified; CorruptObject stops the rewrite."""
-    return store.objects._packed_verified(PREFIX + digest.hex(), (pack, loc))[0]
+def _stored_packed(store, pack: packed.Pack, digest: bytes, loc: packed.Loc) -> bytes | None:
+    """A packed entry's stored bytes, verified. Damaged: None (the entry is left out) where an
+    intact copy is held elsewhere (a file of its own, another pack: a repair, or a crash's
+    second copy), else CorruptObject, which stops the rewrite before any pack is removed."""
+    oid = PREFIX + digest.hex()
+    try:
+        return store.objects._one_copy(oid, (pack, loc))[0]
+    except CorruptObject:
+        if _own_file_intact(store, oid) or any(h[0] is not pack and _verifies(store, oid, h)
+                                               for h in store.objects.packed.find_all(digest)):
+            return None
+        raise
+
+
+def _verifies(store, oid: str, hit) -> bool:
+    try:
+        store.objects._one_copy(oid, hit)
+        return True
+    except (CorruptObject, fsio.StorageIOError):
+        return False
+
+
+def _own_file_intact(store, oid: str) -> bool:
+    return statcache.has_object(store.objects.path(oid)) and store.objects.intact(oid)
 
 
 def _by_offset(pack: packed.Pack):
@@ -333,18 +397,19 @@ def run(store, going: set[str], *, refused: str | None = None) -> PackResult:
     damaged: dict[str, set] = {}   # pack name -> digests of damaged copies whose loose copy is good
     try:
         for cand in ([] if refused else loose_slices(store, going)):
-            if len(cand) < packed.MIN_LOOSE:
-                continue
-            written += len(_write(store, _loose_items(store, cand)))
+            held = _judge_held(store, cand)
             for name, digest in cand.damaged_packed:
                 damaged.setdefault(name, set()).add(digest)
+            if len(cand) < packed.MIN_LOOSE:
+                continue
+            written += len(_write(store, _loose_items(store, cand, held)))
             faults.point("packed.before-removing")
             for i in np.flatnonzero(cand.moved):
                 oid = PREFIX + cand.digest(int(i)).hex()
                 os.unlink(store.objects.zpath(oid) if cand.form[i] == packed.COMPRESSED else store.objects.path(oid))
             moved += int(cand.moved.sum())
         packs.refresh()
-        live = packs.all()
+        live = _sound_packs(store)
         rewrite = [p for p in live if p.name in damaged or (len(dead_keys) and _holds_any(p, dead_keys))]
         # merge the small packs (those later gcs add), oldest first so their objects keep their order
         small = sorted((p for p in live if p.count < packed.MAX_ENTRIES // 4),
@@ -352,15 +417,18 @@ def run(store, going: set[str], *, refused: str | None = None) -> PackResult:
         if not refused and len(small) > packed.MAX_PACKS:
             rewrite = small + [p for p in rewrite if p not in small]
         if rewrite:
-            written += len(_write(store, ((d, _stored_packed(store, pack, d, loc), loc.form)
+            written += len(_write(store, ((d, raw, loc.form)
                                           for pack in rewrite for d, loc in _by_offset(pack)
-                                          if d.hex() not in dead_hex and d not in damaged.get(pack.name, ()))))
+                                          if d.hex() not in dead_hex and d not in damaged.get(pack.name, ())
+                                          for raw in (_stored_packed(store, pack, d, loc),) if raw is not None)))
             faults.point("packed.before-removing")
             for pack in rewrite:
                 os.unlink(pack.path)
                 replaced += 1
     except OSError as e:
         raise fsio.io_error(e, "writing packs of objects, or removing the files a pack now holds") from e
+    except ValueError as e:   # a pack's table cut short under us: nothing was removed from it
+        raise StoreCorrupt(f"a pack changed while gc rewrote it: {e}", "run `ledger verify --full`") from None
     finally:
         packs.refresh()
     return PackResult(objects=moved, written=written, replaced=replaced, skipped=refused)
@@ -382,21 +450,29 @@ def _in_packs(store, cand: Candidates) -> np.ndarray:
     return held
 
 
-def _loose_items(store, cand: Candidates):
-    """(digest, stored bytes, form) of each candidate whose bytes verify and that no pack holds
-    (marked moved). One a pack holds is marked moved without being written again if the pack's
-    copy is intact (its loose file is then removed with the others); if it is not, the loose
-    copy (what reads get) stays, and the pack is rewritten without its damaged copy (P4)."""
+def _judge_held(store, cand: Candidates) -> np.ndarray:
+    """Which candidates a pack holds already. One whose pack copy is intact is marked moved (its
+    loose file goes with the slice's, if the slice is packed); one whose pack copy is damaged and
+    whose loose copy (what reads get) is intact stays loose, and its pack is rewritten without
+    the damaged copy (P4) — whatever the slice's size: a single repair counts."""
     held = _in_packs(store, cand)
+    for i in np.flatnonzero(held):
+        i = int(i)
+        oid = PREFIX + cand.digest(i).hex()
+        if store.objects.intact(oid):   # the loose copy, which reads prefer
+            if _intact_in_pack(store, cand, i):
+                cand.moved[i] = True
+            else:
+                cand.damaged_packed.extend((h[0].name, cand.digest(i))
+                                           for h in store.objects.packed.find_all(cand.digest(i)))
+    return held
+
+
+def _loose_items(store, cand: Candidates, held: np.ndarray):
+    """(digest, stored bytes, form) of each candidate whose bytes verify and that no pack holds
+    (marked moved)."""
     for i in range(len(cand)):
         if held[i]:
-            oid = PREFIX + cand.digest(i).hex()
-            if store.objects.intact(oid):   # the loose copy, which reads prefer
-                hit = store.objects._packed(oid)
-                if _intact_in_pack(store, cand, i):
-                    cand.moved[i] = True
-                elif hit is not None:
-                    cand.damaged_packed.append((hit[0].name, cand.digest(i)))
             continue
         raw = _stored_loose(store, cand.digest(i).hex(), int(cand.form[i]))
         if raw is not None:
@@ -407,17 +483,19 @@ def _loose_items(store, cand: Candidates):
 def dead_entries(store, reachable: np.ndarray) -> list[tuple[str, int]]:
     """(id, stored length) of packed objects no record reaches (gc's plan lists them with the
     unreachable files)."""
-    out = []
-    for pack in store.objects.packed.all():
+    out: dict[str, int] = {}
+    for pack in _sound_packs(store):   # an unsound one: nothing in it is removed (verify names it)
         try:
             keys = table_keys(pack)
+            for i in np.flatnonzero(~reach.member(reachable, keys)):
+                raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + int(i) * packed.ENTRY.size)
+                if len(raw) != packed.ENTRY.size:
+                    break
+                d, _, n, _ = packed.ENTRY.unpack(raw)
+                out.setdefault(PREFIX + d.hex(), n)
         except (OSError, ValueError):
-            continue   # an unreadable table: nothing in it is removed (verify names the pack)
-        for i in np.flatnonzero(~reach.member(reachable, keys)):
-            raw = os.pread(pack.fd, packed.ENTRY.size, pack.table + int(i) * packed.ENTRY.size)
-            d, _, n, _ = packed.ENTRY.unpack(raw)
-            out.append((PREFIX + d.hex(), n))
-    return out
+            continue
+    return list(out.items())
 
 
 WINDOW = 1 << 20      # bytes of a pack read at once by a pass (Reader.read)
@@ -430,13 +508,13 @@ def node(store, reader: "Reader", oid: str, hit):
     pack, loc = hit
     try:
         if pack.problem(loc):
-            return reach.Node(resolved=False)
+            raise ValueError("out of place")
         raw = reader.read(pack, loc)
         data = compress.decode(raw, oid, pack.path) if loc.form == packed.COMPRESSED else raw
+        if hash_bytes(data) != oid:
+            raise ValueError("damaged")
     except (OSError, ValueError, CorruptObject):
-        return reach.Node(resolved=False)
-    if hash_bytes(data) != oid:
-        return reach.Node(resolved=False)
+        return reach.classify(store, oid)   # another copy may verify: the object-by-object path decides
     return reach.node_of(data) if data[:1] == b"{" else reach.Node()
 
 

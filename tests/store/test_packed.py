@@ -504,3 +504,143 @@ def test_a_compressed_file_packed_between_the_look_and_the_read_is_read_from_its
     assert s.objects.get_bytes(oid) == contents[oid]
     assert s.objects.size(oid) == len(contents[oid])
     assert s.objects.structure(oid) == contents[oid]
+
+
+# --- hostile packs (helper-47's findings, each a regression test) --------------------------------
+
+def _craft(path: Path, entries: list, *, sort: bool = True) -> None:
+    """A pack file of (digest, stored bytes, form) entries, or raw table rows (48-byte bytes)."""
+    data, rows = bytearray(packed.MAGIC), []
+    for e in entries:
+        if isinstance(e, bytes):
+            rows.append(e)
+            continue
+        digest, stored, form = e
+        rows.append(packed.ENTRY.pack(digest, len(data), len(stored), form))
+        data += stored
+    if sort:
+        rows.sort()
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(bytes(data) + b"".join(rows) + packed.FOOT.pack(len(rows), packed.FOOT_MAGIC))
+
+
+def test_more_packs_than_a_store_makes_is_a_typed_error_not_exhausted_descriptors(tmp_path, monkeypatch):
+    from ledger.errors import StoreCorrupt
+    monkeypatch.setattr(packed, "MAX_FILES", 3)
+    s, ids, _ = _packed_store(tmp_path)
+    for i in range(4):
+        _craft(s.root / packed.DIR / f"{i:032x}.pack", [])
+    with pytest.raises(StoreCorrupt, match="more than the 3"):
+        Store.open(tmp_path).objects.get_bytes(ids[0])
+
+
+def test_a_sparse_planted_table_is_never_listed_or_rewritten_by_gc(tmp_path):
+    s, ids, _ = _packed_store(tmp_path)
+    zero = bytes(packed.ENTRY.size)
+    _craft(s.root / packed.DIR / ("0" * 32 + ".pack"), [zero] * 5000)   # 5000 equal entries: not sorted
+    s = Store.open(tmp_path)
+    assert gc.plan(s).unreachable == ()
+    p = gc.prune(Store.open(tmp_path))
+    assert p.unreachable == () and (s.root / packed.DIR / ("0" * 32 + ".pack")).exists()
+    rep = verify(Store.open(tmp_path), full=True)
+    assert any("not sorted" in e["message"] for e in rep.errors)
+
+
+def test_a_link_in_a_packed_objects_place_is_never_granted(tmp_path):
+    s, ids, _ = _packed_store(tmp_path)
+    oid = ids[0]
+    s.objects.zpath(oid).parent.mkdir(parents=True, exist_ok=True)
+    s.objects.zpath(oid).symlink_to(_packs(s)[0])
+    s = Store.open(tmp_path)
+    with pytest.raises(CorruptObject, match="symbolic link"):
+        s.objects.loosen(oid)
+    with pytest.raises(CorruptObject, match="symbolic link"):
+        s.objects.files(oid)
+
+
+def test_a_fifo_for_the_keeper_lock_refuses_packing_at_once(tmp_path):
+    from ledger.image import protocol
+    s = Store.init(tmp_path)
+    protocol.run_dir(s.root).mkdir()
+    os.mkfifo(protocol.run_dir(s.root) / "keeper.lock")
+    assert "not a regular file" in protocol.keeper_serving(s.root)   # returns: no blocking open
+
+
+def test_a_damaged_copy_in_one_pack_does_not_hide_the_intact_one_in_another(tmp_path):
+    s = Store.init(tmp_path)
+    _objects(s)
+    leaf = s.objects.put_bytes(b"the child of the tree" * 5)[0]
+    tree = s.objects.put_bytes(canonical.dumps({"kind": "tree", "child": leaf}))[0]
+    with s.transaction("t") as tx:
+        tx.payload["tree"] = tree
+    gc.prune(Store.open(tmp_path))
+    data = Store.open(tmp_path).objects.get_bytes(tree)
+    # a damaged copy of the tree in a pack that sorts first (a crash's second copy, rotted)
+    _craft(s.root / packed.DIR / ("0" * 32 + ".pack"), [(bytes.fromhex(tree[3:]), b"X" + data[1:], packed.WHOLE)])
+    s = Store.open(tmp_path)
+    assert s.objects.get_bytes(tree) == data
+    _forget_gc_state(s)
+    assert gc.plan(Store.open(tmp_path)).unreachable == ()
+    gc.prune(Store.open(tmp_path))
+    assert Store.open(tmp_path).objects.get_bytes(leaf)
+
+
+def test_after_the_advised_repair_gc_drops_the_damaged_copy_and_verify_is_clean(tmp_path):
+    s, ids, contents = _packed_store(tmp_path)
+    oid = ids[1]
+    _flip(_packs(s)[0], s.objects._packed(oid)[1].offset)
+    Store.open(tmp_path).objects.put_bytes(contents[oid])   # the repair: a loose copy
+    gc.prune(Store.open(tmp_path))
+    rep = verify(Store.open(tmp_path), read_data=True)
+    assert rep.ok, rep.errors
+    assert Store.open(tmp_path).objects.get_bytes(oid) == contents[oid]
+
+
+def test_a_misplaced_entry_does_not_hide_damaged_ones_from_read_data(tmp_path):
+    s, ids, _ = _packed_store(tmp_path)
+    pack = _packs(s)[0]
+    p = s.objects.packed.all()[0]
+    damaged = [o for o in ids[1:8] if s.objects._packed(o)[1].form == packed.WHOLE][:3]
+    for o in damaged:
+        _flip(pack, s.objects._packed(o)[1].offset)
+    with open(pack, "r+b") as f:   # the table's last entry: longer than a packed object can be
+        f.seek(p.table + (p.count - 1) * packed.ENTRY.size + 40)
+        f.write((packed.MAX_STORED + 1).to_bytes(4, "big"))
+    rep = verify(Store.open(tmp_path), read_data=True)
+    assert set(damaged) <= {e["id"] for e in rep.errors}
+    assert any("1 entry" in e["message"] and "too large" in e["message"] for e in rep.errors), rep.errors
+
+
+def test_overlapping_entries_are_named_and_not_decompressed_again_and_again(tmp_path):
+    s = Store.init(tmp_path)
+    frame = s.objects.put_bytes(canonical.dumps({"kind": "x", "pad": "z" * 5000}), compressed=True)[0]
+    raw = s.objects.zpath(frame).read_bytes()
+    rows = [packed.ENTRY.pack(bytes([i]) * 32, len(packed.MAGIC), len(raw), packed.COMPRESSED) for i in range(1, 200)]
+    path = s.root / packed.DIR / ("0" * 32 + ".pack")
+    path.parent.mkdir()
+    path.write_bytes(packed.MAGIC + raw + b"".join(rows) + packed.FOOT.pack(len(rows), packed.FOOT_MAGIC))
+    rep = verify(Store.open(tmp_path), read_data=True)
+    assert any("overlap" in e["message"] for e in rep.errors)
+    assert not any(e["what"] == "corrupt" and e["id"] for e in rep.errors)   # no entry judged: none decompressed
+
+
+def test_export_and_stream_find_an_object_packed_after_they_looked(tmp_path, monkeypatch):
+    s, ids, contents = _packed_store(tmp_path)
+    monkeypatch.setattr(type(s.objects), "packed_only", lambda self, o: False)   # what they saw before the gc
+    out = tmp_path / "out"
+    s.objects.export_file(ids[1], out)
+    assert out.read_bytes() == contents[ids[1]]
+    assert b"".join(bytes(b) for b in s.objects.stream(ids[2])) == contents[ids[2]]
+
+
+def test_a_repeated_digest_does_not_hide_an_ambiguous_prefix_and_odd_names_are_foreign(tmp_path):
+    from ledger.errors import AmbiguousRef
+    s, ids, _ = _packed_store(tmp_path)
+    a = ids[1]
+    twin = bytes.fromhex(a[3:19] + "f" * 48)   # shares a's first 16 hex digits
+    _craft(s.root / packed.DIR / ("0" * 32 + ".pack"), [(bytes.fromhex(a[3:]), b"x", 0)] * 2 + [(twin, b"y", 0)])
+    with pytest.raises(AmbiguousRef):
+        Store.open(tmp_path).objects.resolve_prefix(a[:19])
+    (s.root / packed.DIR / ("1" * 32 + ".pack\n")).write_bytes(b"")
+    rep = verify(Store.open(tmp_path), full=True)
+    assert any(e["what"] == "foreign-file" and ".pack\n" in e["message"] for e in rep.errors)
