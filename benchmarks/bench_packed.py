@@ -21,8 +21,9 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+import bench_passes_ab  # its timed CLI run (this folder is on sys.path when a benchmark runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {"verify-full": ["verify", "--full"], "gc": ["gc"]}
@@ -30,20 +31,8 @@ SAVED_STATES = ("reach.bin", "reach.seal")
 
 
 def timed(argv: list[str], store: Path) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MiB, exit code) of one CLI process in `store`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    fd, ru = tempfile.mkstemp(prefix="bench-packed-")
-    os.close(fd)
-    try:
-        p = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", ru, sys.executable, "-m", "ledger.cli.main",
-                            *argv], cwd=store, env=env, capture_output=True)
-        wall, user, sys_, kib = map(float, Path(ru).read_text().split("\n")[-2].split())
-    finally:
-        os.unlink(ru)
-    if p.returncode:
-        sys.stderr.write(p.stderr.decode(errors="replace")[-2000:])
-    return wall, user + sys_, kib / 1024, p.returncode
+    """(wall s, CPU s, peak RSS MiB, exit code) of one CLI process of this checkout in `store`."""
+    return bench_passes_ab.run(ROOT, argv, store)
 
 
 def disk(path: Path) -> tuple[int, int]:
