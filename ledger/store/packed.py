@@ -54,7 +54,6 @@ MAX_PACKS = 8              # more than this many packs are merged into one by gc
 MAX_FILES = 256           # packs a store may hold (256M objects); more is damage, never opened (descriptors)
 GONE_KEPT = 16            # descriptors of rewritten packs kept open for reads under way (Packs.gone)
 NAME_RE = re.compile(r"[0-9a-f]{32}\.pack")   # fullmatch only
-_TABLE_READ = 1 << 20      # entry bytes read at once by a scan of the whole table
 
 
 @dataclass(frozen=True)
@@ -130,18 +129,6 @@ class Pack:
                 out.append(h)
             i += 1
         return out
-
-    def entries(self):
-        """(digest, Loc) of every entry, in table order, read a piece at a time."""
-        done = 0
-        while done < self.count:
-            k = min(self.count - done, _TABLE_READ // ENTRY.size)
-            raw = fsio.read_bounded_at(self.fd, k * ENTRY.size, self.table + done * ENTRY.size)
-            if len(raw) != k * ENTRY.size:
-                raise ValueError("its entry table shrank while it was read")
-            for d, off, n, form in ENTRY.iter_unpack(raw):
-                yield d, Loc(self.name, off, n, form)
-            done += k
 
     def problem(self, loc: Loc) -> str | None:
         """Why an entry cannot be read (None if its place is sound)."""
